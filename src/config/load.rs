@@ -1,0 +1,1433 @@
+//! TOML → [`Config`]: decoding with spans, then validation that collects
+//! every problem of the file.
+//!
+//! # Schema
+//!
+//! ```toml
+//! [gateway]                 # optional table
+//! name = "gw0"              # default "secgw"
+//! workers = 1               # >= 1, default 1
+//! cores = [1]               # optional: one core per worker, so length >= workers
+//!                           # (whether each core exists is checked at start, not here)
+//! stats_interval = 0        # seconds between stats prints, 0 = only on exit; default 0
+//! outer_ttl = 64            # default outer TTL of tunnel SAs, 1..=255, default 64
+//! burst = 32                # packets per rx burst, 1..=256, default 32
+//!
+//! [[port]]                  # at least one protected and one unprotected
+//! name = "inside"           # required, unique; routes name ports by it
+//! interface = "gw0-in"      # required, unique, 1..=15 bytes (IFNAMSIZ-1), no '/', ':' or spaces
+//! role = "protected"        # required: "protected" (inside, plaintext) | "unprotected" (outside, ESP)
+//! mac = "02:00:00:00:00:01" # optional unicast MAC; default: read from the interface
+//! addresses = ["192.0.2.1/24"]  # optional, the gateway's own IPv4 "a.b.c.d/len" (answers ARP)
+//! queue = 0                 # interface queue for the AF_XDP socket, default 0
+//! xdp_mode = "skb"          # "skb" | "native" | "auto", default "skb"
+//!
+//! [[sa]]                    # (spi, direction) must be unique
+//! spi = 1001                # required: integer or string ("1001", "0x3e9"); 0 is an error
+//!                           # (RFC 4303 §2.1), 1..=255 is accepted with a warning
+//! direction = "outbound"    # required: "outbound" (we encrypt) | "inbound" (we decrypt)
+//! mode = "tunnel"           # optional, only "tunnel" for now
+//! algorithm = "aes-128-gcm" # required: "aes-128-gcm" | "aes-256-gcm"
+//! key = "00112233…"         # required: AES key ‖ 4-byte salt (RFC 4106 §8.1) in hex,
+//!                           # 40 hex digits for aes-128-gcm, 72 for aes-256-gcm; ':' separators allowed
+//! tunnel_src = "203.0.113.1"  # required, outer source (unicast IPv4)
+//! tunnel_dst = "203.0.113.2"  # required, outer destination (unicast IPv4), != tunnel_src
+//! replay_window = 64        # inbound only (an error on outbound); 0 = off, max 65536, default 64
+//! outer_ttl = 64            # optional 1..=255; default gateway.outer_ttl
+//! df = "copy"               # "copy" | "set" | "clear", default "copy" (RFC 4301 §8.1)
+//! worker = 0                # optional worker index < gateway.workers; default: balanced
+//!
+//! [[policy]]                # SPD entry; lower priority wins, ties by file order
+//! direction = "outbound"    # required: "outbound" | "inbound"
+//! src = "192.0.2.0/24"      # default "0.0.0.0/0"; host bits set is an error
+//! dst = "198.51.100.0/24"   # default "0.0.0.0/0"; host bits set is an error
+//! protocol = "udp"          # "any" (default) | "icmp" | "tcp" | "udp" | integer 0..=255
+//! src_ports = "1000-2000"   # "any" (default) | "N" | "N-M" with N <= M (or an integer);
+//! dst_ports = "any"         #   a range other than "any" needs protocol tcp/udp (6/17)
+//! priority = 10             # default 100
+//! action = "protect 1001"   # required: "protect <spi>" (decimal or 0x hex; names an SA of
+//!                           # the same direction) | "bypass" | "discard"
+//!
+//! [[route]]                 # static route; prefixes unique
+//! prefix = "198.51.100.0/24"  # required; host bits set is an error
+//! port = "outside"          # required: a [[port]] name
+//! via = "203.0.113.2"       # optional next hop; default: destination on the link
+//!
+//! [[neighbour]]             # static ARP entry; ips unique
+//! ip = "203.0.113.2"        # required, unicast IPv4
+//! mac = "02:00:00:00:01:02" # required, unicast MAC
+//! ```
+//!
+//! Problems are reported as `file:line:column: field: expected …, found …`,
+//! the field path with 0-based indices in file order (`sa[1].key`). A missing
+//! key is reported at its table's header.
+//!
+//! How: every table is decoded into a raw struct (`#[serde(deny_unknown_fields)]`,
+//! so a typo in a key is a decoding error at the key) whose fields are
+//! `Option<Spanned<Raw>>`, i.e. any TOML value with its byte span. Types,
+//! ranges, formats and cross-references are then checked here, so all
+//! problems are found in one pass and each message names its field.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::ops::Range;
+use std::path::Path;
+
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::model::*;
+use super::{ConfigError, Problem};
+
+/// Reads and validates the config file at `path`.
+///
+/// Errors: [`ConfigError::Read`] if it cannot be read, [`ConfigError::Syntax`]
+/// for TOML syntax or shape errors, [`ConfigError::Invalid`] with every
+/// semantic problem otherwise.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(&text, path)
+}
+
+/// Validates config `text`; `source` names the file in messages and in
+/// [`Config::source`].
+pub fn parse(text: &str, source: &Path) -> Result<Config, ConfigError> {
+    let raw: RawFile = match toml::from_str(text) {
+        Ok(raw) => raw,
+        Err(e) => return Err(ConfigError::Syntax(decode_problem(text, source, &e))),
+    };
+    let mut ck = Checker {
+        text,
+        source,
+        problems: Vec::new(),
+    };
+    let cfg = ck.config(raw);
+    match cfg {
+        Some(cfg) if ck.problems.is_empty() => Ok(cfg),
+        _ => {
+            debug_assert!(!ck.problems.is_empty(), "a check failed without a problem");
+            ck.problems.sort_by_key(|p| (p.line, p.column));
+            Err(ConfigError::Invalid(ck.problems))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Raw, spanned decoding.
+
+/// Any TOML value, arrays keeping the span of each element.
+#[derive(Debug)]
+enum Raw {
+    Str(String),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Array(Vec<Spanned<Raw>>),
+    Table,
+    Datetime,
+}
+
+type Field = Option<Spanned<Raw>>;
+
+impl<'de> Deserialize<'de> for Raw {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(RawVisitor)
+    }
+}
+
+struct RawVisitor;
+
+impl<'de> Visitor<'de> for RawVisitor {
+    type Value = Raw;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a TOML value")
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Raw, E> {
+        Ok(Raw::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Raw, E> {
+        Ok(Raw::Int(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Raw, E> {
+        i64::try_from(v)
+            .map(Raw::Int)
+            .map_err(|_| E::custom("integer out of range"))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Raw, E> {
+        Ok(Raw::Float(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Raw, E> {
+        Ok(Raw::Str(v.to_owned()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Raw, E> {
+        Ok(Raw::Str(v))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Raw, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<Spanned<Raw>>()? {
+            items.push(item);
+        }
+        Ok(Raw::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Raw, A::Error> {
+        // toml hands a datetime over as a one-entry map with a private key.
+        let mut datetime = false;
+        while let Some(key) = map.next_key::<String>()? {
+            datetime |= key == "$__toml_private_datetime";
+            map.next_value::<IgnoredAny>()?;
+        }
+        Ok(if datetime { Raw::Datetime } else { Raw::Table })
+    }
+}
+
+impl Raw {
+    /// "found …" text; `secret` values show only their kind.
+    fn describe(&self, secret: bool) -> String {
+        match self {
+            _ if secret => self.kind().to_string(),
+            Raw::Str(s) => format!("{s:?}"),
+            Raw::Int(i) => format!("integer {i}"),
+            Raw::Float(x) => format!("float {x}"),
+            Raw::Bool(b) => format!("boolean {b}"),
+            _ => self.kind().to_string(),
+        }
+    }
+    fn kind(&self) -> &'static str {
+        match self {
+            Raw::Str(_) => "a string",
+            Raw::Int(_) => "an integer",
+            Raw::Float(_) => "a float",
+            Raw::Bool(_) => "a boolean",
+            Raw::Array(_) => "an array",
+            Raw::Table => "a table",
+            Raw::Datetime => "a datetime",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    gateway: Option<Spanned<RawGateway>>,
+    port: Option<Vec<Spanned<RawPort>>>,
+    sa: Option<Vec<Spanned<RawSa>>>,
+    policy: Option<Vec<Spanned<RawPolicy>>>,
+    route: Option<Vec<Spanned<RawRoute>>>,
+    neighbour: Option<Vec<Spanned<RawNeighbour>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGateway {
+    name: Field,
+    workers: Field,
+    cores: Field,
+    stats_interval: Field,
+    outer_ttl: Field,
+    burst: Field,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPort {
+    name: Field,
+    interface: Field,
+    role: Field,
+    mac: Field,
+    addresses: Field,
+    queue: Field,
+    xdp_mode: Field,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSa {
+    spi: Field,
+    direction: Field,
+    mode: Field,
+    algorithm: Field,
+    key: Field,
+    tunnel_src: Field,
+    tunnel_dst: Field,
+    replay_window: Field,
+    outer_ttl: Field,
+    df: Field,
+    worker: Field,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    direction: Field,
+    src: Field,
+    dst: Field,
+    protocol: Field,
+    src_ports: Field,
+    dst_ports: Field,
+    priority: Field,
+    action: Field,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    prefix: Field,
+    port: Field,
+    via: Field,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNeighbour {
+    ip: Field,
+    mac: Field,
+}
+
+/// Where each table is, decoded leniently: used only to name the table of
+/// an unknown key.
+#[derive(Deserialize)]
+struct Outline {
+    gateway: Option<Spanned<IgnoredAny>>,
+    port: Option<Vec<Spanned<IgnoredAny>>>,
+    sa: Option<Vec<Spanned<IgnoredAny>>>,
+    policy: Option<Vec<Spanned<IgnoredAny>>>,
+    route: Option<Vec<Spanned<IgnoredAny>>>,
+    neighbour: Option<Vec<Spanned<IgnoredAny>>>,
+}
+
+impl Outline {
+    /// Path of the innermost table containing byte `offset` ("" = root).
+    fn table_at(&self, offset: usize) -> String {
+        let inside = |s: &Spanned<IgnoredAny>| s.span().contains(&offset);
+        if self.gateway.as_ref().is_some_and(inside) {
+            return "gateway".into();
+        }
+        let arrays = [
+            ("port", &self.port),
+            ("sa", &self.sa),
+            ("policy", &self.policy),
+            ("route", &self.route),
+            ("neighbour", &self.neighbour),
+        ];
+        for (name, tables) in arrays {
+            if let Some(i) = tables.iter().flatten().position(inside) {
+                return format!("{name}[{i}]");
+            }
+        }
+        String::new()
+    }
+}
+
+/// Turns a toml decoding error into a positioned problem; an unknown key is
+/// named with its table path and a suggestion.
+fn decode_problem(text: &str, source: &Path, e: &toml::de::Error) -> Problem {
+    let span = e.span().unwrap_or(0..0);
+    let mut message = e.message().trim().replace('\n', ": ");
+    let mut field = String::new();
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        let key = rest.split('`').next().unwrap_or_default().to_owned();
+        let table = toml::from_str::<Outline>(text)
+            .map(|o| o.table_at(span.start))
+            .unwrap_or_default();
+        field = if table.is_empty() {
+            key.clone()
+        } else {
+            format!("{table}.{key}")
+        };
+        // "unknown field `x`, expected one of `a`, `b`" → names in odd pieces.
+        let expected: Vec<&str> = message.split('`').skip(3).step_by(2).collect();
+        let mut m = format!("unknown key `{key}`");
+        if let Some(after) = message.split_once(", expected").map(|(_, a)| a) {
+            m.push_str(&format!("; expected{after}"));
+        }
+        if let Some(best) = closest(&key, &expected) {
+            m.push_str(&format!(" (did you mean `{best}`?)"));
+        }
+        message = m;
+    } else if message.contains("expected a sequence") {
+        // `[port]` where `[[port]]` belongs.
+        let at = text.get(span.clone()).unwrap_or_default().trim_start();
+        if let Some(name) = at.strip_prefix('[').filter(|r| !r.starts_with('[')) {
+            let name = name.split(']').next().unwrap_or_default().trim();
+            field = name.to_owned();
+            message = format!(
+                "expected an array of tables, found a table; write [[{name}]] for each entry"
+            );
+        }
+    }
+    let (line, column) = line_col(text, span.start);
+    Problem {
+        file: source.to_path_buf(),
+        line,
+        column,
+        field,
+        message,
+    }
+}
+
+/// The expected name nearest to `key` by edit distance, if near enough.
+fn closest<'a>(key: &str, names: &[&'a str]) -> Option<&'a str> {
+    let dist = |a: &str, b: &str| {
+        let b: Vec<char> = b.chars().collect();
+        let mut prev: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut cur = vec![i + 1];
+            for (j, cb) in b.iter().enumerate() {
+                let sub = prev[j] + usize::from(ca != *cb);
+                cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+            }
+            prev = cur;
+        }
+        prev[b.len()]
+    };
+    names
+        .iter()
+        .map(|n| (dist(key, n), *n))
+        .filter(|(d, n)| *d <= 2.max(n.len() / 3))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, n)| n)
+}
+
+/// 1-based line and column (in characters) of byte `offset` in `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+// ---------------------------------------------------------------------------
+// Validation.
+
+struct Checker<'a> {
+    text: &'a str,
+    source: &'a Path,
+    problems: Vec<Problem>,
+}
+
+/// A table being checked: its path and its span (missing keys point here).
+struct Tab {
+    path: String,
+    span: Range<usize>,
+}
+
+impl Tab {
+    fn field(&self, key: &str) -> String {
+        format!("{}.{key}", self.path)
+    }
+}
+
+const DIRECTIONS: &[(&str, Direction)] = &[
+    ("outbound", Direction::Outbound),
+    ("inbound", Direction::Inbound),
+];
+
+impl Checker<'_> {
+    fn problem(&mut self, span: &Range<usize>, field: &str, message: impl Into<String>) {
+        let (line, column) = line_col(self.text, span.start);
+        self.problems.push(Problem {
+            file: self.source.to_path_buf(),
+            line,
+            column,
+            field: field.to_owned(),
+            message: message.into(),
+        });
+    }
+
+    fn line_of(&self, span: &Range<usize>) -> usize {
+        line_col(self.text, span.start).0
+    }
+
+    fn required<'f>(&mut self, f: &'f Field, tab: &Tab, key: &str) -> Option<&'f Spanned<Raw>> {
+        if f.is_none() {
+            self.problem(
+                &tab.span,
+                &tab.field(key),
+                format!("missing required key `{key}`"),
+            );
+        }
+        f.as_ref()
+    }
+
+    fn wrong_type(&mut self, v: &Spanned<Raw>, field: &str, expected: &str) {
+        let found = v.get_ref().describe(false);
+        self.problem(
+            &v.span(),
+            field,
+            format!("expected {expected}, found {found}"),
+        );
+    }
+
+    fn string<'f>(&mut self, v: &'f Spanned<Raw>, field: &str) -> Option<&'f str> {
+        match v.get_ref() {
+            Raw::Str(s) => Some(s),
+            _ => {
+                self.wrong_type(v, field, "a string");
+                None
+            }
+        }
+    }
+
+    /// An integer in `lo..=hi`.
+    fn integer(&mut self, v: &Spanned<Raw>, field: &str, lo: i64, hi: i64) -> Option<i64> {
+        match v.get_ref() {
+            Raw::Int(i) if (lo..=hi).contains(i) => Some(*i),
+            Raw::Int(i) => {
+                self.problem(
+                    &v.span(),
+                    field,
+                    format!("expected an integer in {lo}..={hi}, found {i}"),
+                );
+                None
+            }
+            _ => {
+                self.wrong_type(v, field, &format!("an integer in {lo}..={hi}"));
+                None
+            }
+        }
+    }
+
+    /// An optional integer in `lo..=hi`, `default` when absent.
+    fn opt_integer(
+        &mut self,
+        f: &Field,
+        field: &str,
+        lo: i64,
+        hi: i64,
+        default: i64,
+    ) -> Option<i64> {
+        match f {
+            Some(v) => self.integer(v, field, lo, hi),
+            None => Some(default),
+        }
+    }
+
+    /// A string parsed by `parse`, whose error is the message.
+    fn parsed<T>(
+        &mut self,
+        v: &Spanned<Raw>,
+        field: &str,
+        parse: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        let s = self.string(v, field)?;
+        match parse(s) {
+            Ok(t) => Some(t),
+            Err(m) => {
+                self.problem(&v.span(), field, m);
+                None
+            }
+        }
+    }
+
+    /// One of a fixed set of strings.
+    fn keyword<T: Copy>(
+        &mut self,
+        v: &Spanned<Raw>,
+        field: &str,
+        choices: &[(&str, T)],
+    ) -> Option<T> {
+        let names: Vec<String> = choices.iter().map(|(n, _)| format!("{n:?}")).collect();
+        let expected = format!("one of {}", names.join(", "));
+        match v.get_ref() {
+            Raw::Str(s) => match choices.iter().find(|(n, _)| n == s) {
+                Some((_, t)) => Some(*t),
+                None => {
+                    self.problem(
+                        &v.span(),
+                        field,
+                        format!("expected {expected}, found {s:?}"),
+                    );
+                    None
+                }
+            },
+            _ => {
+                self.wrong_type(v, field, &expected);
+                None
+            }
+        }
+    }
+
+    fn opt_keyword<T: Copy>(
+        &mut self,
+        f: &Field,
+        field: &str,
+        choices: &[(&str, T)],
+        default: T,
+    ) -> Option<T> {
+        match f {
+            Some(v) => self.keyword(v, field, choices),
+            None => Some(default),
+        }
+    }
+
+    fn array<'f>(
+        &mut self,
+        v: &'f Spanned<Raw>,
+        field: &str,
+        of: &str,
+    ) -> Option<&'f [Spanned<Raw>]> {
+        match v.get_ref() {
+            Raw::Array(items) => Some(items),
+            _ => {
+                self.wrong_type(v, field, &format!("an array of {of}"));
+                None
+            }
+        }
+    }
+
+    // -- the file ------------------------------------------------------------
+
+    fn config(&mut self, raw: RawFile) -> Option<Config> {
+        let (gateway, workers) = self.gateway(raw.gateway.as_ref());
+
+        let ports = self.ports(raw.port.as_deref().unwrap_or_default());
+        let sas = self.sas(raw.sa.as_deref().unwrap_or_default(), workers);
+        let sa_ids: HashMap<(u32, u8), usize> = sas.ids.clone();
+        let policies = self.all(
+            raw.policy.as_deref().unwrap_or_default(),
+            "policy",
+            |ck, r, tab| ck.policy(r, tab, &sa_ids),
+        );
+        let routes = self.routes(raw.route.as_deref().unwrap_or_default(), &ports.names);
+        let neighbours = self.neighbours(raw.neighbour.as_deref().unwrap_or_default());
+
+        Some(Config {
+            source: self.source.to_path_buf(),
+            gateway: gateway?,
+            ports: ports.list?,
+            sas: sas.list?,
+            policies: policies?,
+            routes: routes?,
+            neighbours: neighbours?,
+        })
+    }
+
+    /// Checks every entry of an array of tables; `None` if any failed.
+    fn all<R, T>(
+        &mut self,
+        raws: &[Spanned<R>],
+        name: &str,
+        mut check: impl FnMut(&mut Self, &R, &Tab) -> Option<T>,
+    ) -> Option<Vec<T>> {
+        let mut out = Some(Vec::with_capacity(raws.len()));
+        for (i, r) in raws.iter().enumerate() {
+            let tab = Tab {
+                path: format!("{name}[{i}]"),
+                span: r.span(),
+            };
+            let item = check(self, r.get_ref(), &tab);
+            match (&mut out, item) {
+                (Some(v), Some(t)) => v.push(t),
+                _ => out = None,
+            }
+        }
+        out
+    }
+
+    // -- [gateway] -----------------------------------------------------------
+
+    /// The gateway table, and `workers` on its own (SAs check `worker`
+    /// against it even when another gateway key is wrong).
+    fn gateway(&mut self, raw: Option<&Spanned<RawGateway>>) -> (Option<Gateway>, Option<i64>) {
+        let Some(raw) = raw else {
+            let defaults = Some(Gateway {
+                name: "secgw".into(),
+                workers: 1,
+                cores: Vec::new(),
+                stats_interval: 0,
+                outer_ttl: 64,
+                burst: 32,
+            });
+            return (defaults, Some(1));
+        };
+        let tab = Tab {
+            path: "gateway".into(),
+            span: raw.span(),
+        };
+        let g = raw.get_ref();
+        let name = match &g.name {
+            Some(v) => self.parsed(v, &tab.field("name"), |s| {
+                if s.is_empty() {
+                    Err("expected a non-empty name, found \"\"".into())
+                } else {
+                    Ok(s.to_owned())
+                }
+            }),
+            None => Some("secgw".to_owned()),
+        };
+        let workers = self.opt_integer(&g.workers, &tab.field("workers"), 1, 1024, 1);
+        let cores = match &g.cores {
+            None => Some(Vec::new()),
+            Some(v) => self.cores(v, &tab.field("cores"), workers),
+        };
+        let stats_interval = self.opt_integer(
+            &g.stats_interval,
+            &tab.field("stats_interval"),
+            0,
+            i64::MAX,
+            0,
+        );
+        let outer_ttl = self.opt_integer(&g.outer_ttl, &tab.field("outer_ttl"), 1, 255, 64);
+        let burst = self.opt_integer(&g.burst, &tab.field("burst"), 1, 256, 32);
+        let gateway = (|| {
+            Some(Gateway {
+                name: name?,
+                workers: workers? as usize,
+                cores: cores?,
+                stats_interval: stats_interval? as u64,
+                outer_ttl: outer_ttl? as u8,
+                burst: burst? as usize,
+            })
+        })();
+        (gateway, workers)
+    }
+
+    fn cores(&mut self, v: &Spanned<Raw>, field: &str, workers: Option<i64>) -> Option<Vec<usize>> {
+        let items = self.array(v, field, "core numbers")?;
+        let mut cores = Some(Vec::new());
+        for (i, item) in items.iter().enumerate() {
+            match (
+                self.integer(item, &format!("{field}[{i}]"), 0, i64::from(u32::MAX)),
+                &mut cores,
+            ) {
+                (Some(c), Some(cs)) => cs.push(c as usize),
+                _ => cores = None,
+            }
+        }
+        if let Some(w) = workers {
+            if (items.len() as i64) < w {
+                let m = format!(
+                    "expected at least {w} cores (one per worker, gateway.workers = {w}), found {}",
+                    items.len()
+                );
+                self.problem(&v.span(), field, m);
+                return None;
+            }
+        }
+        cores
+    }
+
+    // -- [[port]] ------------------------------------------------------------
+
+    fn ports(&mut self, raws: &[Spanned<RawPort>]) -> Ports {
+        let mut names: HashMap<String, (usize, usize)> = HashMap::new(); // name → (index, line)
+        let mut ifaces: HashMap<String, usize> = HashMap::new();
+        let mut addrs: HashMap<Ipv4Addr, usize> = HashMap::new();
+        let mut index = 0;
+        let list = self.all(raws, "port", |ck, p, tab| {
+            let i = index;
+            index += 1;
+            let name = ck.required(&p.name, tab, "name").and_then(|v| {
+                let field = tab.field("name");
+                let name = ck.parsed(v, &field, |s| {
+                    if s.is_empty() {
+                        Err("expected a non-empty name, found \"\"".into())
+                    } else {
+                        Ok(s.to_owned())
+                    }
+                })?;
+                let line = ck.line_of(&v.span());
+                if let Some((_, first)) = names.get(&name) {
+                    let m = format!("duplicate port name {name:?} (first at line {first})");
+                    ck.problem(&v.span(), &field, m);
+                    return None;
+                }
+                names.insert(name.clone(), (i, line));
+                Some(name)
+            });
+            let interface = ck.required(&p.interface, tab, "interface").and_then(|v| {
+                let field = tab.field("interface");
+                let iface = ck.parsed(v, &field, parse_ifname)?;
+                let line = ck.line_of(&v.span());
+                if let Some(first) = ifaces.get(&iface) {
+                    let m = format!("duplicate interface {iface:?} (first at line {first})");
+                    ck.problem(&v.span(), &field, m);
+                    return None;
+                }
+                ifaces.insert(iface.clone(), line);
+                Some(iface)
+            });
+            let roles = &[
+                ("protected", PortRole::Protected),
+                ("unprotected", PortRole::Unprotected),
+            ];
+            let role = ck
+                .required(&p.role, tab, "role")
+                .and_then(|v| ck.keyword(v, &tab.field("role"), roles));
+            let mac = match &p.mac {
+                None => Some(None),
+                Some(v) => ck.parsed(v, &tab.field("mac"), parse_mac).map(Some),
+            };
+            let addresses = match &p.addresses {
+                None => Some(Vec::new()),
+                Some(v) => ck.addresses(v, &tab.field("addresses"), &mut addrs),
+            };
+            let queue = ck.opt_integer(&p.queue, &tab.field("queue"), 0, i64::from(u32::MAX), 0);
+            let modes = &[
+                ("skb", XdpMode::Skb),
+                ("native", XdpMode::Native),
+                ("auto", XdpMode::Auto),
+            ];
+            let xdp_mode = ck.opt_keyword(&p.xdp_mode, &tab.field("xdp_mode"), modes, XdpMode::Skb);
+            Some(Port {
+                name: name?,
+                interface: interface?,
+                role: role?,
+                mac: mac?,
+                addresses: addresses?,
+                queue: queue? as u32,
+                xdp_mode: xdp_mode?,
+            })
+        });
+        if let Some(ports) = &list {
+            let has = |r| ports.iter().any(|p| p.role == r);
+            if !has(PortRole::Protected) || !has(PortRole::Unprotected) {
+                let found = format!(
+                    "{} protected and {} unprotected",
+                    ports
+                        .iter()
+                        .filter(|p| p.role == PortRole::Protected)
+                        .count(),
+                    ports
+                        .iter()
+                        .filter(|p| p.role == PortRole::Unprotected)
+                        .count()
+                );
+                let span = raws.first().map_or(0..0, |r| r.span());
+                let m = format!(
+                    "expected at least one protected and one unprotected [[port]], found {found}"
+                );
+                self.problem(&span, "port", m);
+            }
+        }
+        Ports {
+            list,
+            names: names.into_iter().map(|(n, (i, _))| (n, i)).collect(),
+        }
+    }
+
+    fn addresses(
+        &mut self,
+        v: &Spanned<Raw>,
+        field: &str,
+        seen: &mut HashMap<Ipv4Addr, usize>,
+    ) -> Option<Vec<(Ipv4Addr, u8)>> {
+        let items = self.array(v, field, "IPv4 \"a.b.c.d/len\" strings")?;
+        let mut out = Some(Vec::new());
+        for (i, item) in items.iter().enumerate() {
+            let f = format!("{field}[{i}]");
+            let a = self.parsed(item, &f, |s| {
+                let (ip, len) = parse_prefix(s, false)?;
+                unicast(ip)?;
+                Ok((ip, len))
+            });
+            let a = a.and_then(|(ip, len)| {
+                let line = self.line_of(&item.span());
+                if let Some(first) = seen.insert(ip, line) {
+                    self.problem(
+                        &item.span(),
+                        &f,
+                        format!("duplicate address {ip} (first at line {first})"),
+                    );
+                    return None;
+                }
+                Some((ip, len))
+            });
+            match (a, &mut out) {
+                (Some(a), Some(o)) => o.push(a),
+                _ => out = None,
+            }
+        }
+        out
+    }
+
+    // -- [[sa]] --------------------------------------------------------------
+
+    fn sas(&mut self, raws: &[Spanned<RawSa>], workers: Option<i64>) -> Sas {
+        // (spi, direction) → line, for every SA whose SPI and direction are
+        // valid, so a bad key does not also break the policies naming it.
+        let mut ids: HashMap<(u32, u8), usize> = HashMap::new();
+        let list = self.all(raws, "sa", |ck, s, tab| {
+            let spi_v = ck.required(&s.spi, tab, "spi");
+            let spi = spi_v.and_then(|v| ck.spi(v, &tab.field("spi")));
+            let direction = ck
+                .required(&s.direction, tab, "direction")
+                .and_then(|v| ck.keyword(v, &tab.field("direction"), DIRECTIONS));
+            if let (Some(spi), Some(dir), Some(v)) = (spi, direction, spi_v) {
+                let line = ck.line_of(&v.span());
+                if let Some(first) = ids.get(&(spi, dir as u8)) {
+                    let m = format!("duplicate {} SA with SPI {spi} (first at line {first})", dir_name(dir));
+                    ck.problem(&v.span(), &tab.field("spi"), m);
+                    return None;
+                }
+                ids.insert((spi, dir as u8), line);
+            }
+            let mode = ck.opt_keyword(&s.mode, &tab.field("mode"), &[("tunnel", SaMode::Tunnel)], SaMode::Tunnel);
+            let algs = &[("aes-128-gcm", Algorithm::Aes128Gcm), ("aes-256-gcm", Algorithm::Aes256Gcm)];
+            let algorithm = ck
+                .required(&s.algorithm, tab, "algorithm")
+                .and_then(|v| ck.keyword(v, &tab.field("algorithm"), algs));
+            let key = ck.required(&s.key, tab, "key").and_then(|v| ck.key(v, &tab.field("key"), algorithm));
+            let ip = |ck: &mut Self, f: &Field, key: &str| {
+                ck.required(f, tab, key)
+                    .and_then(|v| ck.parsed(v, &tab.field(key), |s| unicast(parse_ipv4(s)?)))
+            };
+            let tunnel_src = ip(ck, &s.tunnel_src, "tunnel_src");
+            let tunnel_dst = ip(ck, &s.tunnel_dst, "tunnel_dst");
+            if let (Some(a), Some(b), Some(v)) = (tunnel_src, tunnel_dst, &s.tunnel_dst) {
+                if a == b {
+                    let m = format!("expected an address other than tunnel_src, found {b}");
+                    ck.problem(&v.span(), &tab.field("tunnel_dst"), m);
+                }
+            }
+            let replay_window = match (&s.replay_window, direction) {
+                (Some(v), Some(Direction::Outbound)) => {
+                    let m = "replay_window applies to inbound SAs only (RFC 4303 §3.4.3); remove it from this outbound SA";
+                    ck.problem(&v.span(), &tab.field("replay_window"), m);
+                    None
+                }
+                (Some(v), _) => ck.integer(v, &tab.field("replay_window"), 0, 65536),
+                (None, Some(Direction::Outbound)) => Some(0),
+                (None, _) => Some(64),
+            };
+            let outer_ttl = match &s.outer_ttl {
+                None => Some(None),
+                Some(v) => ck.integer(v, &tab.field("outer_ttl"), 1, 255).map(|t| Some(t as u8)),
+            };
+            let dfs = &[("copy", DfMode::Copy), ("set", DfMode::Set), ("clear", DfMode::Clear)];
+            let df = ck.opt_keyword(&s.df, &tab.field("df"), dfs, DfMode::Copy);
+            let worker = match (&s.worker, workers) {
+                (None, _) => Some(None),
+                (Some(v), Some(w)) => {
+                    let field = tab.field("worker");
+                    match v.get_ref() {
+                        Raw::Int(i) if *i >= w => {
+                            let m = format!("expected a worker index below gateway.workers = {w}, found {i}");
+                            ck.problem(&v.span(), &field, m);
+                            None
+                        }
+                        _ => ck.integer(v, &field, 0, w - 1).map(|i| Some(i as usize)),
+                    }
+                }
+                // gateway.workers is itself wrong: only check the type.
+                (Some(v), None) => ck.integer(v, &tab.field("worker"), 0, i64::MAX).map(|i| Some(i as usize)),
+            };
+            Some(Sa {
+                spi: spi?,
+                direction: direction?,
+                mode: mode?,
+                algorithm: algorithm?,
+                key: key?,
+                tunnel_src: tunnel_src?,
+                tunnel_dst: tunnel_dst?,
+                replay_window: replay_window? as u32,
+                outer_ttl: outer_ttl?,
+                df: df?,
+                worker: worker?,
+            })
+        });
+        Sas { list, ids }
+    }
+
+    fn spi(&mut self, v: &Spanned<Raw>, field: &str) -> Option<u32> {
+        let r = match v.get_ref() {
+            Raw::Int(i) => spi_in_range(*i),
+            Raw::Str(s) => parse_spi(s),
+            _ => {
+                self.wrong_type(v, field, "an SPI (integer, or string \"0x…\")");
+                return None;
+            }
+        };
+        r.map_err(|m| self.problem(&v.span(), field, m)).ok()
+    }
+
+    /// Key material; its value never appears in a message.
+    fn key(&mut self, v: &Spanned<Raw>, field: &str, alg: Option<Algorithm>) -> Option<Vec<u8>> {
+        let Raw::Str(s) = v.get_ref() else {
+            let found = v.get_ref().describe(true);
+            self.problem(
+                &v.span(),
+                field,
+                format!("expected a hex string, found {found}"),
+            );
+            return None;
+        };
+        let digits: String = s.chars().filter(|c| *c != ':').collect();
+        if let Some((pos, _)) = s
+            .char_indices()
+            .find(|(_, c)| *c != ':' && !c.is_ascii_hexdigit())
+        {
+            let m = format!(
+                "expected hex digits with optional ':' separators, found a non-hex character at position {}",
+                s[..pos].chars().count() + 1
+            );
+            self.problem(&v.span(), field, m);
+            return None;
+        }
+        if let Some(alg) = alg {
+            let (want, name) = match alg {
+                Algorithm::Aes128Gcm => (40, "AES-128-GCM"),
+                Algorithm::Aes256Gcm => (72, "AES-256-GCM"),
+            };
+            if digits.len() != want {
+                let m = format!(
+                    "expected {want} hex digits ({name} key ‖ 4-byte salt), found {}",
+                    digits.len()
+                );
+                self.problem(&v.span(), field, m);
+                return None;
+            }
+        }
+        hex::decode(&digits).ok()
+    }
+
+    // -- [[policy]] ----------------------------------------------------------
+
+    fn policy(
+        &mut self,
+        p: &RawPolicy,
+        tab: &Tab,
+        sas: &HashMap<(u32, u8), usize>,
+    ) -> Option<Policy> {
+        let direction = self
+            .required(&p.direction, tab, "direction")
+            .and_then(|v| self.keyword(v, &tab.field("direction"), DIRECTIONS));
+        let any = (Ipv4Addr::UNSPECIFIED, 0);
+        let src = match &p.src {
+            None => Some(any),
+            Some(v) => self.parsed(v, &tab.field("src"), |s| parse_prefix(s, true)),
+        };
+        let dst = match &p.dst {
+            None => Some(any),
+            Some(v) => self.parsed(v, &tab.field("dst"), |s| parse_prefix(s, true)),
+        };
+        let protocol = match &p.protocol {
+            None => Some(Protocol::Any),
+            Some(v) => {
+                let field = tab.field("protocol");
+                let expected = "\"any\", \"icmp\", \"tcp\", \"udp\" or an integer 0..=255";
+                match v.get_ref() {
+                    Raw::Int(_) => self
+                        .integer(v, &field, 0, 255)
+                        .map(|n| Protocol::Number(n as u8)),
+                    Raw::Str(s) => match s.as_str() {
+                        "any" => Some(Protocol::Any),
+                        "icmp" => Some(Protocol::Number(1)),
+                        "tcp" => Some(Protocol::Number(6)),
+                        "udp" => Some(Protocol::Number(17)),
+                        _ => {
+                            self.problem(
+                                &v.span(),
+                                &field,
+                                format!("expected {expected}, found {s:?}"),
+                            );
+                            None
+                        }
+                    },
+                    _ => {
+                        self.wrong_type(v, &field, expected);
+                        None
+                    }
+                }
+            }
+        };
+        let src_ports = self.port_range(&p.src_ports, &tab.field("src_ports"), protocol);
+        let dst_ports = self.port_range(&p.dst_ports, &tab.field("dst_ports"), protocol);
+        let priority = self.opt_integer(
+            &p.priority,
+            &tab.field("priority"),
+            0,
+            i64::from(u32::MAX),
+            100,
+        );
+        let action = self
+            .required(&p.action, tab, "action")
+            .and_then(|v| self.action(v, &tab.field("action"), direction, sas));
+        Some(Policy {
+            direction: direction?,
+            src: src?,
+            dst: dst?,
+            protocol: protocol?,
+            src_ports: src_ports?,
+            dst_ports: dst_ports?,
+            priority: priority? as u32,
+            action: action?,
+        })
+    }
+
+    fn port_range(
+        &mut self,
+        f: &Field,
+        field: &str,
+        protocol: Option<Protocol>,
+    ) -> Option<(u16, u16)> {
+        let Some(v) = f else {
+            return Some((0, u16::MAX));
+        };
+        let range = match v.get_ref() {
+            Raw::Int(_) => self
+                .integer(v, field, 0, 65535)
+                .map(|n| (n as u16, n as u16)),
+            Raw::Str(_) => self.parsed(v, field, parse_port_range),
+            _ => {
+                self.wrong_type(v, field, "\"any\", \"N\" or \"N-M\"");
+                None
+            }
+        }?;
+        if range != (0, u16::MAX) {
+            match protocol {
+                Some(Protocol::Number(6 | 17)) | None => {}
+                Some(p) => {
+                    let found = match p {
+                        Protocol::Any => "protocol \"any\"".to_owned(),
+                        Protocol::Number(n) => format!("protocol {n}"),
+                    };
+                    let m =
+                        format!("a port range needs protocol \"tcp\" or \"udp\", found {found}");
+                    self.problem(&v.span(), field, m);
+                    return None;
+                }
+            }
+        }
+        Some(range)
+    }
+
+    fn action(
+        &mut self,
+        v: &Spanned<Raw>,
+        field: &str,
+        direction: Option<Direction>,
+        sas: &HashMap<(u32, u8), usize>,
+    ) -> Option<Action> {
+        let action = self.parsed(v, field, |s| {
+            let words: Vec<&str> = s.split_whitespace().collect();
+            match words.as_slice() {
+                ["bypass"] => Ok(Action::Bypass),
+                ["discard"] => Ok(Action::Discard),
+                ["protect", spi] => parse_spi(spi).map(Action::Protect),
+                _ => Err(format!(
+                    "expected \"protect <spi>\", \"bypass\" or \"discard\", found {s:?}"
+                )),
+            }
+        })?;
+        if let (Action::Protect(spi), Some(dir)) = (action, direction) {
+            if !sas.contains_key(&(spi, dir as u8)) {
+                let other = match dir {
+                    Direction::Outbound => Direction::Inbound,
+                    Direction::Inbound => Direction::Outbound,
+                };
+                let m = if let Some(line) = sas.get(&(spi, other as u8)) {
+                    format!(
+                        "expected an {} SA for an {} policy, found SPI {spi} is {} (line {line})",
+                        dir_name(dir),
+                        dir_name(dir),
+                        dir_name(other)
+                    )
+                } else {
+                    format!("expected the SPI of an [[sa]], found {spi} (no SA has it)")
+                };
+                self.problem(&v.span(), field, m);
+                return None;
+            }
+        }
+        Some(action)
+    }
+
+    // -- [[route]], [[neighbour]] -------------------------------------------
+
+    fn routes(
+        &mut self,
+        raws: &[Spanned<RawRoute>],
+        ports: &HashMap<String, usize>,
+    ) -> Option<Vec<Route>> {
+        let mut seen: HashMap<(Ipv4Addr, u8), usize> = HashMap::new();
+        self.all(raws, "route", |ck, r, tab| {
+            let field = tab.field("prefix");
+            let prefix = ck.required(&r.prefix, tab, "prefix").and_then(|v| {
+                let p = ck.parsed(v, &field, |s| parse_prefix(s, true))?;
+                let line = ck.line_of(&v.span());
+                if let Some(first) = seen.insert(p, line) {
+                    let m = format!("duplicate route to {}/{} (first at line {first})", p.0, p.1);
+                    ck.problem(&v.span(), &field, m);
+                    return None;
+                }
+                Some(p)
+            });
+            let port = ck.required(&r.port, tab, "port").and_then(|v| {
+                let mut names: Vec<&String> = ports.keys().collect();
+                names.sort_by_key(|n| ports[*n]);
+                let names: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
+                ck.parsed(v, &tab.field("port"), |s| {
+                    ports.get(s).copied().ok_or_else(|| {
+                        format!(
+                            "expected the name of a [[port]] ({}), found {s:?}",
+                            names.join(", ")
+                        )
+                    })
+                })
+            });
+            let via = match &r.via {
+                None => Some(None),
+                Some(v) => ck
+                    .parsed(v, &tab.field("via"), |s| unicast(parse_ipv4(s)?))
+                    .map(Some),
+            };
+            Some(Route {
+                prefix: prefix?,
+                port: port?,
+                via: via?,
+            })
+        })
+    }
+
+    fn neighbours(&mut self, raws: &[Spanned<RawNeighbour>]) -> Option<Vec<Neighbour>> {
+        let mut seen: HashMap<Ipv4Addr, usize> = HashMap::new();
+        self.all(raws, "neighbour", |ck, n, tab| {
+            let ip = ck.required(&n.ip, tab, "ip").and_then(|v| {
+                let field = tab.field("ip");
+                let ip = ck.parsed(v, &field, |s| unicast(parse_ipv4(s)?))?;
+                let line = ck.line_of(&v.span());
+                if let Some(first) = seen.insert(ip, line) {
+                    ck.problem(
+                        &v.span(),
+                        &field,
+                        format!("duplicate neighbour {ip} (first at line {first})"),
+                    );
+                    return None;
+                }
+                Some(ip)
+            });
+            let mac = ck
+                .required(&n.mac, tab, "mac")
+                .and_then(|v| ck.parsed(v, &tab.field("mac"), parse_mac));
+            Some(Neighbour { ip: ip?, mac: mac? })
+        })
+    }
+}
+
+struct Ports {
+    list: Option<Vec<Port>>,
+    /// Name → index of every port whose name is valid.
+    names: HashMap<String, usize>,
+}
+
+struct Sas {
+    list: Option<Vec<Sa>>,
+    /// (SPI, direction as u8) → line of every SA whose SPI and direction
+    /// are valid.
+    ids: HashMap<(u32, u8), usize>,
+}
+
+fn dir_name(d: Direction) -> &'static str {
+    match d {
+        Direction::Outbound => "outbound",
+        Direction::Inbound => "inbound",
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Value parsers: `Err` is the message, "expected …, found …".
+
+fn parse_ipv4(s: &str) -> Result<Ipv4Addr, String> {
+    s.parse()
+        .map_err(|_| format!("expected an IPv4 address like \"192.0.2.1\", found {s:?}"))
+}
+
+fn unicast(ip: Ipv4Addr) -> Result<Ipv4Addr, String> {
+    if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() {
+        Err(format!("expected a unicast IPv4 address, found {ip}"))
+    } else {
+        Ok(ip)
+    }
+}
+
+/// "a.b.c.d/len"; with `network`, host bits must be zero.
+fn parse_prefix(s: &str, network: bool) -> Result<(Ipv4Addr, u8), String> {
+    let bad = || format!("expected an IPv4 prefix like \"192.0.2.0/24\", found {s:?}");
+    let (ip, len) = s.split_once('/').ok_or_else(bad)?;
+    let ip: Ipv4Addr = ip.parse().map_err(|_| bad())?;
+    if len.is_empty() || !len.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let len: u8 = match len.parse() {
+        Ok(l) if l <= 32 => l,
+        _ => return Err(format!("expected a prefix length 0..=32, found {s:?}")),
+    };
+    let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+    let net = Ipv4Addr::from(u32::from(ip) & mask);
+    if network && net != ip {
+        return Err(format!(
+            "expected a network prefix, found host bits set in {s} (the network is {net}/{len})"
+        ));
+    }
+    Ok((ip, len))
+}
+
+/// "02:00:00:00:00:01"; unicast and not all-zero.
+fn parse_mac(s: &str) -> Result<Mac, String> {
+    let bad = || format!("expected a MAC address like \"02:00:00:00:00:01\", found {s:?}");
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in mac.iter_mut() {
+        let part = parts.next().ok_or_else(bad)?;
+        if part.len() != 2 {
+            return Err(bad());
+        }
+        *b = u8::from_str_radix(part, 16).map_err(|_| bad())?;
+    }
+    if parts.next().is_some() {
+        return Err(bad());
+    }
+    if mac[0] & 1 != 0 || mac == [0; 6] {
+        return Err(format!("expected a unicast MAC address, found {s}"));
+    }
+    Ok(mac)
+}
+
+/// Linux interface name rules (`dev_valid_name`): 1..=15 bytes, not "." or
+/// "..", no '/', ':' or whitespace.
+fn parse_ifname(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > 15 {
+        return Err(format!(
+            "expected an interface name of 1..=15 bytes, found {s:?} ({} bytes)",
+            s.len()
+        ));
+    }
+    if s == "." || s == ".." || s.chars().any(|c| c == '/' || c == ':' || c.is_whitespace()) {
+        return Err(format!(
+            "expected an interface name without '/', ':' or spaces, found {s:?}"
+        ));
+    }
+    Ok(s.to_owned())
+}
+
+fn spi_in_range(v: i64) -> Result<u32, String> {
+    match u32::try_from(v) {
+        Ok(0) => {
+            Err("expected an SPI in 1..=4294967295 (0 is reserved, RFC 4303 §2.1), found 0".into())
+        }
+        Ok(spi) => Ok(spi),
+        Err(_) => Err(format!("expected an SPI in 1..=4294967295, found {v}")),
+    }
+}
+
+/// Decimal or "0x" hex SPI.
+fn parse_spi(s: &str) -> Result<u32, String> {
+    let n = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => i64::from_str_radix(h, 16),
+        None => s.parse::<i64>(),
+    };
+    match n {
+        Ok(v) if !s.contains(['+', '-']) => spi_in_range(v),
+        _ => Err(format!("expected an SPI (decimal or 0x hex), found {s:?}")),
+    }
+}
+
+/// "any" | "N" | "N-M" with N <= M.
+fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
+    if s == "any" {
+        return Ok((0, u16::MAX));
+    }
+    let bad = || format!("expected \"any\", \"N\" or \"N-M\" with ports 0..=65535, found {s:?}");
+    let port = |p: &str| {
+        if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        p.parse::<u16>().map_err(|_| bad())
+    };
+    let (lo, hi) = match s.split_once('-') {
+        Some((a, b)) => (port(a.trim())?, port(b.trim())?),
+        None => {
+            let p = port(s)?;
+            (p, p)
+        }
+    };
+    if lo > hi {
+        return Err(format!(
+            "expected \"N-M\" with N <= M, found {s:?} (range reversed)"
+        ));
+    }
+    Ok((lo, hi))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_col_counts_characters() {
+        let text = "a = 1\nkey = \"‖x\"\n";
+        assert_eq!(line_col(text, 0), (1, 1));
+        assert_eq!(line_col(text, text.find("key").unwrap()), (2, 1));
+        assert_eq!(line_col(text, text.find('x').unwrap()), (2, 9));
+        assert_eq!(line_col(text, 10_000), (3, 1));
+    }
+
+    #[test]
+    fn prefixes() {
+        let ip = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+        assert_eq!(parse_prefix("0.0.0.0/0", true), Ok((ip("0.0.0.0"), 0)));
+        assert_eq!(parse_prefix("10.1.2.3/32", true), Ok((ip("10.1.2.3"), 32)));
+        assert_eq!(parse_prefix("10.1.2.3/8", false), Ok((ip("10.1.2.3"), 8)));
+        assert!(parse_prefix("10.1.2.3/8", true)
+            .unwrap_err()
+            .contains("10.0.0.0/8"));
+        for bad in [
+            "10.0.0.0",
+            "10.0.0.0/",
+            "10.0.0.0/+8",
+            "10.0.0/8",
+            "10.0.0.0/33",
+            "x/8",
+        ] {
+            assert!(parse_prefix(bad, true).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn port_ranges_and_spis() {
+        assert_eq!(parse_port_range("any"), Ok((0, 65535)));
+        assert_eq!(parse_port_range("53"), Ok((53, 53)));
+        assert_eq!(parse_port_range("1000-2000"), Ok((1000, 2000)));
+        for bad in ["", "-", "1-", "70000", "2-1", "+5", "a-b"] {
+            assert!(parse_port_range(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_spi("0x3e9"), Ok(1001));
+        assert_eq!(parse_spi("4294967295"), Ok(u32::MAX));
+        for bad in ["0", "0x0", "-1", "+1", "0x100000000", "x", ""] {
+            assert!(parse_spi(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn macs_and_interface_names() {
+        assert_eq!(parse_mac("02:00:00:0A:0b:01"), Ok([2, 0, 0, 10, 11, 1]));
+        for bad in [
+            "02:00:00:00:00",
+            "02:00:00:00:00:01:02",
+            "2:0:0:0:0:1",
+            "ff:ff:ff:ff:ff:ff",
+            "00:00:00:00:00:00",
+        ] {
+            assert!(parse_mac(bad).is_err(), "{bad}");
+        }
+        assert!(parse_ifname("gw0-in").is_ok());
+        for bad in ["", "sixteen-chars-xx", "a/b", "a:b", "a b", "."] {
+            assert!(parse_ifname(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn suggestions() {
+        assert_eq!(closest("nmae", &["name", "interface"]), Some("name"));
+        assert_eq!(closest("neighbor", &["sa", "neighbour"]), Some("neighbour"));
+        assert_eq!(closest("zzz", &["name", "interface"]), None);
+    }
+}

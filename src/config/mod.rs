@@ -1,0 +1,92 @@
+//! Configuration: the TOML schema, its validation, and a human summary.
+//!
+//! [`load`] / [`parse`] turn a TOML file into a validated [`Config`] (the
+//! schema is documented at the top of `config/load.rs`). Decoding is done on
+//! spanned raw structs, so every problem names the file, line, column and
+//! field path; validation collects every problem of a file before failing.
+//! [`summary`] prints a validated config for `secgw check` (never the keys),
+//! [`warnings`] lists what is legal but probably wrong.
+//!
+//! Contract: nothing in this module is used at run time by the data plane; the
+//! control thread builds its tables from the returned [`Config`].
+
+mod load;
+pub mod model;
+mod summary;
+mod warnings;
+
+use std::fmt;
+use std::path::PathBuf;
+
+pub use load::{load, parse};
+pub use model::*;
+pub use summary::summary;
+pub use warnings::warnings;
+
+/// One problem in a config file, at a position.
+///
+/// Displays as `file:line:column: field: message`, e.g.
+/// `configs/ep0.toml:12:7: sa[1].key: expected 40 hex digits (AES-128-GCM key ‖ 4-byte salt), found 38`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// File as given to [`load`] / [`parse`].
+    pub file: PathBuf,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column, in characters.
+    pub column: usize,
+    /// Field path such as `sa[1].key` (0-based indices in file order);
+    /// empty for TOML syntax errors.
+    pub field: String,
+    /// What was expected and what was found.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}: ", self.file.display(), self.line, self.column)?;
+        if !self.field.is_empty() {
+            write!(f, "{}: ", self.field)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// Error of the config layer. Its `Display` is one line per problem.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{}: cannot read config: {source}", path.display())]
+    Read {
+        /// File that was asked for.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The text is not TOML, or does not have the schema's shape (unknown
+    /// key, a table where an array of tables belongs, …). Decoding stops at
+    /// the first such problem.
+    #[error("{0}")]
+    Syntax(Problem),
+    /// Every semantic problem of the file (bad values, missing keys, broken
+    /// cross-references), sorted by position; never empty.
+    #[error("{}", join_lines(.0))]
+    Invalid(Vec<Problem>),
+}
+
+impl ConfigError {
+    /// The positioned problems (none for [`ConfigError::Read`]).
+    pub fn problems(&self) -> &[Problem] {
+        match self {
+            ConfigError::Read { .. } => &[],
+            ConfigError::Syntax(p) => std::slice::from_ref(p),
+            ConfigError::Invalid(ps) => ps,
+        }
+    }
+}
+
+fn join_lines(problems: &[Problem]) -> String {
+    let lines: Vec<String> = problems.iter().map(Problem::to_string).collect();
+    lines.join("\n")
+}

@@ -1,0 +1,232 @@
+//! The validated configuration: plain values, every cross-reference checked.
+//!
+//! `config::load` produces a [`Config`] from TOML; the control thread builds its
+//! tables from it. Nothing here is read at run time by the data plane.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+
+/// A 6-byte Ethernet MAC address.
+pub type Mac = [u8; 6];
+
+/// Whole validated configuration of one gateway.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// File the config was read from (for messages).
+    pub source: PathBuf,
+    /// `[gateway]` table.
+    pub gateway: Gateway,
+    /// `[[port]]` entries, in file order; a port's index is its port id.
+    pub ports: Vec<Port>,
+    /// `[[sa]]` entries, in file order.
+    pub sas: Vec<Sa>,
+    /// `[[policy]]` entries, in file order.
+    pub policies: Vec<Policy>,
+    /// `[[route]]` entries.
+    pub routes: Vec<Route>,
+    /// `[[neighbour]]` entries (static ARP).
+    pub neighbours: Vec<Neighbour>,
+}
+
+/// `[gateway]`: settings of the whole process.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gateway {
+    /// Free-form name used in logs and stats (default "secgw").
+    pub name: String,
+    /// Number of data-plane workers (default 1, at least 1).
+    pub workers: usize,
+    /// Cores to pin workers to, one per worker; empty = cores 0.. in order.
+    pub cores: Vec<usize>,
+    /// Seconds between periodic stats prints; 0 = only on exit.
+    pub stats_interval: u64,
+    /// Default outer TTL for tunnel SAs (RFC 4301 §5.1.2.1), default 64.
+    pub outer_ttl: u8,
+    /// Packets per rx burst (1..=256, default 32).
+    pub burst: usize,
+}
+
+/// Role of a port, with the RFC 4301 / ipsec-secgw meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortRole {
+    /// Faces the inside network: plaintext.
+    Protected,
+    /// Faces the outside network: ESP travels here.
+    Unprotected,
+}
+
+/// How the XDP program is attached to the interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XdpMode {
+    /// Generic (SKB) mode: works on every interface.
+    Skb,
+    /// Driver (native) mode.
+    Native,
+    /// Let the kernel choose.
+    Auto,
+}
+
+/// `[[port]]`: one interface the gateway sends and receives on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Port {
+    /// Name used by routes (`route.port`) and in stats.
+    pub name: String,
+    /// Linux interface name.
+    pub interface: String,
+    /// Protected (inside) or unprotected (outside).
+    pub role: PortRole,
+    /// MAC address; `None` = read it from the interface at start.
+    pub mac: Option<Mac>,
+    /// The gateway's own IPv4 addresses on this port with their prefix length;
+    /// the gateway answers ARP for them.
+    pub addresses: Vec<(Ipv4Addr, u8)>,
+    /// Interface queue the AF_XDP socket binds to (default 0).
+    pub queue: u32,
+    /// XDP attach mode (default skb).
+    pub xdp_mode: XdpMode,
+}
+
+/// Direction of an SA or a policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Protected → unprotected (encrypt).
+    Outbound,
+    /// Unprotected → protected (decrypt).
+    Inbound,
+}
+
+/// ESP mode. Only tunnel mode exists so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaMode {
+    /// RFC 4303 §3.1.2 tunnel mode, IPv4 in IPv4.
+    Tunnel,
+}
+
+/// ESP transform of an SA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    /// AES-GCM with a 128-bit key (RFC 4106).
+    Aes128Gcm,
+    /// AES-GCM with a 256-bit key (RFC 4106).
+    Aes256Gcm,
+}
+
+/// Outer DF bit handling (RFC 4301 §8.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DfMode {
+    /// Copy the inner header's DF bit (default).
+    Copy,
+    /// Always set DF.
+    Set,
+    /// Always clear DF.
+    Clear,
+}
+
+/// `[[sa]]`: one manually keyed security association.
+#[derive(Clone, PartialEq)]
+pub struct Sa {
+    /// SPI, never 0 (RFC 4303 §2.1).
+    pub spi: u32,
+    /// Outbound (we encrypt) or inbound (we decrypt).
+    pub direction: Direction,
+    /// Tunnel mode.
+    pub mode: SaMode,
+    /// AES-128-GCM or AES-256-GCM.
+    pub algorithm: Algorithm,
+    /// Key material: AES key followed by the 4-byte salt (RFC 4106 §8.1),
+    /// so 20 bytes for AES-128-GCM and 36 bytes for AES-256-GCM.
+    pub key: Vec<u8>,
+    /// Outer source address (tunnel mode).
+    pub tunnel_src: Ipv4Addr,
+    /// Outer destination address (tunnel mode).
+    pub tunnel_dst: Ipv4Addr,
+    /// Anti-replay window in packets (inbound; default 64, 0 = disabled,
+    /// at most 65536).
+    pub replay_window: u32,
+    /// Outer TTL; `None` = the gateway default.
+    pub outer_ttl: Option<u8>,
+    /// Outer DF handling (default copy).
+    pub df: DfMode,
+    /// Worker that owns this SA; `None` = let the control thread balance.
+    pub worker: Option<usize>,
+}
+
+impl std::fmt::Debug for Sa {
+    // Keys never reach logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sa")
+            .field("spi", &self.spi)
+            .field("direction", &self.direction)
+            .field("mode", &self.mode)
+            .field("algorithm", &self.algorithm)
+            .field("key", &"<redacted>")
+            .field("tunnel_src", &self.tunnel_src)
+            .field("tunnel_dst", &self.tunnel_dst)
+            .field("replay_window", &self.replay_window)
+            .field("outer_ttl", &self.outer_ttl)
+            .field("df", &self.df)
+            .field("worker", &self.worker)
+            .finish()
+    }
+}
+
+/// IP protocol selector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// Any protocol.
+    Any,
+    /// One protocol number (1 = ICMP, 6 = TCP, 17 = UDP, …).
+    Number(u8),
+}
+
+/// Action of a policy (RFC 4301 §4.4.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Apply the SA with this SPI (outbound: encrypt with it; inbound: the
+    /// packet must have arrived on it).
+    Protect(u32),
+    /// Forward in the clear.
+    Bypass,
+    /// Drop.
+    Discard,
+}
+
+/// `[[policy]]`: one SPD entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// Outbound or inbound SPD.
+    pub direction: Direction,
+    /// Source prefix (address, length).
+    pub src: (Ipv4Addr, u8),
+    /// Destination prefix (address, length).
+    pub dst: (Ipv4Addr, u8),
+    /// Protocol selector.
+    pub protocol: Protocol,
+    /// Inclusive source port range (0..=65535 = any).
+    pub src_ports: (u16, u16),
+    /// Inclusive destination port range (0..=65535 = any).
+    pub dst_ports: (u16, u16),
+    /// Lower wins; ties broken by file order.
+    pub priority: u32,
+    /// What to do with a match.
+    pub action: Action,
+}
+
+/// `[[route]]`: a static route.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    /// Destination prefix.
+    pub prefix: (Ipv4Addr, u8),
+    /// Index into `Config::ports`.
+    pub port: usize,
+    /// Next hop; `None` = the destination is on the link.
+    pub via: Option<Ipv4Addr>,
+}
+
+/// `[[neighbour]]`: a static ARP entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Neighbour {
+    /// IPv4 address.
+    pub ip: Ipv4Addr,
+    /// Its MAC.
+    pub mac: Mac,
+}

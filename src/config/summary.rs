@@ -1,0 +1,233 @@
+//! One-screen human summary of a validated config (`secgw check`).
+//!
+//! Contract: key material never appears in the output.
+
+use std::fmt::Write;
+use std::net::Ipv4Addr;
+
+use super::model::*;
+
+/// Renders `cfg` for a human: gateway settings, then ports, SAs (SPI in
+/// decimal and hex, never the key), policies in evaluation order (direction,
+/// then priority, then file order), routes and neighbours.
+pub fn summary(cfg: &Config) -> String {
+    let mut out = String::new();
+    let g = &cfg.gateway;
+    let cores = if g.cores.is_empty() {
+        "0.. in order".to_owned()
+    } else {
+        g.cores
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let stats = match g.stats_interval {
+        0 => "on exit only".to_owned(),
+        s => format!("every {s} s"),
+    };
+    let _ = writeln!(out, "config {}", cfg.source.display());
+    let _ = writeln!(
+        out,
+        "gateway {:?}: {} worker(s) on cores {cores}, burst {}, outer TTL {}, stats {stats}",
+        g.name, g.workers, g.burst, g.outer_ttl
+    );
+
+    section(
+        &mut out,
+        "ports",
+        cfg.ports.iter().enumerate().map(|(i, p)| {
+            let role = match p.role {
+                PortRole::Protected => "protected",
+                PortRole::Unprotected => "unprotected",
+            };
+            let mac = p.mac.map_or("mac from interface".to_owned(), |m| {
+                format!("mac {}", mac(&m))
+            });
+            let addrs = if p.addresses.is_empty() {
+                "no addresses".to_owned()
+            } else {
+                p.addresses
+                    .iter()
+                    .map(|&(a, l)| prefix(a, l))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            let xdp = match p.xdp_mode {
+                XdpMode::Skb => "skb",
+                XdpMode::Native => "native",
+                XdpMode::Auto => "auto",
+            };
+            vec![
+                format!("{i}"),
+                p.name.clone(),
+                p.interface.clone(),
+                role.into(),
+                mac,
+                addrs,
+                format!("queue {} xdp {xdp}", p.queue),
+            ]
+        }),
+    );
+
+    section(
+        &mut out,
+        "SAs",
+        cfg.sas.iter().map(|sa| {
+            let alg = match sa.algorithm {
+                Algorithm::Aes128Gcm => "aes-128-gcm",
+                Algorithm::Aes256Gcm => "aes-256-gcm",
+            };
+            let mode = match sa.mode {
+                SaMode::Tunnel => "tunnel",
+            };
+            let window = match (sa.direction, sa.replay_window) {
+                (Direction::Outbound, _) => "window -".to_owned(),
+                (Direction::Inbound, 0) => "window off".to_owned(),
+                (Direction::Inbound, w) => format!("window {w}"),
+            };
+            let df = match sa.df {
+                DfMode::Copy => "df copy",
+                DfMode::Set => "df set",
+                DfMode::Clear => "df clear",
+            };
+            let ttl = sa
+                .outer_ttl
+                .map_or(format!("ttl {} (default)", g.outer_ttl), |t| {
+                    format!("ttl {t}")
+                });
+            let worker = sa
+                .worker
+                .map_or("worker auto".to_owned(), |w| format!("worker {w}"));
+            vec![
+                format!("SPI {}", sa.spi),
+                format!("{:#010x}", sa.spi),
+                dir(sa.direction).into(),
+                alg.into(),
+                format!("{mode} {} -> {}", sa.tunnel_src, sa.tunnel_dst),
+                window,
+                df.into(),
+                ttl,
+                worker,
+            ]
+        }),
+    );
+
+    let mut order: Vec<(usize, &Policy)> = cfg.policies.iter().enumerate().collect();
+    order.sort_by_key(|(i, p)| (p.direction == Direction::Inbound, p.priority, *i));
+    section(
+        &mut out,
+        "policies",
+        order.into_iter().map(|(i, p)| {
+            let proto = match p.protocol {
+                Protocol::Any => "any".to_owned(),
+                Protocol::Number(1) => "icmp".to_owned(),
+                Protocol::Number(6) => "tcp".to_owned(),
+                Protocol::Number(17) => "udp".to_owned(),
+                Protocol::Number(50) => "esp".to_owned(),
+                Protocol::Number(n) => n.to_string(),
+            };
+            let action = match p.action {
+                Action::Protect(spi) => format!("protect {spi}"),
+                Action::Bypass => "bypass".into(),
+                Action::Discard => "discard".into(),
+            };
+            vec![
+                format!("#{i}"),
+                dir(p.direction).into(),
+                format!("prio {}", p.priority),
+                format!(
+                    "{} -> {}",
+                    prefix(p.src.0, p.src.1),
+                    prefix(p.dst.0, p.dst.1)
+                ),
+                format!("proto {proto}"),
+                format!("sport {}", ports(p.src_ports)),
+                format!("dport {}", ports(p.dst_ports)),
+                action,
+            ]
+        }),
+    );
+
+    section(
+        &mut out,
+        "routes",
+        cfg.routes.iter().map(|r| {
+            let port = cfg
+                .ports
+                .get(r.port)
+                .map_or(format!("port #{}", r.port), |p| {
+                    format!("port {} ({})", p.name, p.interface)
+                });
+            let via = r.via.map_or("on link".to_owned(), |v| format!("via {v}"));
+            vec![prefix(r.prefix.0, r.prefix.1), via, port]
+        }),
+    );
+
+    section(
+        &mut out,
+        "neighbours",
+        cfg.neighbours
+            .iter()
+            .map(|n| vec![n.ip.to_string(), mac(&n.mac)]),
+    );
+    out
+}
+
+/// Appends `title (n):` and the rows as left-aligned columns.
+fn section(out: &mut String, title: &str, rows: impl Iterator<Item = Vec<String>>) {
+    let rows: Vec<Vec<String>> = rows.collect();
+    let _ = writeln!(out, "{title} ({}):", rows.len());
+    if rows.is_empty() {
+        out.push_str("  (none)\n");
+        return;
+    }
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in &rows {
+        let mut line = String::from(" ");
+        for (c, cell) in row.iter().enumerate() {
+            line.push(' ');
+            line.push_str(cell);
+            if c + 1 < row.len() {
+                line.push_str(&" ".repeat(widths[c] - cell.chars().count()));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+}
+
+fn dir(d: Direction) -> &'static str {
+    match d {
+        Direction::Outbound => "outbound",
+        Direction::Inbound => "inbound",
+    }
+}
+
+fn prefix(a: Ipv4Addr, len: u8) -> String {
+    format!("{a}/{len}")
+}
+
+fn ports((lo, hi): (u16, u16)) -> String {
+    match (lo, hi) {
+        (0, u16::MAX) => "any".into(),
+        (lo, hi) if lo == hi => lo.to_string(),
+        (lo, hi) => format!("{lo}-{hi}"),
+    }
+}
+
+fn mac(m: &Mac) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}

@@ -1,0 +1,80 @@
+//! What a valid config allows but is probably a mistake.
+
+use std::net::Ipv4Addr;
+
+use super::model::*;
+
+/// Warnings about a validated config, one line each, recomputed from the
+/// model (so they name the field, not its line): `file: sa[0].spi: …`.
+///
+/// Checked: SPIs 1..=255 (reserved by IANA, RFC 4303 §2.1); inbound SAs
+/// with anti-replay off (RFC 4303 §3.4.3); SAs no policy uses; tunnel
+/// endpoints that are not an address of an unprotected port (when such
+/// ports have addresses); two workers pinned to one core.
+pub fn warnings(cfg: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    let file = cfg.source.display();
+    let mut warn = |field: String, msg: String| out.push(format!("{file}: {field}: {msg}"));
+
+    let g = &cfg.gateway;
+    for (i, c) in g.cores.iter().take(g.workers).enumerate() {
+        if let Some(j) = g.cores[..i].iter().position(|d| d == c) {
+            warn(
+                format!("gateway.cores[{i}]"),
+                format!("core {c} is also given to worker {j}"),
+            );
+        }
+    }
+
+    let own: Vec<Ipv4Addr> = cfg
+        .ports
+        .iter()
+        .filter(|p| p.role == PortRole::Unprotected)
+        .flat_map(|p| p.addresses.iter().map(|&(a, _)| a))
+        .collect();
+    for (i, sa) in cfg.sas.iter().enumerate() {
+        if sa.spi <= 255 {
+            warn(
+                format!("sa[{i}].spi"),
+                format!(
+                    "SPI {} is in 1..=255, reserved by IANA (RFC 4303 §2.1); peers may reject it",
+                    sa.spi
+                ),
+            );
+        }
+        if sa.direction == Direction::Inbound && sa.replay_window == 0 {
+            warn(
+                format!("sa[{i}].replay_window"),
+                format!(
+                    "anti-replay is off for inbound SPI {} (RFC 4303 §3.4.3)",
+                    sa.spi
+                ),
+            );
+        }
+        let used = cfg
+            .policies
+            .iter()
+            .any(|p| p.direction == sa.direction && p.action == Action::Protect(sa.spi));
+        if !used {
+            let dir = match sa.direction {
+                Direction::Outbound => "outbound",
+                Direction::Inbound => "inbound",
+            };
+            warn(
+                format!("sa[{i}]"),
+                format!("no {dir} policy protects with SPI {}", sa.spi),
+            );
+        }
+        let (key, ours) = match sa.direction {
+            Direction::Outbound => ("tunnel_src", sa.tunnel_src),
+            Direction::Inbound => ("tunnel_dst", sa.tunnel_dst),
+        };
+        if !own.is_empty() && !own.contains(&ours) {
+            warn(
+                format!("sa[{i}].{key}"),
+                format!("{ours} is not an address of an unprotected port"),
+            );
+        }
+    }
+    out
+}

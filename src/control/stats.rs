@@ -1,0 +1,113 @@
+//! Stats: sums the workers' counters into a snapshot, rendered as text or
+//! JSON (the `--stats-file` format).
+
+use crate::dataplane::{DropReason, WorkerCounters};
+use crate::policy::Tables;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Counters of one port.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct PortStats {
+    /// Port name.
+    pub name: String,
+    /// Frames received.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Frames transmitted.
+    pub tx_packets: u64,
+    /// Bytes transmitted.
+    pub tx_bytes: u64,
+    /// Frames received here and dropped.
+    pub drops: u64,
+}
+
+/// Counters of one SA.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct SaStats {
+    /// SPI.
+    pub spi: u32,
+    /// "outbound" or "inbound".
+    pub direction: &'static str,
+    /// Packets processed.
+    pub packets: u64,
+    /// Inner bytes (inbound) / outer IP bytes with Ethernet (outbound).
+    pub bytes: u64,
+    /// Packets dropped while processed with this SA.
+    pub errors: u64,
+}
+
+/// Every counter of the gateway at one moment.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Per port.
+    pub ports: Vec<PortStats>,
+    /// Per SA.
+    pub sas: Vec<SaStats>,
+    /// Drops by reason (every reason, zeros included).
+    pub drops: BTreeMap<&'static str, u64>,
+    /// ARP replies sent.
+    pub arp_replies: u64,
+}
+
+/// Sums `workers`' counters, naming ports and SAs from `t`.
+pub fn snapshot(t: &Tables, workers: &[Arc<WorkerCounters>]) -> Snapshot {
+    let mut s = Snapshot {
+        ports: t.ports.iter().map(|p| PortStats { name: p.name.clone(), ..Default::default() }).collect(),
+        ..Default::default()
+    };
+    s.sas.extend(t.sad.outbound.iter().map(|sa| SaStats { spi: sa.spi, direction: "outbound", ..Default::default() }));
+    s.sas.extend(t.sad.inbound.iter().map(|e| SaStats { spi: e.sa.spi, direction: "inbound", ..Default::default() }));
+    for r in DropReason::ALL {
+        s.drops.insert(r.name(), 0);
+    }
+    let nout = t.sad.outbound.len();
+    for w in workers {
+        for (ps, pc) in s.ports.iter_mut().zip(&w.ports) {
+            ps.rx_packets += pc.rx_packets.get();
+            ps.rx_bytes += pc.rx_bytes.get();
+            ps.tx_packets += pc.tx_packets.get();
+            ps.tx_bytes += pc.tx_bytes.get();
+            ps.drops += pc.drops.get();
+        }
+        for (i, c) in w.sa_out.iter().chain(&w.sa_in).enumerate() {
+            if let Some(ss) = s.sas.get_mut(if i < w.sa_out.len() { i } else { nout + i - w.sa_out.len() }) {
+                ss.packets += c.packets.get();
+                ss.bytes += c.bytes.get();
+                ss.errors += c.errors.get();
+            }
+        }
+        for r in DropReason::ALL {
+            *s.drops.entry(r.name()).or_default() += w.drops[r as usize].get();
+        }
+        s.arp_replies += w.arp_replies.get();
+    }
+    s
+}
+
+impl Snapshot {
+    /// Human-readable table; drop reasons with a zero count are left out.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let mut o = String::new();
+        let _ = writeln!(o, "{:<12} {:>12} {:>14} {:>12} {:>14} {:>10}", "port", "rx pkts", "rx bytes", "tx pkts", "tx bytes", "drops");
+        for p in &self.ports {
+            let _ = writeln!(o, "{:<12} {:>12} {:>14} {:>12} {:>14} {:>10}", p.name, p.rx_packets, p.rx_bytes, p.tx_packets, p.tx_bytes, p.drops);
+        }
+        let _ = writeln!(o, "{:<12} {:<9} {:>12} {:>14} {:>10}", "sa spi", "dir", "packets", "bytes", "errors");
+        for s in &self.sas {
+            let _ = writeln!(o, "{:<12} {:<9} {:>12} {:>14} {:>10}", s.spi, s.direction, s.packets, s.bytes, s.errors);
+        }
+        let nz: Vec<String> = self.drops.iter().filter(|(_, &v)| v > 0).map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(o, "drops: {}", if nz.is_empty() { "none".to_string() } else { nz.join(" ") });
+        let _ = writeln!(o, "arp replies: {}", self.arp_replies);
+        o
+    }
+
+    /// JSON object (see README, "Stats").
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+}

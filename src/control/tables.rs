@@ -1,0 +1,143 @@
+//! Building the data-plane tables from a validated config.
+
+use super::ControlError;
+use crate::config::model::{self, Action, Config, Direction};
+use crate::crypto::{AeadAlgorithm, CipherDirection, CryptoDevice, SymXform};
+use crate::esp::{DfMode, InboundSa, OutboundSa};
+use crate::policy::neighbour::Neighbours;
+use crate::policy::route::{Route, Routes};
+use crate::policy::sad::{InboundEntry, Sad};
+use crate::policy::spd::{Prefix, Selector, Spd, SpdAction, SpdEntry};
+use crate::policy::{PortInfo, Tables};
+
+fn selector(p: &model::Policy) -> Selector {
+    Selector {
+        src: Prefix::new(p.src.0, p.src.1),
+        dst: Prefix::new(p.dst.0, p.dst.1),
+        protocol: match p.protocol {
+            model::Protocol::Any => None,
+            model::Protocol::Number(n) => Some(n),
+        },
+        src_ports: p.src_ports,
+        dst_ports: p.dst_ports,
+    }
+}
+
+/// Creates one session per SA on `dev` and builds the [`Tables`].
+///
+/// `macs[i]` is port `i`'s MAC (from config or read from the interface).
+/// Every SA is owned by worker 0 unless pinned in config. Errors: a
+/// transform the device does not support; more than one worker (multi-worker
+/// SA binding is not built yet).
+pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]]) -> Result<Tables, ControlError> {
+    if cfg.gateway.workers != 1 {
+        return Err(ControlError::Unsupported(format!(
+            "{}: gateway.workers = {}: this build runs exactly one worker",
+            cfg.source.display(),
+            cfg.gateway.workers
+        )));
+    }
+    let ports = cfg
+        .ports
+        .iter()
+        .zip(macs)
+        .map(|(p, mac)| PortInfo {
+            name: p.name.clone(),
+            protected: p.role == model::PortRole::Protected,
+            mac: *mac,
+            addresses: p.addresses.iter().map(|a| a.0).collect(),
+        })
+        .collect();
+
+    let mut outbound = Vec::new();
+    let mut inbound = Vec::new();
+    // SPI → index within its direction's list.
+    let mut out_idx = std::collections::HashMap::new();
+    let mut in_idx = std::collections::HashMap::new();
+    for sa in &cfg.sas {
+        let algorithm = match sa.algorithm {
+            model::Algorithm::Aes128Gcm => AeadAlgorithm::Aes128Gcm,
+            model::Algorithm::Aes256Gcm => AeadAlgorithm::Aes256Gcm,
+        };
+        let klen = algorithm.key_len();
+        if sa.key.len() != klen + 4 {
+            return Err(ControlError::Unsupported(format!("SA {}: key is {} bytes, expected {}", sa.spi, sa.key.len(), klen + 4)));
+        }
+        let mut salt = [0u8; 4];
+        salt.copy_from_slice(&sa.key[klen..]);
+        let direction = match sa.direction {
+            Direction::Outbound => CipherDirection::Encrypt,
+            Direction::Inbound => CipherDirection::Decrypt,
+        };
+        let session = dev.session_create(&SymXform { algorithm, direction, key: sa.key[..klen].to_vec(), salt, icv_len: 16 })?;
+        let owner = sa.worker.unwrap_or(0);
+        match sa.direction {
+            Direction::Outbound => {
+                out_idx.insert(sa.spi, outbound.len());
+                outbound.push(OutboundSa {
+                    spi: sa.spi,
+                    session,
+                    tunnel_src: sa.tunnel_src,
+                    tunnel_dst: sa.tunnel_dst,
+                    outer_ttl: sa.outer_ttl.unwrap_or(cfg.gateway.outer_ttl),
+                    df: match sa.df {
+                        model::DfMode::Copy => DfMode::Copy,
+                        model::DfMode::Set => DfMode::Set,
+                        model::DfMode::Clear => DfMode::Clear,
+                    },
+                    esn: false,
+                    owner,
+                });
+            }
+            Direction::Inbound => {
+                in_idx.insert(sa.spi, inbound.len());
+                inbound.push(InboundEntry {
+                    sa: InboundSa {
+                        spi: sa.spi,
+                        session,
+                        tunnel_src: sa.tunnel_src,
+                        tunnel_dst: sa.tunnel_dst,
+                        esn: false,
+                        replay_window: sa.replay_window,
+                        owner,
+                    },
+                    selectors: Vec::new(),
+                });
+            }
+        }
+    }
+
+    let mut spd_out = Vec::new();
+    let mut spd_in = Vec::new();
+    for p in &cfg.policies {
+        let sel = selector(p);
+        let (list, idx) = match p.direction {
+            Direction::Outbound => (&mut spd_out, &out_idx),
+            Direction::Inbound => (&mut spd_in, &in_idx),
+        };
+        let action = match p.action {
+            Action::Bypass => SpdAction::Bypass,
+            Action::Discard => SpdAction::Discard,
+            Action::Protect(spi) => {
+                let Some(&i) = idx.get(&spi) else {
+                    return Err(ControlError::Unsupported(format!("policy protects with unknown SPI {spi}")));
+                };
+                if p.direction == Direction::Inbound {
+                    inbound[i].selectors.push(sel);
+                }
+                SpdAction::Protect(i)
+            }
+        };
+        list.push(SpdEntry { selector: sel, priority: p.priority, action });
+    }
+
+    let routes = cfg.routes.iter().map(|r| Route { prefix: Prefix::new(r.prefix.0, r.prefix.1), port: r.port, via: r.via }).collect();
+    Ok(Tables {
+        ports,
+        spd_out: Spd::new(spd_out),
+        spd_in: Spd::new(spd_in),
+        sad: Sad::new(outbound, inbound),
+        routes: Routes::new(routes),
+        neighbours: Neighbours::new(cfg.neighbours.iter().map(|n| (n.ip, n.mac))),
+    })
+}

@@ -1,0 +1,230 @@
+//! Counters of one worker: drops by reason, per port and per SA.
+//!
+//! Each counter has a single writer (its worker), so increments are a relaxed
+//! load and store, not a locked read-modify-write; the control thread reads
+//! them with relaxed loads for stats.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Why a packet was dropped. `Copy`, and its discriminant is the counter index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum DropReason {
+    /// A header failed its checks (truncated, bad checksum, bad lengths).
+    Malformed,
+    /// EtherType the gateway does not handle (IPv6 until it lands).
+    UnsupportedEthertype,
+    /// Unicast frame for another MAC.
+    NotForUs,
+    /// ARP that is not a request for one of our addresses.
+    ArpIgnored,
+    /// Addressed to the gateway itself (it terminates no traffic but ARP and ESP).
+    ToUs,
+    /// No SPD entry matched (RFC 4301 §5.1).
+    NoPolicy,
+    /// SPD said DISCARD.
+    PolicyDiscard,
+    /// Cleartext on the unprotected side matched a PROTECT entry (RFC 4301 §5.2).
+    CleartextProtected,
+    /// ESP with no matching SA, or SPI 0 (RFC 4303 §2.1, §3.4.2).
+    NoSa,
+    /// An outer IP fragment carrying ESP (RFC 4303 §3.4.1: not reassembled yet).
+    Fragment,
+    /// Replayed or too old (RFC 4303 §3.4.3).
+    Replay,
+    /// ICV check failed (RFC 4303 §3.4.4).
+    AuthFailed,
+    /// ESP shorter than its minimum or not 4-byte aligned.
+    BadLength,
+    /// Pad length or padding bytes wrong (RFC 4303 §2.4–2.5).
+    BadPadding,
+    /// Next header not 4 in tunnel mode.
+    BadNextHeader,
+    /// Dummy packet, next header 59 (RFC 4303 §2.6): discarded silently.
+    Dummy,
+    /// The decrypted inner packet is not valid IPv4.
+    BadInner,
+    /// Inner packet does not match the SA's selectors (RFC 4301 §5.2).
+    InnerPolicyMismatch,
+    /// Outbound SA's sequence counter would cycle (RFC 4303 §3.3.3).
+    SeqExhausted,
+    /// Crypto device error / invalid op.
+    CryptoError,
+    /// No buffer room to encapsulate.
+    NoRoom,
+    /// TTL ≤ 1 on a packet to forward.
+    TtlExceeded,
+    /// No route to the destination.
+    NoRoute,
+    /// Next hop has no neighbour entry.
+    NoNeighbour,
+    /// The SA is owned by another worker (handoff lands with multi-worker).
+    NotOwner,
+    /// Tx ring full.
+    TxFull,
+}
+
+impl DropReason {
+    /// Every reason, in counter-index order.
+    pub const ALL: [DropReason; 26] = [
+        DropReason::Malformed,
+        DropReason::UnsupportedEthertype,
+        DropReason::NotForUs,
+        DropReason::ArpIgnored,
+        DropReason::ToUs,
+        DropReason::NoPolicy,
+        DropReason::PolicyDiscard,
+        DropReason::CleartextProtected,
+        DropReason::NoSa,
+        DropReason::Fragment,
+        DropReason::Replay,
+        DropReason::AuthFailed,
+        DropReason::BadLength,
+        DropReason::BadPadding,
+        DropReason::BadNextHeader,
+        DropReason::Dummy,
+        DropReason::BadInner,
+        DropReason::InnerPolicyMismatch,
+        DropReason::SeqExhausted,
+        DropReason::CryptoError,
+        DropReason::NoRoom,
+        DropReason::TtlExceeded,
+        DropReason::NoRoute,
+        DropReason::NoNeighbour,
+        DropReason::NotOwner,
+        DropReason::TxFull,
+    ];
+
+    /// Number of reasons.
+    pub const COUNT: usize = Self::ALL.len();
+
+    /// snake_case name used in stats output.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Malformed => "malformed",
+            DropReason::UnsupportedEthertype => "unsupported_ethertype",
+            DropReason::NotForUs => "not_for_us",
+            DropReason::ArpIgnored => "arp_ignored",
+            DropReason::ToUs => "to_us",
+            DropReason::NoPolicy => "no_policy",
+            DropReason::PolicyDiscard => "policy_discard",
+            DropReason::CleartextProtected => "cleartext_protected",
+            DropReason::NoSa => "no_sa",
+            DropReason::Fragment => "fragment",
+            DropReason::Replay => "replay",
+            DropReason::AuthFailed => "auth_failed",
+            DropReason::BadLength => "bad_length",
+            DropReason::BadPadding => "bad_padding",
+            DropReason::BadNextHeader => "bad_next_header",
+            DropReason::Dummy => "dummy",
+            DropReason::BadInner => "bad_inner",
+            DropReason::InnerPolicyMismatch => "inner_policy_mismatch",
+            DropReason::SeqExhausted => "seq_exhausted",
+            DropReason::CryptoError => "crypto_error",
+            DropReason::NoRoom => "no_room",
+            DropReason::TtlExceeded => "ttl_exceeded",
+            DropReason::NoRoute => "no_route",
+            DropReason::NoNeighbour => "no_neighbour",
+            DropReason::NotOwner => "not_owner",
+            DropReason::TxFull => "tx_full",
+        }
+    }
+}
+
+impl From<crate::esp::EspError> for DropReason {
+    fn from(e: crate::esp::EspError) -> Self {
+        use crate::esp::EspError as E;
+        match e {
+            E::BadLength => DropReason::BadLength,
+            E::NoRoom => DropReason::NoRoom,
+            E::Replay | E::SeqZero => DropReason::Replay,
+            E::SeqExhausted => DropReason::SeqExhausted,
+            E::AuthFailed => DropReason::AuthFailed,
+            E::BadPadding => DropReason::BadPadding,
+            E::BadNextHeader => DropReason::BadNextHeader,
+            E::Dummy => DropReason::Dummy,
+            E::BadInner => DropReason::BadInner,
+            E::CryptoError => DropReason::CryptoError,
+        }
+    }
+}
+
+/// A counter with one writer.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds `n` (single writer: load + store, no lock prefix).
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+    /// Current value.
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Per-port counters.
+#[derive(Debug, Default)]
+pub struct PortCounters {
+    /// Frames received.
+    pub rx_packets: Counter,
+    /// Bytes received.
+    pub rx_bytes: Counter,
+    /// Frames transmitted.
+    pub tx_packets: Counter,
+    /// Bytes transmitted.
+    pub tx_bytes: Counter,
+    /// Frames received on this port and dropped (any reason).
+    pub drops: Counter,
+}
+
+/// Per-SA counters.
+#[derive(Debug, Default)]
+pub struct SaCounters {
+    /// Packets processed successfully.
+    pub packets: Counter,
+    /// Bytes of those packets (inner packet length).
+    pub bytes: Counter,
+    /// Packets dropped while being processed with this SA.
+    pub errors: Counter,
+}
+
+/// All counters of one worker.
+#[derive(Debug)]
+pub struct WorkerCounters {
+    /// Drops by reason, indexed by `DropReason as usize`.
+    pub drops: [Counter; DropReason::COUNT],
+    /// Per port id.
+    pub ports: Vec<PortCounters>,
+    /// Per outbound SA index.
+    pub sa_out: Vec<SaCounters>,
+    /// Per inbound SA index.
+    pub sa_in: Vec<SaCounters>,
+    /// ARP replies sent.
+    pub arp_replies: Counter,
+}
+
+impl WorkerCounters {
+    /// Zeroed counters for `ports` ports and the given SA counts.
+    pub fn new(ports: usize, sa_out: usize, sa_in: usize) -> WorkerCounters {
+        WorkerCounters {
+            drops: std::array::from_fn(|_| Counter::default()),
+            ports: (0..ports).map(|_| PortCounters::default()).collect(),
+            sa_out: (0..sa_out).map(|_| SaCounters::default()).collect(),
+            sa_in: (0..sa_in).map(|_| SaCounters::default()).collect(),
+            arp_replies: Counter::default(),
+        }
+    }
+
+    /// Counts a drop of a frame received on `port`.
+    #[inline]
+    pub fn count_drop(&self, port: usize, reason: DropReason) {
+        self.drops[reason as usize].add(1);
+        if let Some(p) = self.ports.get(port) {
+            p.drops.add(1);
+        }
+    }
+}

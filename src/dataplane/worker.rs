@@ -1,0 +1,382 @@
+//! One data-plane worker.
+
+use super::counters::{DropReason, WorkerCounters};
+use crate::crypto::{CryptoOp, QueuePair};
+use crate::esp::{inbound, outbound, InboundState, OutboundState};
+use crate::io::{PktBuf, Port};
+use crate::policy::spd::{FlowKey, SpdAction};
+use crate::policy::Tables;
+use crate::wire::{arp, esp as esp_hdr, ethernet, ipv4};
+use arc_swap::ArcSwap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+const TAG_INBOUND: u64 = 1 << 63;
+
+/// Packs what `finish` needs into an op's `user[1]`: direction, SA index,
+/// receive port.
+#[inline]
+fn tag(inbound: bool, sa: usize, port: u16) -> u64 {
+    (if inbound { TAG_INBOUND } else { 0 }) | ((sa as u64 & 0x7fff_ffff) << 32) | port as u64
+}
+
+#[inline]
+fn untag(t: u64) -> (bool, usize, usize) {
+    (t & TAG_INBOUND != 0, ((t >> 32) & 0x7fff_ffff) as usize, (t & 0xffff) as usize)
+}
+
+/// Settings of a worker.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerConf {
+    /// Worker id (SA owner ids refer to it).
+    pub id: usize,
+    /// Packets per rx burst.
+    pub burst: usize,
+    /// Packet buffers this worker owns (beyond its rx slots).
+    pub pool_size: usize,
+}
+
+/// A worker: its ports, its queue pair, the state of the SAs it owns.
+pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
+    conf: WorkerConf,
+    ports: Vec<P>,
+    qp: Q,
+    tables: Arc<ArcSwap<Tables>>,
+    out_state: Vec<OutboundState>,
+    in_state: Vec<InboundState>,
+    counters: Arc<WorkerCounters>,
+    rx: Vec<PktBuf>,
+    pool: Vec<PktBuf>,
+    ops: Vec<CryptoOp<PktBuf>>,
+    done: Vec<CryptoOp<PktBuf>>,
+    tx: Vec<Vec<PktBuf>>,
+}
+
+impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
+    /// Builds a worker; allocates every buffer it will ever use. `ports[i]`
+    /// must be port id `i` of the tables.
+    pub fn new(conf: WorkerConf, ports: Vec<P>, qp: Q, tables: Arc<ArcSwap<Tables>>, counters: Arc<WorkerCounters>) -> Self {
+        let t = tables.load_full();
+        let out_state = t.sad.outbound.iter().map(|_| OutboundState::default()).collect();
+        let in_state = t.sad.inbound.iter().map(|e| InboundState::new(&e.sa)).collect();
+        let total = conf.pool_size + conf.burst;
+        let nports = ports.len();
+        Worker {
+            rx: (0..conf.burst).map(|_| PktBuf::new()).collect(),
+            pool: {
+                let mut v = Vec::with_capacity(total);
+                v.extend((0..conf.pool_size).map(|_| PktBuf::new()));
+                v
+            },
+            ops: Vec::with_capacity(total),
+            done: Vec::with_capacity(total),
+            tx: (0..nports).map(|_| Vec::with_capacity(total)).collect(),
+            conf,
+            ports,
+            qp,
+            tables,
+            out_state,
+            in_state,
+            counters,
+        }
+    }
+
+    /// Mutable state of outbound SA `i` (tests, and the control path when
+    /// starting an SA at a given sequence number).
+    pub fn outbound_state(&mut self, i: usize) -> Option<&mut OutboundState> {
+        self.out_state.get_mut(i)
+    }
+
+    /// Runs until `stop` is set, then drains in-flight crypto ops and
+    /// transmits what they produced.
+    pub fn run(&mut self, stop: &AtomicBool) {
+        while !stop.load(Ordering::Relaxed) {
+            if self.poll_once() == 0 {
+                std::hint::spin_loop();
+            }
+        }
+        self.drain();
+    }
+
+    /// Completes every op still in the queue pair and flushes tx.
+    pub fn drain(&mut self) {
+        let t = self.tables.load_full();
+        for _ in 0..1000 {
+            if self.qp.inflight() == 0 && self.ops.is_empty() {
+                break;
+            }
+            self.crypto(&t);
+            self.flush();
+        }
+    }
+
+    /// One loop iteration: an rx burst from every port, crypto, tx. Returns
+    /// the number of frames received.
+    pub fn poll_once(&mut self) -> usize {
+        let t = self.tables.load_full();
+        let mut received = 0;
+        for p in 0..self.ports.len() {
+            let room = self.ops.capacity() - self.ops.len();
+            let limit = self.conf.burst.min(self.pool.len()).min(room);
+            let n = self.ports[p].rx_burst(&mut self.rx[..limit]);
+            received += n;
+            for i in 0..n {
+                let Some(fresh) = self.pool.pop() else { break };
+                let buf = std::mem::replace(&mut self.rx[i], fresh);
+                self.classify(&t, buf);
+            }
+        }
+        self.crypto(&t);
+        self.flush();
+        received
+    }
+
+    fn crypto(&mut self, t: &Tables) {
+        if !self.ops.is_empty() {
+            self.qp.enqueue_burst(&mut self.ops);
+        }
+        let cap = self.done.capacity();
+        if self.qp.dequeue_burst(&mut self.done, cap) > 0 {
+            let mut done = std::mem::take(&mut self.done);
+            for op in done.drain(..) {
+                self.finish(t, op);
+            }
+            self.done = done;
+        }
+    }
+
+    fn flush(&mut self) {
+        for p in 0..self.ports.len() {
+            let mut q = std::mem::take(&mut self.tx[p]);
+            if !q.is_empty() {
+                let sent = self.ports[p].tx_burst(&q);
+                let pc = &self.counters.ports[p];
+                for (i, b) in q.iter().enumerate() {
+                    if i < sent {
+                        pc.tx_packets.add(1);
+                        pc.tx_bytes.add(b.len() as u64);
+                    } else {
+                        self.counters.drops[DropReason::TxFull as usize].add(1);
+                    }
+                }
+                self.pool.extend(q.drain(..));
+            }
+            self.tx[p] = q;
+            self.ports[p].poll();
+        }
+    }
+
+    #[inline]
+    fn drop_buf(&mut self, port: usize, reason: DropReason, buf: PktBuf) {
+        self.counters.count_drop(port, reason);
+        self.pool.push(buf);
+    }
+
+    fn classify(&mut self, t: &Tables, mut buf: PktBuf) {
+        let port = buf.port as usize;
+        let Some(pc) = self.counters.ports.get(port) else {
+            return self.drop_buf(0, DropReason::Malformed, buf);
+        };
+        pc.rx_packets.add(1);
+        pc.rx_bytes.add(buf.len() as u64);
+        let Some(pinfo) = t.ports.get(port) else {
+            return self.drop_buf(port, DropReason::Malformed, buf);
+        };
+        let Ok(eth) = ethernet::EthernetFrame::new_checked(buf.frame()) else {
+            return self.drop_buf(port, DropReason::Malformed, buf);
+        };
+        match eth.ethertype() {
+            ethernet::ETHERTYPE_ARP => self.arp(t, port, buf),
+            ethernet::ETHERTYPE_IPV4 => {
+                if eth.dst() != pinfo.mac {
+                    return self.drop_buf(port, DropReason::NotForUs, buf);
+                }
+                let Ok(ip) = ipv4::Ipv4Packet::new_checked(eth.payload()) else {
+                    return self.drop_buf(port, DropReason::Malformed, buf);
+                };
+                let key = FlowKey { src: ip.src(), dst: ip.dst(), protocol: ip.protocol(), ports: ip.ports() };
+                let (ttl, hl, frag, total) = (ip.ttl(), ip.header_len(), ip.is_fragment(), ip.total_len());
+                // Ethernet padding after the IP packet is not part of it.
+                buf.trim_to(ethernet::HEADER_LEN + total);
+                if pinfo.protected {
+                    self.outbound(t, port, buf, key, ttl)
+                } else {
+                    self.inbound(t, port, buf, key, ttl, hl, frag)
+                }
+            }
+            _ => self.drop_buf(port, DropReason::UnsupportedEthertype, buf),
+        }
+    }
+
+    fn arp(&mut self, t: &Tables, port: usize, mut buf: PktBuf) {
+        let mac = t.ports[port].mac;
+        let req = match arp::ArpPacket::new_checked(&buf.frame()[ethernet::HEADER_LEN..]) {
+            Ok(a) if a.operation() == arp::OP_REQUEST && t.is_local(port, a.target_ip()) => Some((a.sender_mac(), a.target_ip())),
+            Ok(_) => None,
+            Err(_) => return self.drop_buf(port, DropReason::Malformed, buf),
+        };
+        let Some((asker, ip)) = req else {
+            return self.drop_buf(port, DropReason::ArpIgnored, buf);
+        };
+        buf.trim_to(ethernet::HEADER_LEN + arp::LEN);
+        let f = buf.frame_mut();
+        arp::make_reply_in_place(&mut f[ethernet::HEADER_LEN..], &mac, ip);
+        ethernet::write_header(f, &asker, &mac, ethernet::ETHERTYPE_ARP);
+        self.counters.arp_replies.add(1);
+        self.tx[port].push(buf);
+    }
+
+    /// Plaintext from a protected port: SPD → PROTECT / BYPASS / DISCARD.
+    fn outbound(&mut self, t: &Tables, port: usize, mut buf: PktBuf, key: FlowKey, ttl: u8) {
+        if t.is_local(port, key.dst) {
+            return self.drop_buf(port, DropReason::ToUs, buf);
+        }
+        let action = match t.spd_out.lookup(&key) {
+            None => return self.drop_buf(port, DropReason::NoPolicy, buf),
+            Some(SpdAction::Discard) => return self.drop_buf(port, DropReason::PolicyDiscard, buf),
+            Some(a) => a,
+        };
+        // Forwarding as a router: TTL ≤ 1 cannot be forwarded; else decrement once.
+        if ttl <= 1 {
+            return self.drop_buf(port, DropReason::TtlExceeded, buf);
+        }
+        ipv4::decrement_ttl(&mut buf.frame_mut()[ethernet::HEADER_LEN..]);
+        let SpdAction::Protect(i) = action else {
+            return self.forward(t, port, buf, key.dst);
+        };
+        let Some(sa) = t.sad.outbound.get(i) else {
+            return self.drop_buf(port, DropReason::NoSa, buf);
+        };
+        if sa.owner != self.conf.id {
+            return self.drop_buf(port, DropReason::NotOwner, buf);
+        }
+        match outbound::prepare(sa, &mut self.out_state[i], buf) {
+            Ok(mut op) => {
+                op.user[1] = tag(false, i, port as u16);
+                self.ops.push(op);
+            }
+            Err((e, b)) => {
+                self.counters.sa_out[i].errors.add(1);
+                self.drop_buf(port, e.into(), b)
+            }
+        }
+    }
+
+    /// A frame from an unprotected port: ESP to us → SAD → decrypt;
+    /// anything else → inbound SPD (BYPASS or drop).
+    #[allow(clippy::too_many_arguments)]
+    fn inbound(&mut self, t: &Tables, port: usize, mut buf: PktBuf, key: FlowKey, ttl: u8, hl: usize, frag: bool) {
+        let local = t.is_local(port, key.dst);
+        if key.protocol == ipv4::PROTO_ESP && local {
+            if frag {
+                return self.drop_buf(port, DropReason::Fragment, buf);
+            }
+            let esp_off = ethernet::HEADER_LEN + hl;
+            let Ok(esp) = esp_hdr::EspPacket::new_checked(&buf.frame()[esp_off..]) else {
+                return self.drop_buf(port, DropReason::BadLength, buf);
+            };
+            let Some(i) = t.sad.inbound_by_spi(esp.spi()) else {
+                return self.drop_buf(port, DropReason::NoSa, buf);
+            };
+            let e = &t.sad.inbound[i];
+            if e.sa.tunnel_dst != key.dst || e.sa.tunnel_src != key.src {
+                return self.drop_buf(port, DropReason::NoSa, buf);
+            }
+            if e.sa.owner != self.conf.id {
+                return self.drop_buf(port, DropReason::NotOwner, buf);
+            }
+            match inbound::prepare(&e.sa, &self.in_state[i], buf, esp_off) {
+                Ok(mut op) => {
+                    op.user[1] = tag(true, i, port as u16);
+                    self.ops.push(op);
+                }
+                Err((err, b)) => {
+                    self.counters.sa_in[i].errors.add(1);
+                    self.drop_buf(port, err.into(), b)
+                }
+            }
+            return;
+        }
+        if local {
+            return self.drop_buf(port, DropReason::ToUs, buf);
+        }
+        match t.spd_in.lookup(&key) {
+            None => self.drop_buf(port, DropReason::NoPolicy, buf),
+            Some(SpdAction::Discard) => self.drop_buf(port, DropReason::PolicyDiscard, buf),
+            Some(SpdAction::Protect(_)) => self.drop_buf(port, DropReason::CleartextProtected, buf),
+            Some(SpdAction::Bypass) => {
+                if ttl <= 1 {
+                    return self.drop_buf(port, DropReason::TtlExceeded, buf);
+                }
+                ipv4::decrement_ttl(&mut buf.frame_mut()[ethernet::HEADER_LEN..]);
+                self.forward(t, port, buf, key.dst)
+            }
+        }
+    }
+
+    fn finish(&mut self, t: &Tables, op: CryptoOp<PktBuf>) {
+        let (is_in, i, port) = untag(op.user[1]);
+        if !is_in {
+            let Some(sa) = t.sad.outbound.get(i) else {
+                return self.drop_buf(port, DropReason::NoSa, op.buf);
+            };
+            let dst = sa.tunnel_dst;
+            match outbound::finish(op) {
+                Ok(buf) => {
+                    let c = &self.counters.sa_out[i];
+                    c.packets.add(1);
+                    c.bytes.add(buf.len() as u64);
+                    self.forward(t, port, buf, dst)
+                }
+                Err((e, b)) => {
+                    self.counters.sa_out[i].errors.add(1);
+                    self.drop_buf(port, e.into(), b)
+                }
+            }
+            return;
+        }
+        let (Some(e), Some(st)) = (t.sad.inbound.get(i), self.in_state.get_mut(i)) else {
+            return self.drop_buf(port, DropReason::NoSa, op.buf);
+        };
+        let mut buf = match inbound::finish(st, op) {
+            Ok(b) => b,
+            Err((err, b)) => {
+                self.counters.sa_in[i].errors.add(1);
+                return self.drop_buf(port, err.into(), b);
+            }
+        };
+        // The inner packet was checked by `inbound::finish`.
+        let Ok(ip) = ipv4::Ipv4Packet::new_checked(&buf.frame()[ethernet::HEADER_LEN..]) else {
+            return self.drop_buf(port, DropReason::BadInner, buf);
+        };
+        let key = FlowKey { src: ip.src(), dst: ip.dst(), protocol: ip.protocol(), ports: ip.ports() };
+        let (ttl, len) = (ip.ttl(), ip.total_len());
+        if !e.admits(&key) {
+            self.counters.sa_in[i].errors.add(1);
+            return self.drop_buf(port, DropReason::InnerPolicyMismatch, buf);
+        }
+        if ttl <= 1 {
+            return self.drop_buf(port, DropReason::TtlExceeded, buf);
+        }
+        ipv4::decrement_ttl(&mut buf.frame_mut()[ethernet::HEADER_LEN..]);
+        let c = &self.counters.sa_in[i];
+        c.packets.add(1);
+        c.bytes.add(len as u64);
+        self.forward(t, port, buf, key.dst)
+    }
+
+    /// Routes on `dst`, writes the Ethernet header and stages for tx.
+    fn forward(&mut self, t: &Tables, rx_port: usize, mut buf: PktBuf, dst: std::net::Ipv4Addr) {
+        let Some((out, nh)) = t.routes.lookup(dst) else {
+            return self.drop_buf(rx_port, DropReason::NoRoute, buf);
+        };
+        let Some(mac) = t.neighbours.lookup(nh) else {
+            return self.drop_buf(rx_port, DropReason::NoNeighbour, buf);
+        };
+        let Some(src) = t.ports.get(out).map(|p| p.mac) else {
+            return self.drop_buf(rx_port, DropReason::NoRoute, buf);
+        };
+        ethernet::write_header(buf.frame_mut(), &mac, &src, ethernet::ETHERTYPE_IPV4);
+        self.tx[out].push(buf);
+    }
+}

@@ -1,0 +1,138 @@
+//! ESP (RFC 4303): SA state, outbound encapsulation, inbound decapsulation,
+//! padding and the anti-replay window.
+//!
+//! Processing is split prepare → crypto → finish (DPDK lib/ipsec):
+//! [`outbound::prepare`] / [`inbound::prepare`] frame the packet and describe
+//! a [`crate::crypto::CryptoOp`]; the worker's queue pair runs it;
+//! [`outbound::finish`] / [`inbound::finish`] complete the packet. This module
+//! does not know which crypto backend runs the op, nor where packets come
+//! from.
+
+pub mod inbound;
+pub mod outbound;
+pub mod replay;
+pub mod sa;
+
+pub use sa::{DfMode, InboundSa, InboundState, OutboundSa, OutboundState};
+
+/// ESP header length: SPI + sequence number (RFC 4303 §2).
+pub const ESP_HEADER_LEN: usize = 8;
+/// Explicit IV length for AES-GCM (RFC 4106 §3.1).
+pub const GCM_IV_LEN: usize = 8;
+/// Pad Length + Next Header.
+pub const TRAILER_LEN: usize = 2;
+/// Alignment of the encrypted part (RFC 4303 §2.4); GCM is a stream mode, so
+/// 4 bytes is the only constraint.
+pub const GCM_ALIGN: usize = 4;
+
+/// Why ESP processing refused a packet. Each maps to a counted drop reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EspError {
+    /// Shorter than header + IV + minimal trailer + ICV, or not 4-byte aligned.
+    BadLength,
+    /// No room in the buffer to grow for ESP.
+    NoRoom,
+    /// Sequence number left of the window or already seen (RFC 4303 §3.4.3).
+    Replay,
+    /// Sequence number 0 received.
+    SeqZero,
+    /// The sender's counter would cycle (RFC 4303 §3.3.3): the SA must be replaced.
+    SeqExhausted,
+    /// ICV did not verify (RFC 4303 §3.4.4).
+    AuthFailed,
+    /// Pad length beyond the payload, or padding not 1, 2, 3, … (RFC 4303 §2.4, §2.5).
+    BadPadding,
+    /// Next header not the one the SA's mode carries.
+    BadNextHeader,
+    /// Next header 59: a dummy packet, discarded silently (RFC 4303 §2.6).
+    Dummy,
+    /// The decrypted inner packet is not a valid IPv4 packet.
+    BadInner,
+    /// The crypto device could not run the op (invalid op, device error, not attached).
+    CryptoError,
+}
+
+/// Padding length for `payload_len` bytes so that payload + padding + 2
+/// ends on `align` bytes (RFC 4303 §2.4).
+#[inline]
+pub fn pad_len(payload_len: usize, align: usize) -> usize {
+    (align - (payload_len + TRAILER_LEN) % align) % align
+}
+
+/// Writes the trailer into `tail`: padding 1, 2, 3, …, Pad Length, Next
+/// Header. `tail.len()` must be `pad + 2`.
+#[inline]
+pub fn write_trailer(tail: &mut [u8], next_header: u8) {
+    let pad = tail.len().saturating_sub(TRAILER_LEN);
+    for (i, b) in tail[..pad].iter_mut().enumerate() {
+        *b = (i + 1) as u8;
+    }
+    if tail.len() >= TRAILER_LEN {
+        tail[pad] = pad as u8;
+        tail[pad + 1] = next_header;
+    }
+}
+
+/// Parses the trailer at the end of a decrypted ESP payload: checks Pad
+/// Length fits (RFC 4303 §2.5) and the padding is 1, 2, 3, … (§2.4). Returns
+/// (payload length, next header).
+pub fn parse_trailer(plain: &[u8]) -> Result<(usize, u8), EspError> {
+    let n = plain.len();
+    if n < TRAILER_LEN {
+        return Err(EspError::BadLength);
+    }
+    let next_header = plain[n - 1];
+    let pad = plain[n - 2] as usize;
+    if pad + TRAILER_LEN > n {
+        return Err(EspError::BadPadding);
+    }
+    let payload_len = n - TRAILER_LEN - pad;
+    for (i, &b) in plain[payload_len..payload_len + pad].iter().enumerate() {
+        if b != (i + 1) as u8 {
+            return Err(EspError::BadPadding);
+        }
+    }
+    Ok((payload_len, next_header))
+}
+
+/// AAD for ESP with AES-GCM (RFC 4106 §5): SPI ‖ seq (8 bytes), or with ESN
+/// SPI ‖ seq_hi ‖ seq_lo (12 bytes). Returns the AAD buffer and its length.
+#[inline]
+pub fn gcm_aad(spi: u32, seq: u64, esn: bool) -> ([u8; 16], u8) {
+    let mut aad = [0u8; 16];
+    aad[..4].copy_from_slice(&spi.to_be_bytes());
+    if esn {
+        aad[4..8].copy_from_slice(&((seq >> 32) as u32).to_be_bytes());
+        aad[8..12].copy_from_slice(&(seq as u32).to_be_bytes());
+        (aad, 12)
+    } else {
+        aad[4..8].copy_from_slice(&(seq as u32).to_be_bytes());
+        (aad, 8)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn padding_aligns_and_roundtrips() {
+        for len in 0..40usize {
+            let p = pad_len(len, 4);
+            assert_eq!((len + p + 2) % 4, 0);
+            assert!(p < 4);
+            let mut v = vec![0xaa; len + p + 2];
+            write_trailer(&mut v[len..], 4);
+            assert_eq!(parse_trailer(&v), Ok((len, 4)));
+        }
+    }
+
+    #[test]
+    fn trailer_checks() {
+        assert_eq!(parse_trailer(&[1, 2, 3, 3, 4]), Ok((0, 4)));
+        assert_eq!(parse_trailer(&[9, 1, 2, 2, 4]), Ok((1, 4)));
+        assert_eq!(parse_trailer(&[9, 1, 3, 2, 4]), Err(EspError::BadPadding), "pad bytes not 1,2");
+        assert_eq!(parse_trailer(&[1, 2, 5, 4]), Err(EspError::BadPadding), "pad length past the payload");
+        assert_eq!(parse_trailer(&[4]), Err(EspError::BadLength));
+    }
+}

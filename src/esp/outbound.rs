@@ -1,0 +1,127 @@
+//! Outbound ESP: encapsulation in tunnel mode, IPv4 in IPv4 (RFC 4303
+//! §3.1.2, RFC 4106 for AES-GCM, header rules of RFC 4301 §5.1.2.1).
+
+use super::{gcm_aad, pad_len, write_trailer, EspError, OutboundSa, OutboundState, ESP_HEADER_LEN, GCM_ALIGN, GCM_IV_LEN, TRAILER_LEN};
+use crate::crypto::{CryptoOp, OpStatus, Session};
+use crate::io::PktBuf;
+use crate::wire::{esp as esp_hdr, ethernet, ipv4};
+use std::sync::Arc;
+
+/// Bytes tunnel mode adds in front of the inner packet: outer IPv4 (20) +
+/// ESP header (8) + IV (8).
+pub const TUNNEL_OVERHEAD_FRONT: usize = ipv4::MIN_HEADER_LEN + ESP_HEADER_LEN + GCM_IV_LEN;
+
+/// Frames `buf` (whose frame is the payload) as ESP: appends padding 1, 2,
+/// 3, …, Pad Length, `next_header` and room for the ICV; prepends SPI,
+/// sequence number (low 32 bits) and `iv`; returns the op that seals it.
+/// Offsets in the op are relative to the new frame start (the ESP header).
+/// On error the buffer comes back unchanged.
+pub fn encap(
+    spi: u32,
+    session: &Arc<Session>,
+    seq: u64,
+    esn: bool,
+    iv: [u8; 8],
+    next_header: u8,
+    mut buf: PktBuf,
+) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+    let payload_len = buf.len();
+    let pad = pad_len(payload_len, GCM_ALIGN);
+    let icv_len = session.icv_len();
+    let front = ESP_HEADER_LEN + GCM_IV_LEN;
+    if buf.tailroom() < pad + TRAILER_LEN + icv_len || buf.headroom() < front {
+        return Err((EspError::NoRoom, buf));
+    }
+    buf.append(pad + TRAILER_LEN + icv_len);
+    write_trailer(&mut buf.frame_mut()[payload_len..payload_len + pad + TRAILER_LEN], next_header);
+    buf.prepend(front);
+    let f = buf.frame_mut();
+    esp_hdr::write_header(f, spi, seq as u32);
+    f[ESP_HEADER_LEN..front].copy_from_slice(&iv);
+    let data_len = (payload_len + pad + TRAILER_LEN) as u32;
+    let (aad, aad_len) = gcm_aad(spi, seq, esn);
+    Ok(CryptoOp {
+        session: session.clone(),
+        buf,
+        data_offset: front as u32,
+        data_len,
+        icv_offset: front as u32 + data_len,
+        aad,
+        aad_len,
+        iv,
+        status: OpStatus::NotProcessed,
+        user: [seq, 0],
+    })
+}
+
+/// Encapsulates the Ethernet + IPv4 frame in `buf` with tunnel-mode SA `sa`.
+///
+/// The caller has checked the inner IPv4 header (`wire::ipv4::Ipv4Packet`)
+/// and already applied the forwarding TTL decrement. Result: a frame of
+/// Ethernet (14 bytes, addresses filled in later by routing) + outer IPv4
+/// (TTL `sa.outer_ttl`, DS field and ECN copied from the inner header, DF
+/// per `sa.df`, protocol 50) + ESP + IV + inner packet + trailer + ICV room,
+/// and the op that seals it. The explicit IV is the 64-bit sequence number,
+/// unique for the key (RFC 4106 §3.1). Errors: `SeqExhausted` when the
+/// counter would cycle, `BadInner`/`NoRoom` on a frame that does not fit.
+pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+    let (tos, inner_df, total) = {
+        let f = buf.frame();
+        let Some(inner) = f.get(ethernet::HEADER_LEN..ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN) else {
+            return Err((EspError::BadInner, buf));
+        };
+        let total = u16::from_be_bytes([inner[ipv4::TOTAL_LEN], inner[ipv4::TOTAL_LEN + 1]]) as usize;
+        let flags = u16::from_be_bytes([inner[ipv4::FLAGS_FRAG], inner[ipv4::FLAGS_FRAG + 1]]);
+        (inner[ipv4::TOS], flags & ipv4::FLAG_DF != 0, total)
+    };
+    if total + ethernet::HEADER_LEN > buf.len() || total < ipv4::MIN_HEADER_LEN {
+        return Err((EspError::BadInner, buf));
+    }
+    let Some(seq) = st.next_seq(sa.esn) else {
+        return Err((EspError::SeqExhausted, buf));
+    };
+    buf.adj(ethernet::HEADER_LEN);
+    buf.trim_to(total);
+    let mut op = match encap(sa.spi, &sa.session, seq, sa.esn, seq.to_be_bytes(), ipv4::PROTO_IPIP, buf) {
+        Ok(op) => op,
+        Err((e, mut b)) => {
+            // Give the frame back as it came (Ethernet header still in front).
+            b.prepend(ethernet::HEADER_LEN);
+            return Err((e, b));
+        }
+    };
+    let outer = ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN;
+    if !op.buf.prepend(outer) {
+        return Err((EspError::NoRoom, op.buf));
+    }
+    let outer_total = (op.buf.len() - ethernet::HEADER_LEN) as u16;
+    let df = match sa.df {
+        super::DfMode::Copy => inner_df,
+        super::DfMode::Set => true,
+        super::DfMode::Clear => false,
+    };
+    let flags = if df { ipv4::FLAG_DF } else { 0 };
+    ipv4::write_header(
+        &mut op.buf.frame_mut()[ethernet::HEADER_LEN..outer],
+        tos,
+        outer_total,
+        seq as u16,
+        flags,
+        sa.outer_ttl,
+        ipv4::PROTO_ESP,
+        sa.tunnel_src,
+        sa.tunnel_dst,
+    );
+    op.data_offset += outer as u32;
+    op.icv_offset += outer as u32;
+    Ok(op)
+}
+
+/// Completes an outbound op: the ICV is in place, so a successful op's
+/// buffer is the finished frame. A failed op is a `CryptoError`.
+pub fn finish(op: CryptoOp<PktBuf>) -> Result<PktBuf, (EspError, PktBuf)> {
+    match op.status {
+        OpStatus::Success => Ok(op.buf),
+        _ => Err((EspError::CryptoError, op.buf)),
+    }
+}

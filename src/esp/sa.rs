@@ -1,0 +1,94 @@
+//! Security associations: the immutable part shared by every thread (cold)
+//! and the mutable part owned by the SA's worker (hot).
+
+use super::replay::ReplayWindow;
+use crate::crypto::Session;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+/// Outer DF bit handling for tunnel mode (RFC 4301 §8.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DfMode {
+    /// Copy the inner header's DF bit.
+    Copy,
+    /// Always set.
+    Set,
+    /// Always clear.
+    Clear,
+}
+
+/// An outbound tunnel-mode SA (immutable once installed).
+#[derive(Debug, Clone)]
+pub struct OutboundSa {
+    /// SPI, never 0.
+    pub spi: u32,
+    /// Encrypt session.
+    pub session: Arc<Session>,
+    /// Outer source address.
+    pub tunnel_src: Ipv4Addr,
+    /// Outer destination address.
+    pub tunnel_dst: Ipv4Addr,
+    /// Outer TTL (RFC 4301 §5.1.2.1: a default, not copied).
+    pub outer_ttl: u8,
+    /// Outer DF handling.
+    pub df: DfMode,
+    /// Extended sequence numbers (RFC 4303 §2.2.1).
+    pub esn: bool,
+    /// Worker that owns the SA's sequence counter.
+    pub owner: usize,
+}
+
+/// The sender's mutable state of an outbound SA. Owned by one worker.
+#[derive(Debug, Clone, Default)]
+pub struct OutboundState {
+    /// Last sequence number sent (0 = none yet, so the first packet carries
+    /// 1, RFC 4303 §3.3.3).
+    pub seq: u64,
+}
+
+impl OutboundState {
+    /// Takes the next sequence number, refusing to cycle (RFC 4303 §3.3.3):
+    /// past 2^32−1 without ESN, 2^64−1 with.
+    #[inline]
+    pub fn next_seq(&mut self, esn: bool) -> Option<u64> {
+        let limit = if esn { u64::MAX } else { u32::MAX as u64 };
+        if self.seq >= limit {
+            return None;
+        }
+        self.seq += 1;
+        Some(self.seq)
+    }
+}
+
+/// An inbound tunnel-mode SA (immutable once installed).
+#[derive(Debug, Clone)]
+pub struct InboundSa {
+    /// SPI, never 0.
+    pub spi: u32,
+    /// Decrypt session.
+    pub session: Arc<Session>,
+    /// Expected outer source address.
+    pub tunnel_src: Ipv4Addr,
+    /// Expected outer destination address (one of ours).
+    pub tunnel_dst: Ipv4Addr,
+    /// Extended sequence numbers.
+    pub esn: bool,
+    /// Anti-replay window in packets (0 = off).
+    pub replay_window: u32,
+    /// Worker that owns the SA's replay window.
+    pub owner: usize,
+}
+
+/// The receiver's mutable state of an inbound SA. Owned by one worker.
+#[derive(Debug, Clone)]
+pub struct InboundState {
+    /// Anti-replay window.
+    pub window: ReplayWindow,
+}
+
+impl InboundState {
+    /// Fresh state for `sa`. Allocates the bitmap: control path only.
+    pub fn new(sa: &InboundSa) -> InboundState {
+        InboundState { window: ReplayWindow::new(sa.replay_window) }
+    }
+}

@@ -1,0 +1,229 @@
+//! Packet I/O: the port API and its backends.
+//!
+//! A [`Port`] moves bursts of Ethernet frames between an interface and
+//! [`PktBuf`]s, the gateway's packet buffers (DPDK's mbufs). A `PktBuf` is a
+//! fixed-size buffer allocated once at start-up with [`HEADROOM`] bytes in
+//! front of the frame, so ESP encapsulation grows into headroom and tailroom
+//! without allocating per packet.
+//!
+//! Backends: [`af_xdp`] (AF_XDP sockets through `xsk-rs`) and [`mem`]
+//! (in-memory port pairs for tests).
+
+pub mod af_xdp;
+pub mod mem;
+
+/// Total bytes of one packet buffer (headroom + frame + tailroom).
+pub const BUF_SIZE: usize = 2048 + HEADROOM;
+/// Bytes reserved in front of a received frame for the outer headers an
+/// outbound SA prepends (outer IPv4 20 + ESP 8 + IV 8 = 36 for tunnel mode,
+/// with room to spare for later modes).
+pub const HEADROOM: usize = 128;
+
+/// One packet buffer: `BUF_SIZE` bytes, the frame at `[head, head + len)`.
+///
+/// Invariant: `head + len <= BUF_SIZE`.
+pub struct PktBuf {
+    data: Box<[u8]>,
+    head: usize,
+    len: usize,
+    /// Port the frame was received on.
+    pub port: u16,
+}
+
+impl std::fmt::Debug for PktBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PktBuf").field("head", &self.head).field("len", &self.len).field("port", &self.port).finish()
+    }
+}
+
+impl Default for PktBuf {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PktBuf {
+    /// A zeroed buffer with the frame empty at `HEADROOM`. Allocates: call at
+    /// start-up only.
+    pub fn new() -> Self {
+        PktBuf { data: vec![0u8; BUF_SIZE].into_boxed_slice(), head: HEADROOM, len: 0, port: 0 }
+    }
+
+    /// The frame bytes.
+    #[inline]
+    pub fn frame(&self) -> &[u8] {
+        &self.data[self.head..self.head + self.len]
+    }
+
+    /// The frame bytes, mutable.
+    #[inline]
+    pub fn frame_mut(&mut self) -> &mut [u8] {
+        &mut self.data[self.head..self.head + self.len]
+    }
+
+    /// Frame length in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the frame is empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes free in front of the frame.
+    #[inline]
+    pub fn headroom(&self) -> usize {
+        self.head
+    }
+
+    /// Bytes free after the frame.
+    #[inline]
+    pub fn tailroom(&self) -> usize {
+        BUF_SIZE - self.head - self.len
+    }
+
+    /// Resets to an empty frame at `HEADROOM` and returns the writable area
+    /// for a new frame of up to `BUF_SIZE - HEADROOM` bytes; finish with
+    /// [`PktBuf::set_len`].
+    #[inline]
+    pub fn reset(&mut self) -> &mut [u8] {
+        self.head = HEADROOM;
+        self.len = 0;
+        &mut self.data[HEADROOM..]
+    }
+
+    /// Sets the frame length after writing into [`PktBuf::reset`]'s area.
+    /// Returns false (and changes nothing) if it would not fit.
+    #[inline]
+    pub fn set_len(&mut self, len: usize) -> bool {
+        if self.head + len > BUF_SIZE {
+            return false;
+        }
+        self.len = len;
+        true
+    }
+
+    /// Copies `bytes` in as the whole frame, at `HEADROOM`. Returns false if
+    /// it does not fit.
+    pub fn copy_from(&mut self, bytes: &[u8]) -> bool {
+        let area = self.reset();
+        if bytes.len() > area.len() {
+            return false;
+        }
+        area[..bytes.len()].copy_from_slice(bytes);
+        self.len = bytes.len();
+        true
+    }
+
+    /// Grows the frame by `n` bytes at the front (into headroom); the new
+    /// bytes are not initialised. Returns false if headroom is short.
+    #[inline]
+    pub fn prepend(&mut self, n: usize) -> bool {
+        if n > self.head {
+            return false;
+        }
+        self.head -= n;
+        self.len += n;
+        true
+    }
+
+    /// Removes `n` bytes from the front. Returns false if the frame is shorter.
+    #[inline]
+    pub fn adj(&mut self, n: usize) -> bool {
+        if n > self.len {
+            return false;
+        }
+        self.head += n;
+        self.len -= n;
+        true
+    }
+
+    /// Grows the frame by `n` bytes at the end (into tailroom). Returns false
+    /// if tailroom is short.
+    #[inline]
+    pub fn append(&mut self, n: usize) -> bool {
+        if n > self.tailroom() {
+            return false;
+        }
+        self.len += n;
+        true
+    }
+
+    /// Cuts the frame to `len` bytes. Returns false if it is shorter.
+    #[inline]
+    pub fn trim_to(&mut self, len: usize) -> bool {
+        if len > self.len {
+            return false;
+        }
+        self.len = len;
+        true
+    }
+}
+
+/// Counters a port backend keeps itself (beyond what the worker counts).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PortStats {
+    /// Frames received.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Frames handed to the device for transmit.
+    pub tx_packets: u64,
+    /// Bytes handed to the device for transmit.
+    pub tx_bytes: u64,
+    /// Frames dropped because the tx ring or the UMEM had no space.
+    pub tx_dropped: u64,
+    /// Frames the kernel dropped on receive (rx ring full, fill ring empty).
+    pub rx_dropped: u64,
+}
+
+/// Errors of port setup.
+#[derive(Debug, thiserror::Error)]
+pub enum IoError {
+    /// Interface not found.
+    #[error("interface {0:?} not found")]
+    NoInterface(String),
+    /// AF_XDP socket or UMEM setup failed.
+    #[error("AF_XDP setup on {interface:?} queue {queue}: {what}")]
+    Setup {
+        /// Interface name.
+        interface: String,
+        /// Queue id.
+        queue: u32,
+        /// What failed.
+        what: String,
+    },
+    /// Any other OS error.
+    #[error("{0}")]
+    Os(#[from] std::io::Error),
+}
+
+/// A port: bursts of frames in and out. Owned by one worker (`Send`, not
+/// shared).
+pub trait Port: Send {
+    /// Receives up to `bufs.len()` frames, copying each into `bufs[i]`
+    /// (via [`PktBuf::reset`]/[`PktBuf::set_len`]) and setting `bufs[i].port`.
+    /// Returns how many were filled; never blocks.
+    fn rx_burst(&mut self, bufs: &mut [PktBuf]) -> usize;
+
+    /// Transmits the frames of `bufs` in order. Returns how many were taken;
+    /// the caller counts the rest as tx drops. Never blocks.
+    fn tx_burst(&mut self, bufs: &[PktBuf]) -> usize;
+
+    /// Reclaims completed transmissions and kicks the kernel if it needs a
+    /// wakeup; call once per loop iteration.
+    fn poll(&mut self);
+
+    /// Counters kept by the backend.
+    fn stats(&self) -> PortStats;
+}
+
+impl AsMut<[u8]> for PktBuf {
+    /// The frame bytes (crypto ops name ranges relative to the frame start).
+    fn as_mut(&mut self) -> &mut [u8] {
+        self.frame_mut()
+    }
+}

@@ -1,0 +1,219 @@
+//! IPv4 headers (RFC 791).
+
+use super::{be16, checksum, need, WireError};
+use std::net::Ipv4Addr;
+
+/// Version/IHL byte offset.
+pub const VER_IHL: usize = 0;
+/// DS field + ECN byte offset (RFC 2474, RFC 3168).
+pub const TOS: usize = 1;
+/// Total length offset.
+pub const TOTAL_LEN: usize = 2;
+/// Identification offset.
+pub const IDENT: usize = 4;
+/// Flags + fragment offset.
+pub const FLAGS_FRAG: usize = 6;
+/// TTL offset.
+pub const TTL: usize = 8;
+/// Protocol offset.
+pub const PROTOCOL: usize = 9;
+/// Header checksum offset.
+pub const CHECKSUM: usize = 10;
+/// Source address offset.
+pub const SRC: usize = 12;
+/// Destination address offset.
+pub const DST: usize = 16;
+/// Length of a header without options.
+pub const MIN_HEADER_LEN: usize = 20;
+/// DF flag in the flags/fragment word.
+pub const FLAG_DF: u16 = 0x4000;
+/// MF flag in the flags/fragment word.
+pub const FLAG_MF: u16 = 0x2000;
+
+/// IP protocol number of ICMP.
+pub const PROTO_ICMP: u8 = 1;
+/// IP protocol number of IPv4-in-IP (tunnel mode next header, RFC 4303 §3.1.2).
+pub const PROTO_IPIP: u8 = 4;
+/// IP protocol number of TCP.
+pub const PROTO_TCP: u8 = 6;
+/// IP protocol number of UDP.
+pub const PROTO_UDP: u8 = 17;
+/// IP protocol number of ESP (RFC 4303).
+pub const PROTO_ESP: u8 = 50;
+/// "No next header": an ESP dummy packet (RFC 4303 §2.6).
+pub const PROTO_NONE: u8 = 59;
+
+/// Checked view of an IPv4 packet: the header is complete, its checksum is
+/// right, and `total_len` bytes are present (bytes after it, e.g. Ethernet
+/// padding, are outside the view).
+#[derive(Debug, Clone, Copy)]
+pub struct Ipv4Packet<'a> {
+    buf: &'a [u8],
+    header_len: usize,
+}
+
+impl<'a> Ipv4Packet<'a> {
+    /// Validates version 4, IHL ≥ 5, header checksum, and that the total
+    /// length covers the header and fits in `buf`.
+    pub fn new_checked(buf: &'a [u8]) -> Result<Self, WireError> {
+        // etherparse checks version, IHL and total length against the header length.
+        let h = etherparse::Ipv4HeaderSlice::from_slice(buf).map_err(|_| {
+            if buf.len() < MIN_HEADER_LEN {
+                WireError::Truncated { layer: "ipv4", offset: 0, need: MIN_HEADER_LEN, have: buf.len() }
+            } else {
+                WireError::BadField { layer: "ipv4", field: "version/ihl/total_len", value: be16(buf, 0) as u32 }
+            }
+        })?;
+        let header_len = h.slice().len();
+        let total = h.total_len() as usize;
+        need("ipv4", buf, total)?;
+        if checksum::sum(&buf[..header_len]) != 0xffff {
+            return Err(WireError::BadField { layer: "ipv4", field: "header checksum", value: be16(buf, CHECKSUM) as u32 });
+        }
+        Ok(Ipv4Packet { buf: &buf[..total], header_len })
+    }
+
+    /// Header length in bytes (IHL × 4).
+    pub fn header_len(&self) -> usize {
+        self.header_len
+    }
+    /// Total length in bytes.
+    pub fn total_len(&self) -> usize {
+        self.buf.len()
+    }
+    /// DS field and ECN byte.
+    pub fn tos(&self) -> u8 {
+        self.buf[TOS]
+    }
+    /// Flags and fragment offset word.
+    pub fn flags_frag(&self) -> u16 {
+        be16(self.buf, FLAGS_FRAG)
+    }
+    /// True if DF is set.
+    pub fn df(&self) -> bool {
+        self.flags_frag() & FLAG_DF != 0
+    }
+    /// True if this is a fragment (MF set or non-zero offset).
+    pub fn is_fragment(&self) -> bool {
+        self.flags_frag() & (FLAG_MF | 0x1fff) != 0
+    }
+    /// TTL.
+    pub fn ttl(&self) -> u8 {
+        self.buf[TTL]
+    }
+    /// Protocol.
+    pub fn protocol(&self) -> u8 {
+        self.buf[PROTOCOL]
+    }
+    /// Source address.
+    pub fn src(&self) -> Ipv4Addr {
+        Ipv4Addr::new(self.buf[SRC], self.buf[SRC + 1], self.buf[SRC + 2], self.buf[SRC + 3])
+    }
+    /// Destination address.
+    pub fn dst(&self) -> Ipv4Addr {
+        Ipv4Addr::new(self.buf[DST], self.buf[DST + 1], self.buf[DST + 2], self.buf[DST + 3])
+    }
+    /// Bytes after the header, up to the total length.
+    pub fn payload(&self) -> &'a [u8] {
+        &self.buf[self.header_len..]
+    }
+    /// Source and destination ports for TCP/UDP first fragments with at least
+    /// 4 payload bytes, else `None` (RFC 4301 §4.4.1.1 OPAQUE).
+    pub fn ports(&self) -> Option<(u16, u16)> {
+        let p = self.protocol();
+        if (p == PROTO_TCP || p == PROTO_UDP) && self.flags_frag() & 0x1fff == 0 && self.payload().len() >= 4 {
+            let l4 = self.payload();
+            Some((be16(l4, 0), be16(l4, 2)))
+        } else {
+            None
+        }
+    }
+}
+
+/// Decrements the TTL of the IPv4 header at the start of `hdr` by one and
+/// updates the header checksum incrementally (RFC 1624). `hdr` must hold at
+/// least 20 bytes (the caller has checked it with [`Ipv4Packet::new_checked`]).
+pub fn decrement_ttl(hdr: &mut [u8]) {
+    if hdr.len() < MIN_HEADER_LEN {
+        return;
+    }
+    let old = be16(hdr, TTL);
+    hdr[TTL] = hdr[TTL].wrapping_sub(1);
+    let new = be16(hdr, TTL);
+    let ck = checksum::update16(be16(hdr, CHECKSUM), old, new);
+    hdr[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
+}
+
+/// Writes a complete 20-byte IPv4 header without options into `hdr[..20]`,
+/// checksum included.
+#[allow(clippy::too_many_arguments)]
+pub fn write_header(
+    hdr: &mut [u8],
+    tos: u8,
+    total_len: u16,
+    ident: u16,
+    flags_frag: u16,
+    ttl: u8,
+    protocol: u8,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+) {
+    if hdr.len() < MIN_HEADER_LEN {
+        return;
+    }
+    hdr[VER_IHL] = 0x45;
+    hdr[TOS] = tos;
+    hdr[TOTAL_LEN..TOTAL_LEN + 2].copy_from_slice(&total_len.to_be_bytes());
+    hdr[IDENT..IDENT + 2].copy_from_slice(&ident.to_be_bytes());
+    hdr[FLAGS_FRAG..FLAGS_FRAG + 2].copy_from_slice(&flags_frag.to_be_bytes());
+    hdr[TTL] = ttl;
+    hdr[PROTOCOL] = protocol;
+    hdr[CHECKSUM..CHECKSUM + 2].copy_from_slice(&[0, 0]);
+    hdr[SRC..SRC + 4].copy_from_slice(&src.octets());
+    hdr[DST..DST + 4].copy_from_slice(&dst.octets());
+    let ck = checksum::checksum(&hdr[..MIN_HEADER_LEN]);
+    hdr[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<u8> {
+        let mut p = vec![0u8; 28];
+        write_header(&mut p, 0xb8, 28, 7, FLAG_DF, 64, PROTO_UDP, Ipv4Addr::new(192, 0, 2, 10), Ipv4Addr::new(198, 51, 100, 10));
+        p[20..24].copy_from_slice(&[0x30, 0x39, 0x00, 0x35]);
+        p
+    }
+
+    #[test]
+    fn parses_what_it_writes() {
+        let p = sample();
+        let v = Ipv4Packet::new_checked(&p).unwrap();
+        assert_eq!(v.tos(), 0xb8);
+        assert!(v.df());
+        assert_eq!(v.ports(), Some((12345, 53)));
+        assert_eq!(v.dst(), Ipv4Addr::new(198, 51, 100, 10));
+    }
+
+    #[test]
+    fn rejects_truncated_bad_checksum_and_bad_length() {
+        let p = sample();
+        assert!(Ipv4Packet::new_checked(&p[..19]).is_err());
+        assert!(Ipv4Packet::new_checked(&p[..27]).is_err());
+        let mut q = p.clone();
+        q[CHECKSUM] ^= 1;
+        assert!(Ipv4Packet::new_checked(&q).is_err());
+        let mut r = p.clone();
+        r[0] = 0x44;
+        assert!(Ipv4Packet::new_checked(&r).is_err());
+    }
+
+    #[test]
+    fn ttl_decrement_keeps_checksum_valid() {
+        let mut p = sample();
+        decrement_ttl(&mut p);
+        let v = Ipv4Packet::new_checked(&p).unwrap();
+        assert_eq!(v.ttl(), 63);
+    }
+}

@@ -1,0 +1,601 @@
+//! Config layer: the sample configs load, and each class of mistake is
+//! reported at its exact file:line:column with its field path.
+
+use std::path::{Path, PathBuf};
+
+use secgw::config::{self, Action, Algorithm, ConfigError, Direction, PortRole, Protocol};
+
+/// A small valid config; the tests below break one thing in it.
+const BASE: &str = r#"[gateway]
+workers = 1
+
+[[port]]
+name = "inside"
+interface = "in0"
+role = "protected"
+
+[[port]]
+name = "outside"
+interface = "out0"
+role = "unprotected"
+addresses = ["203.0.113.1/24"]
+
+[[sa]]
+spi = 1001
+direction = "outbound"
+algorithm = "aes-128-gcm"
+key = "00112233445566778899aabbccddeeff01020304"
+tunnel_src = "203.0.113.1"
+tunnel_dst = "203.0.113.2"
+
+[[sa]]
+spi = 1002
+direction = "inbound"
+algorithm = "aes-128-gcm"
+key = "ffeeddccbbaa99887766554433221100a0b0c0d0"
+tunnel_src = "203.0.113.2"
+tunnel_dst = "203.0.113.1"
+
+[[policy]]
+direction = "outbound"
+src = "192.0.2.0/24"
+dst = "198.51.100.0/24"
+action = "protect 1001"
+
+[[policy]]
+direction = "inbound"
+src = "198.51.100.0/24"
+dst = "192.0.2.0/24"
+action = "protect 1002"
+
+[[route]]
+prefix = "198.51.100.0/24"
+port = "outside"
+via = "203.0.113.2"
+"#;
+
+const FILE: &str = "test.toml";
+
+fn sample(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("configs")
+        .join(name)
+}
+
+/// BASE with `from` (which must occur once) replaced by `to`.
+fn edit(from: &str, to: &str) -> String {
+    assert_eq!(
+        BASE.matches(from).count(),
+        1,
+        "{from:?} must occur once in BASE"
+    );
+    BASE.replacen(from, to, 1)
+}
+
+/// 1-based line and column of the first `needle` in `text`.
+fn pos(text: &str, needle: &str) -> (usize, usize) {
+    let at = text
+        .find(needle)
+        .unwrap_or_else(|| panic!("{needle:?} not in text"));
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    (
+        text[..at].matches('\n').count() + 1,
+        text[line_start..at].chars().count() + 1,
+    )
+}
+
+/// 1-based line and column of the last `needle` in `text`.
+fn pos_last(text: &str, needle: &str) -> (usize, usize) {
+    let at = text
+        .rfind(needle)
+        .unwrap_or_else(|| panic!("{needle:?} not in text"));
+    let (line, col) = pos(&text[at..], needle);
+    let before = &text[..at];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (
+        before.matches('\n').count() + line,
+        before[line_start..].chars().count() + col,
+    )
+}
+
+fn error(text: &str) -> ConfigError {
+    match config::parse(text, Path::new(FILE)) {
+        Ok(_) => panic!("config was accepted:\n{text}"),
+        Err(e) => e,
+    }
+}
+
+/// Asserts that `text` fails with exactly one problem, at the position of
+/// `at` (plus `col_offset` characters), naming `field`, its message
+/// containing `message`.
+fn assert_one(text: &str, at: &str, col_offset: usize, field: &str, message: &str) {
+    let err = error(text);
+    let shown = err.to_string();
+    assert_eq!(
+        err.problems().len(),
+        1,
+        "expected one problem, got:\n{shown}"
+    );
+    let (line, col) = pos(text, at);
+    let prefix = format!("{FILE}:{line}:{}: {field}: ", col + col_offset);
+    assert!(
+        shown.starts_with(&prefix),
+        "expected {prefix:?}…, got:\n{shown}"
+    );
+    assert!(shown.contains(message), "expected {message:?} in:\n{shown}");
+    assert_eq!(shown.lines().count(), 1, "one line per problem:\n{shown}");
+}
+
+#[test]
+fn base_is_valid() {
+    let cfg = config::parse(BASE, Path::new(FILE)).unwrap();
+    assert_eq!(cfg.gateway.name, "secgw");
+    assert_eq!(cfg.sas[0].replay_window, 0, "outbound SAs have no window");
+    assert_eq!(cfg.sas[1].replay_window, 64, "inbound default");
+    assert_eq!(cfg.policies[0].priority, 100);
+    assert_eq!(cfg.policies[0].src_ports, (0, 65535));
+    assert_eq!(cfg.routes[0].port, 1);
+    assert!(
+        config::warnings(&cfg).is_empty(),
+        "{:?}",
+        config::warnings(&cfg)
+    );
+}
+
+#[test]
+fn ep0_loads() {
+    let path = sample("ep0.toml");
+    let cfg = config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cfg.source, path);
+    assert_eq!(cfg.gateway.name, "gw0");
+    assert_eq!(cfg.gateway.workers, 1);
+    assert_eq!(cfg.gateway.stats_interval, 0);
+    let names: Vec<_> = cfg
+        .ports
+        .iter()
+        .map(|p| (p.name.as_str(), p.interface.as_str(), p.role))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("inside", "gw0-in", PortRole::Protected),
+            ("outside", "gw0-out", PortRole::Unprotected)
+        ]
+    );
+    assert_eq!(cfg.ports[0].mac, Some([2, 0, 0, 0, 0, 1]));
+    assert_eq!(
+        cfg.ports[1].addresses,
+        [("203.0.113.1".parse().unwrap(), 24)]
+    );
+    let sas: Vec<_> = cfg
+        .sas
+        .iter()
+        .map(|s| (s.spi, s.direction, s.key.len()))
+        .collect();
+    assert_eq!(
+        sas,
+        [
+            (1001, Direction::Outbound, 20),
+            (1002, Direction::Inbound, 20)
+        ]
+    );
+    assert_eq!(cfg.policies.len(), 2);
+    assert_eq!(cfg.policies[0].action, Action::Protect(1001));
+    assert_eq!(cfg.routes.len(), 3);
+    assert_eq!(cfg.routes[1].via, Some("203.0.113.2".parse().unwrap()));
+    assert_eq!(cfg.routes[1].port, 1);
+    assert_eq!(cfg.neighbours.len(), 2);
+    assert!(
+        config::warnings(&cfg).is_empty(),
+        "{:?}",
+        config::warnings(&cfg)
+    );
+}
+
+#[test]
+fn ep1_loads_and_mirrors_ep0() {
+    let ep0 = config::load(&sample("ep0.toml")).unwrap();
+    let cfg = config::load(&sample("ep1.toml")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cfg.gateway.name, "gw1");
+    let sas: Vec<_> = cfg
+        .sas
+        .iter()
+        .map(|s| (s.spi, s.direction, s.algorithm, s.key.len()))
+        .collect();
+    assert_eq!(
+        sas,
+        [
+            (1002, Direction::Outbound, Algorithm::Aes128Gcm, 20),
+            (1001, Direction::Inbound, Algorithm::Aes128Gcm, 20),
+            (1003, Direction::Inbound, Algorithm::Aes256Gcm, 36),
+        ]
+    );
+    // The two ends share each SA: same key, same tunnel.
+    for sa in &cfg.sas[..2] {
+        let peer = ep0.sas.iter().find(|p| p.spi == sa.spi).unwrap();
+        assert_ne!(peer.direction, sa.direction);
+        assert_eq!(
+            (&peer.key, peer.tunnel_src, peer.tunnel_dst),
+            (&sa.key, sa.tunnel_src, sa.tunnel_dst)
+        );
+    }
+    let p = &cfg.policies[2];
+    assert_eq!(
+        (p.direction, p.priority, p.action),
+        (Direction::Inbound, 20, Action::Protect(1003))
+    );
+    assert_eq!((p.src, p.dst), (cfg.policies[1].src, cfg.policies[1].dst));
+    assert_eq!(cfg.policies[1].protocol, Protocol::Any);
+    assert!(
+        config::warnings(&cfg).is_empty(),
+        "{:?}",
+        config::warnings(&cfg)
+    );
+}
+
+#[test]
+fn missing_required_field() {
+    let text = edit("tunnel_dst = \"203.0.113.2\"\n", "");
+    // Reported at the header of the table that lacks it.
+    assert_one(
+        &text,
+        "[[sa]]",
+        0,
+        "sa[0].tunnel_dst",
+        "missing required key `tunnel_dst`",
+    );
+}
+
+#[test]
+fn unknown_key() {
+    let text = edit("name = \"outside\"", "nmae = \"outside\"");
+    let err = error(&text);
+    assert!(matches!(err, ConfigError::Syntax(_)), "{err:?}");
+    assert_one(&text, "nmae", 0, "port[1].nmae", "unknown key `nmae`");
+    assert!(err.to_string().contains("did you mean `name`?"), "{err}");
+}
+
+#[test]
+fn unknown_table() {
+    let text = format!("{BASE}\n[[neighbor]]\nip = \"203.0.113.2\"\n");
+    assert_one(
+        &text,
+        "neighbor",
+        0,
+        "neighbor",
+        "did you mean `neighbour`?",
+    );
+}
+
+#[test]
+fn bad_hex_key_length() {
+    let text = edit(
+        "key = \"00112233445566778899aabbccddeeff01020304\"",
+        "key = \"00112233445566778899aabbccddeeff010203\"",
+    );
+    assert_one(
+        &text,
+        "key = \"0011",
+        6,
+        "sa[0].key",
+        "expected 40 hex digits (AES-128-GCM key ‖ 4-byte salt), found 38",
+    );
+}
+
+#[test]
+fn key_errors_never_show_the_key() {
+    let text = edit(
+        "key = \"00112233445566778899aabbccddeeff01020304\"",
+        "key = \"00112233445566778899aabbccddeeff0102030z\"",
+    );
+    assert_one(
+        &text,
+        "key = \"0011",
+        6,
+        "sa[0].key",
+        "non-hex character at position 40",
+    );
+    assert!(!error(&text).to_string().contains("00112233"));
+}
+
+#[test]
+fn key_with_colons_and_aes256() {
+    let key256 = (0..36)
+        .map(|i| format!("{i:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    let text = edit(
+        "algorithm = \"aes-128-gcm\"\nkey = \"00112233445566778899aabbccddeeff01020304\"",
+        &format!("algorithm = \"aes-256-gcm\"\nkey = \"{key256}\""),
+    );
+    let cfg = config::parse(&text, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cfg.sas[0].key, (0..36).collect::<Vec<u8>>());
+}
+
+#[test]
+fn spi_zero() {
+    let text = edit("spi = 1001", "spi = 0").replace("protect 1001", "bypass");
+    assert_one(
+        &text,
+        "spi = 0",
+        6,
+        "sa[0].spi",
+        "0 is reserved, RFC 4303 §2.1",
+    );
+    let text = edit("spi = 1001", "spi = \"0x0\"").replace("protect 1001", "bypass");
+    assert_one(&text, "spi = \"0x0\"", 6, "sa[0].spi", "found 0");
+}
+
+#[test]
+fn spi_hex_string_and_low_spi_warning() {
+    let text = edit("spi = 1001", "spi = \"0x3e9\"");
+    assert_eq!(
+        config::parse(&text, Path::new(FILE)).unwrap().sas[0].spi,
+        1001
+    );
+    let text = edit("spi = 1001", "spi = 7").replace("protect 1001", "protect 0x7");
+    let cfg = config::parse(&text, Path::new(FILE)).unwrap();
+    let warnings = config::warnings(&cfg);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("test.toml: sa[0].spi: SPI 7"),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn duplicate_spi_and_direction() {
+    let dup = "\n[[sa]]\nspi = 1001\ndirection = \"outbound\"\nalgorithm = \"aes-128-gcm\"\n\
+               key = \"00112233445566778899aabbccddeeff01020304\"\ntunnel_src = \"203.0.113.1\"\n\
+               tunnel_dst = \"203.0.113.9\"\n";
+    let text = format!("{BASE}{dup}");
+    let (line, col) = pos_last(&text, "spi = 1001");
+    let err = error(&text).to_string();
+    let first = pos(&text, "spi = 1001").0;
+    let want = format!(
+        "{FILE}:{line}:{}: sa[2].spi: duplicate outbound SA with SPI 1001 (first at line {first})",
+        col + 6
+    );
+    assert_eq!(err, want);
+}
+
+#[test]
+fn protect_unknown_spi() {
+    let text = edit("action = \"protect 1001\"", "action = \"protect 1005\"");
+    assert_one(
+        &text,
+        "action = \"protect 1005\"",
+        9,
+        "policy[0].action",
+        "found 1005 (no SA has it)",
+    );
+}
+
+#[test]
+fn protect_spi_of_other_direction() {
+    let text = edit("action = \"protect 1001\"", "action = \"protect 0x3ea\"");
+    assert_one(
+        &text,
+        "action = \"protect 0x3ea\"",
+        9,
+        "policy[0].action",
+        "expected an outbound SA for an outbound policy, found SPI 1002 is inbound",
+    );
+}
+
+#[test]
+fn duplicate_port_name() {
+    let text =
+        format!("{BASE}\n[[port]]\nname = \"inside\"\ninterface = \"in1\"\nrole = \"protected\"\n");
+    let (line, col) = pos_last(&text, "name = \"inside\"");
+    let first = pos(&text, "name = \"inside\"").0;
+    let err = error(&text).to_string();
+    let want = format!(
+        "{FILE}:{line}:{}: port[2].name: duplicate port name \"inside\" (first at line {first})",
+        col + 7
+    );
+    assert_eq!(err, want);
+}
+
+#[test]
+fn route_to_unknown_port() {
+    let text = edit("port = \"outside\"", "port = \"outsde\"");
+    assert_one(
+        &text,
+        "port = \"outsde\"",
+        7,
+        "route[0].port",
+        "(\"inside\", \"outside\"), found \"outsde\"",
+    );
+}
+
+#[test]
+fn bad_prefix() {
+    let text = edit("dst = \"198.51.100.0/24\"", "dst = \"198.51.100.0/33\"");
+    assert_one(
+        &text,
+        "dst = \"198.51.100.0/33\"",
+        6,
+        "policy[0].dst",
+        "prefix length 0..=32",
+    );
+    let text = edit("prefix = \"198.51.100.0/24\"", "prefix = \"198.51.100/24\"");
+    assert_one(
+        &text,
+        "prefix = ",
+        9,
+        "route[0].prefix",
+        "expected an IPv4 prefix like \"192.0.2.0/24\", found \"198.51.100/24\"",
+    );
+}
+
+#[test]
+fn host_bits_set() {
+    let text = edit("src = \"192.0.2.0/24\"", "src = \"192.0.2.1/24\"");
+    assert_one(
+        &text,
+        "src = \"192.0.2.1/24\"",
+        6,
+        "policy[0].src",
+        "host bits set in 192.0.2.1/24 (the network is 192.0.2.0/24)",
+    );
+}
+
+#[test]
+fn port_range_reversed() {
+    let text = edit(
+        "action = \"protect 1001\"",
+        "protocol = \"udp\"\nsrc_ports = \"2000-1000\"\naction = \"protect 1001\"",
+    );
+    assert_one(
+        &text,
+        "src_ports",
+        12,
+        "policy[0].src_ports",
+        "N <= M, found \"2000-1000\"",
+    );
+    let cfg = config::parse(&text.replace("2000-1000", "1000-2000"), Path::new(FILE)).unwrap();
+    assert_eq!(cfg.policies[0].src_ports, (1000, 2000));
+    assert_eq!(cfg.policies[0].protocol, Protocol::Number(17));
+}
+
+#[test]
+fn port_range_needs_tcp_or_udp() {
+    let text = edit(
+        "action = \"protect 1001\"",
+        "dst_ports = \"53\"\naction = \"protect 1001\"",
+    );
+    assert_one(
+        &text,
+        "dst_ports",
+        12,
+        "policy[0].dst_ports",
+        "needs protocol \"tcp\" or \"udp\", found protocol \"any\"",
+    );
+}
+
+#[test]
+fn replay_window_on_outbound() {
+    let text = edit(
+        "direction = \"outbound\"\nalgorithm",
+        "direction = \"outbound\"\nreplay_window = 32\nalgorithm",
+    );
+    assert_one(
+        &text,
+        "replay_window",
+        16,
+        "sa[0].replay_window",
+        "inbound SAs only",
+    );
+}
+
+#[test]
+fn worker_not_below_workers() {
+    let text = edit(
+        "tunnel_dst = \"203.0.113.2\"",
+        "tunnel_dst = \"203.0.113.2\"\nworker = 1",
+    );
+    assert_one(
+        &text,
+        "worker = 1",
+        9,
+        "sa[0].worker",
+        "below gateway.workers = 1, found 1",
+    );
+}
+
+#[test]
+fn toml_syntax_error() {
+    let text = edit("spi = 1002", "spi = 1002 1003");
+    let err = error(&text);
+    assert!(matches!(err, ConfigError::Syntax(_)), "{err:?}");
+    let (line, col) = pos(&text, "1003");
+    let shown = err.to_string();
+    assert!(
+        shown.starts_with(&format!("{FILE}:{line}:{col}: ")),
+        "{shown}"
+    );
+    assert_eq!(shown.lines().count(), 1, "{shown}");
+}
+
+#[test]
+fn all_problems_are_reported_in_file_order() {
+    let text = edit("workers = 1", "workers = 0")
+        .replace(
+            "interface = \"out0\"",
+            "interface = \"a-very-long-interface\"",
+        )
+        .replace("tunnel_src = \"203.0.113.2\"", "tunnel_src = \"203.0.113\"")
+        .replace("via = \"203.0.113.2\"", "via = 7");
+    let err = error(&text);
+    let fields: Vec<&str> = err.problems().iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "gateway.workers",
+            "port[1].interface",
+            "sa[1].tunnel_src",
+            "route[0].via"
+        ],
+        "{err}"
+    );
+    assert_eq!(err.to_string().lines().count(), 4);
+    assert!(
+        err.to_string()
+            .contains("route[0].via: expected a string, found integer 7"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_file() {
+    let err = config::load(Path::new("/nonexistent/secgw.toml")).unwrap_err();
+    assert!(matches!(err, ConfigError::Read { .. }));
+    assert!(
+        err.to_string()
+            .starts_with("/nonexistent/secgw.toml: cannot read config"),
+        "{err}"
+    );
+}
+
+#[test]
+fn summary_never_shows_keys() {
+    for name in ["ep0.toml", "ep1.toml"] {
+        let cfg = config::load(&sample(name)).unwrap();
+        let text = config::summary(&cfg);
+        let debug = format!("{cfg:?}");
+        for sa in &cfg.sas {
+            let key = hex::encode(&sa.key);
+            for shown in [&text, &debug] {
+                assert!(
+                    !shown.contains(&key),
+                    "key of SPI {} shown:\n{shown}",
+                    sa.spi
+                );
+                // Not even a fragment: key and salt halves.
+                assert!(
+                    !shown.contains(&key[..16]) && !shown.contains(&key[key.len() - 8..]),
+                    "{shown}"
+                );
+            }
+        }
+        assert!(
+            text.contains("SPI 1001") && text.contains("0x000003e9"),
+            "{text}"
+        );
+        assert!(text.contains("203.0.113.1 -> 203.0.113.2"), "{text}");
+        assert!(text.lines().count() <= 25, "one screen:\n{text}");
+    }
+}
+
+#[test]
+fn table_where_array_of_tables_belongs() {
+    let text = BASE.replacen("[[route]]", "[route]", 1);
+    assert_one(
+        &text,
+        "[route]",
+        0,
+        "route",
+        "write [[route]] for each entry",
+    );
+}
