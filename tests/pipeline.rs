@@ -1,0 +1,225 @@
+//! The whole pipeline over in-memory ports: gw0 (configs/ep0.toml) encrypts,
+//! gw1 (configs/ep1.toml) decrypts, and every drop lands under its reason.
+//! Malformed ESP is built here with `aes-gcm` directly, not with the
+//! gateway's ESP code.
+
+mod common;
+use aes_gcm::aead::AeadInPlace;
+use aes_gcm::{Aes128Gcm, KeyInit};
+use common::*;
+use std::net::Ipv4Addr;
+
+const HOST_A: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+const HOST_B: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 10);
+const GW0_OUT: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 1);
+const GW1_OUT: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 2);
+
+fn from_host_a(tos: u8, ttl: u8, payload: &[u8]) -> Vec<u8> {
+    eth(mac("02:00:00:00:00:01"), mac("02:00:00:00:0a:01"), 0x0800, &udp_packet(HOST_A, HOST_B, tos, ttl, 40000, 5001, payload))
+}
+
+/// Builds an ESP tunnel packet gw0 → gw1 by hand: `inner` + padding
+/// `pad` + pad length + `nh`, sealed with the SA 1001 key from ep1.toml.
+fn handmade_esp(key: &[u8], spi: u32, seq: u32, inner: &[u8], pad: &[u8], pad_len: u8, nh: u8) -> Vec<u8> {
+    let mut plain = inner.to_vec();
+    plain.extend_from_slice(pad);
+    plain.push(pad_len);
+    plain.push(nh);
+    let iv = [0x42u8, 1, 2, 3, 4, 5, 6, seq as u8];
+    let mut nonce = [0u8; 12];
+    nonce[..4].copy_from_slice(&key[16..20]);
+    nonce[4..].copy_from_slice(&iv);
+    let mut aad = spi.to_be_bytes().to_vec();
+    aad.extend_from_slice(&seq.to_be_bytes());
+    let c = Aes128Gcm::new_from_slice(&key[..16]).unwrap();
+    let tag = c.encrypt_in_place_detached((&nonce).into(), &aad, &mut plain).unwrap();
+    let mut esp = aad.clone();
+    esp.extend_from_slice(&iv);
+    esp.extend_from_slice(&plain);
+    esp.extend_from_slice(&tag);
+    let mut outer = vec![0u8; 20];
+    outer[0] = 0x45;
+    outer[2..4].copy_from_slice(&((20 + esp.len()) as u16).to_be_bytes());
+    outer[8] = 64;
+    outer[9] = 50;
+    outer[12..16].copy_from_slice(&GW0_OUT.octets());
+    outer[16..20].copy_from_slice(&GW1_OUT.octets());
+    let ck = ip_checksum(&outer);
+    outer[10..12].copy_from_slice(&ck.to_be_bytes());
+    outer.extend_from_slice(&esp);
+    eth(mac("02:00:00:00:01:02"), mac("02:00:00:00:00:02"), 0x0800, &outer)
+}
+
+fn inner_udp(src: Ipv4Addr, ttl: u8) -> Vec<u8> {
+    udp_packet(src, HOST_B, 0, ttl, 1, 2, b"hello")
+}
+
+#[test]
+fn tunnel_end_to_end_and_header_rules() {
+    let mut gw0 = Gw::from_config("configs/ep0.toml");
+    let mut gw1 = Gw::from_config("configs/ep1.toml");
+    for (i, size) in [0usize, 1, 2, 3, 100, 1400].into_iter().enumerate() {
+        let payload: Vec<u8> = (0..size).map(|b| b as u8).collect();
+        let frame = from_host_a(0xb8, 64, &payload);
+        let out = gw0.push("inside", &[frame.clone()]);
+        assert_eq!(out.len(), 1, "one ESP frame out of gw0");
+        let (port, esp) = &out[0];
+        assert_eq!(port, "outside");
+        assert_eq!(&esp[..6], &mac("02:00:00:00:01:02"), "dst MAC = gw1 from the neighbour table");
+        assert_eq!(&esp[6..12], &mac("02:00:00:00:00:02"));
+        let ip = &esp[14..34];
+        assert_eq!(ip[9], 50, "protocol ESP");
+        assert_eq!(ip[8], 64, "outer TTL is the default, not copied");
+        assert_eq!(ip[1], 0xb8, "DS field copied from the inner header");
+        assert_eq!(ip[6] & 0x40, 0x40, "DF copied");
+        assert_eq!(ip_checksum(ip), 0);
+        assert_eq!(u32::from_be_bytes(esp[34..38].try_into().unwrap()), 1001);
+        assert_eq!(u32::from_be_bytes(esp[38..42].try_into().unwrap()), i as u32 + 1, "sequence numbers 1, 2, 3, …");
+        // Encrypted part (inner + pad + 2) is 4-byte aligned.
+        let inner_len = 28 + size;
+        let enc_len = esp.len() - 14 - 20 - 8 - 8 - 16;
+        assert_eq!(enc_len % 4, 0);
+        assert!(enc_len >= inner_len + 2 && enc_len < inner_len + 6);
+
+        let back = gw1.push("outside", &[esp.clone()]);
+        assert_eq!(back.len(), 1, "one frame out of gw1 (size {size})");
+        let (port, plain) = &back[0];
+        assert_eq!(port, "inside");
+        assert_eq!(&plain[..6], &mac("02:00:00:00:0b:01"));
+        let mut expect = frame[14..].to_vec();
+        expect[8] -= 2; // one decrement per gateway
+        expect[10..12].copy_from_slice(&[0, 0]);
+        let ck = ip_checksum(&expect[..20]);
+        expect[10..12].copy_from_slice(&ck.to_be_bytes());
+        assert_eq!(&plain[14..], &expect[..], "inner packet unchanged but for TTL");
+    }
+    let s = gw1.stats();
+    let sa = s.sas.iter().find(|s| s.spi == 1001).unwrap();
+    assert_eq!(sa.packets, 6);
+    assert_eq!(s.drops.values().sum::<u64>(), 0);
+}
+
+#[test]
+fn replay_and_tamper_are_dropped_under_their_reasons() {
+    let mut gw0 = Gw::from_config("configs/ep0.toml");
+    let mut gw1 = Gw::from_config("configs/ep1.toml");
+    let esp = gw0.push("inside", &[from_host_a(0, 64, b"x")]).remove(0).1;
+    assert_eq!(gw1.push("outside", &[esp.clone()]).len(), 1);
+    assert_eq!(gw1.push("outside", &[esp.clone()]).len(), 0, "replayed packet dropped");
+    assert_eq!(gw1.drop_count("replay"), 1);
+    // Two copies of a fresh packet in the same burst: the second fails the commit.
+    let esp2 = gw0.push("inside", &[from_host_a(0, 64, b"y")]).remove(0).1;
+    assert_eq!(gw1.push("outside", &[esp2.clone(), esp2]).len(), 1);
+    assert_eq!(gw1.drop_count("replay"), 2);
+    let mut bad = gw0.push("inside", &[from_host_a(0, 64, b"z")]).remove(0).1;
+    let n = bad.len();
+    bad[n - 1] ^= 0x01; // flip one ICV bit
+    assert_eq!(gw1.push("outside", &[bad.clone()]).len(), 0);
+    assert_eq!(gw1.drop_count("auth_failed"), 1);
+    // A failed ICV does not move the window: the genuine packet still passes.
+    bad[n - 1] ^= 0x01;
+    assert_eq!(gw1.push("outside", &[bad]).len(), 1);
+    assert_eq!(gw1.drop_count("auth_failed"), 1);
+}
+
+#[test]
+fn malformed_esp_each_has_its_reason() {
+    let mut gw1 = Gw::from_config("configs/ep1.toml");
+    let key = gw1.sa_key(1001, true);
+    let inner = inner_udp(HOST_A, 64);
+    // inner is 33 bytes: 33 + 1 + 2 = 36, so one pad byte.
+    let ok = handmade_esp(&key, 1001, 1, &inner, &[1], 1, 4);
+    assert_eq!(gw1.push("outside", &[ok]).len(), 1, "hand-made ESP accepted");
+    assert_eq!(gw1.push("outside", &[handmade_esp(&key, 1001, 2, &inner, &[7], 1, 4)]).len(), 0);
+    assert_eq!(gw1.drop_count("bad_padding"), 1, "padding not 1,2,3…");
+    assert_eq!(gw1.push("outside", &[handmade_esp(&key, 1001, 3, &inner[..32], &[1, 2], 9, 4)]).len(), 0);
+    assert_eq!(gw1.drop_count("bad_padding"), 2, "pad length beyond payload");
+    assert_eq!(gw1.push("outside", &[handmade_esp(&key, 1001, 4, &inner, &[1], 1, 17)]).len(), 0);
+    assert_eq!(gw1.drop_count("bad_next_header"), 1);
+    assert_eq!(gw1.push("outside", &[handmade_esp(&key, 1001, 5, &inner, &[1], 1, 59)]).len(), 0);
+    assert_eq!(gw1.drop_count("dummy"), 1, "next header 59 is a dummy packet");
+    let stranger = inner_udp(Ipv4Addr::new(10, 9, 9, 9), 64);
+    assert_eq!(gw1.push("outside", &[handmade_esp(&key, 1001, 6, &stranger, &[1], 1, 4)]).len(), 0);
+    assert_eq!(gw1.drop_count("inner_policy_mismatch"), 1, "inner packet outside the SA's selectors");
+    // TFC padding after the inner packet is tolerated (RFC 4303 §2.7).
+    let mut tfc = inner.clone();
+    tfc.extend_from_slice(&[0u8; 13]);
+    let out = gw1.push("outside", &[handmade_esp(&key, 1001, 7, &tfc, &[1, 2, 3, 4], 4, 4)]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].1.len(), 14 + inner.len(), "TFC padding removed");
+    // Unknown SPI and SPI 0.
+    assert_eq!(gw1.push("outside", &[handmade_esp(&key, 4242, 1, &inner, &[1], 1, 4)]).len(), 0);
+    assert_eq!(gw1.push("outside", &[handmade_esp(&key, 0, 1, &inner, &[1], 1, 4)]).len(), 0);
+    assert_eq!(gw1.drop_count("no_sa"), 2);
+    // Truncated ESP and a packet not 4-byte aligned.
+    let mut short = handmade_esp(&key, 1001, 8, &inner, &[1], 1, 4);
+    short.truncate(14 + 20 + 8 + 8 + 10);
+    fix_outer_len(&mut short);
+    assert_eq!(gw1.push("outside", &[short]).len(), 0);
+    let mut odd = handmade_esp(&key, 1001, 9, &inner, &[1], 1, 4);
+    odd.push(0);
+    fix_outer_len(&mut odd);
+    assert_eq!(gw1.push("outside", &[odd]).len(), 0);
+    assert_eq!(gw1.drop_count("bad_length"), 2);
+    // Cleartext on the outside matching a PROTECT policy.
+    let clear = eth(mac("02:00:00:00:01:02"), mac("02:00:00:00:00:02"), 0x0800, &inner);
+    assert_eq!(gw1.push("outside", &[clear]).len(), 0);
+    assert_eq!(gw1.drop_count("cleartext_protected"), 1);
+}
+
+fn fix_outer_len(f: &mut [u8]) {
+    let len = (f.len() - 14) as u16;
+    f[16..18].copy_from_slice(&len.to_be_bytes());
+    f[24..26].copy_from_slice(&[0, 0]);
+    let ck = ip_checksum(&f[14..34]);
+    f[24..26].copy_from_slice(&ck.to_be_bytes());
+}
+
+#[test]
+fn outbound_policy_ttl_arp_and_malformed() {
+    let mut gw0 = Gw::from_config("configs/ep0.toml");
+    // No policy: 192.0.2.10 → 8.8.8.8.
+    let f = eth(mac("02:00:00:00:00:01"), mac("02:00:00:00:0a:01"), 0x0800, &udp_packet(HOST_A, Ipv4Addr::new(8, 8, 8, 8), 0, 64, 1, 2, b""));
+    assert!(gw0.push("inside", &[f]).is_empty());
+    assert_eq!(gw0.drop_count("no_policy"), 1);
+    // TTL 1 cannot be forwarded.
+    assert!(gw0.push("inside", &[from_host_a(0, 1, b"")]).is_empty());
+    assert_eq!(gw0.drop_count("ttl_exceeded"), 1);
+    // Truncated IPv4 and bad header checksum.
+    let mut f = from_host_a(0, 64, b"abc");
+    f[24] ^= 0xff;
+    assert!(gw0.push("inside", &[f.clone(), f[..30].to_vec()]).is_empty());
+    assert_eq!(gw0.drop_count("malformed"), 2);
+    // ARP request for the gateway's inside address gets a reply.
+    let mut arp = vec![0, 1, 8, 0, 6, 4, 0, 1];
+    arp.extend_from_slice(&mac("02:00:00:00:0a:01"));
+    arp.extend_from_slice(&HOST_A.octets());
+    arp.extend_from_slice(&[0; 6]);
+    arp.extend_from_slice(&[192, 0, 2, 1]);
+    let req = eth([0xff; 6], mac("02:00:00:00:0a:01"), 0x0806, &arp);
+    let out = gw0.push("inside", &[req]);
+    assert_eq!(out.len(), 1);
+    let r = &out[0].1;
+    assert_eq!(&r[..6], &mac("02:00:00:00:0a:01"));
+    assert_eq!(&r[12..14], &[8, 6]);
+    assert_eq!(&r[20..22], &[0, 2], "ARP reply");
+    assert_eq!(&r[22..28], &mac("02:00:00:00:00:01"), "sender MAC = gateway inside MAC");
+    assert_eq!(&r[28..32], &[192, 0, 2, 1]);
+    assert_eq!(&r[32..38], &mac("02:00:00:00:0a:01"));
+    assert_eq!(&r[38..42], &HOST_A.octets());
+    // ARP for an address that is not ours is ignored.
+    arp[24..28].copy_from_slice(&[192, 0, 2, 99]);
+    assert!(gw0.push("inside", &[eth([0xff; 6], mac("02:00:00:00:0a:01"), 0x0806, &arp)]).is_empty());
+    assert_eq!(gw0.stats().arp_replies, 1);
+}
+
+#[test]
+fn sequence_number_never_cycles() {
+    let mut gw0 = Gw::from_config("configs/ep0.toml");
+    gw0.worker.outbound_state(0).unwrap().seq = u32::MAX as u64 - 1;
+    let out = gw0.push("inside", &[from_host_a(0, 64, b"a")]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(&out[0].1[38..42], &u32::MAX.to_be_bytes());
+    assert!(gw0.push("inside", &[from_host_a(0, 64, b"b")]).is_empty(), "no wrap to 0");
+    assert_eq!(gw0.drop_count("seq_exhausted"), 1);
+}
