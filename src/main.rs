@@ -47,7 +47,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn load(path: &PathBuf) -> anyhow::Result<secgw::config::Config> {
+fn load(path: &std::path::Path) -> anyhow::Result<secgw::config::Config> {
     secgw::config::load(path).map_err(|e| anyhow::anyhow!("{e}"))
 }
 

@@ -74,6 +74,16 @@ pub fn run(cfg: &Config, opts: &RunOptions) -> Result<stats::Snapshot, ControlEr
         })
         .collect();
     let core = cfg.gateway.cores.first().copied();
+    if let Some(c) = core {
+        let ids = core_affinity::get_core_ids().unwrap_or_default();
+        if !ids.iter().any(|id| id.id == c) {
+            return Err(ControlError::Unsupported(format!(
+                "{}: gateway.cores: core {c} does not exist here (cores: {:?})",
+                cfg.source.display(),
+                ids.iter().map(|i| i.id).collect::<Vec<_>>()
+            )));
+        }
+    }
     let wconf = WorkerConf { id: worker_id, burst: cfg.gateway.burst, pool_size: POOL_SIZE };
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     let (wstop, wtables, wcounters) = (stop.clone(), tables.clone(), counters.clone());

@@ -159,7 +159,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                         self.counters.drops[DropReason::TxFull as usize].add(1);
                     }
                 }
-                self.pool.extend(q.drain(..));
+                self.pool.append(&mut q);
             }
             self.tx[p] = q;
             self.ports[p].poll();

@@ -23,7 +23,7 @@ pub fn prepare(sa: &InboundSa, st: &InboundState, buf: PktBuf, esp_offset: usize
     let Some(esp) = f.get(esp_offset..) else {
         return Err((EspError::BadLength, buf));
     };
-    if esp.len() < front + GCM_ALIGN + icv_len || (esp.len() - front - icv_len) % GCM_ALIGN != 0 {
+    if esp.len() < front + GCM_ALIGN + icv_len || !(esp.len() - front - icv_len).is_multiple_of(GCM_ALIGN) {
         return Err((EspError::BadLength, buf));
     }
     let ct_len = esp.len() - front - icv_len;

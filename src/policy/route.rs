@@ -23,7 +23,7 @@ pub struct Routes {
 impl Routes {
     /// Builds the table.
     pub fn new(mut routes: Vec<Route>) -> Routes {
-        routes.sort_by(|a, b| b.prefix.len.cmp(&a.prefix.len));
+        routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len));
         Routes { routes }
     }
 
