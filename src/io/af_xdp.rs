@@ -1,11 +1,852 @@
-//! TEMPORARY STUB until the AF_XDP backend lands (being written).
-#![allow(missing_docs)]
+//! AF_XDP port backend (through `xsk-rs`, which wraps libxdp).
+//!
+//! One [`AfXdpPort`] is one AF_XDP socket bound to one `(interface, queue)`
+//! pair, with a UMEM of its own. The UMEM's frames are split once at
+//! [`AfXdpPort::open`]: the first half lives on the fill ring (receive), the
+//! second half is a free list for transmit. Frames are *copied* between the
+//! UMEM and [`PktBuf`]s, so a `PktBuf` never aliases kernel-owned memory and
+//! a received frame goes back to the fill ring within the same `rx_burst`.
+//!
+//! Contracts:
+//! - Nothing on the per-packet path (`rx_burst`, `tx_burst`, `poll`)
+//!   allocates or blocks: descriptor arrays are allocated at open, and the
+//!   only syscalls are the non-blocking wake-ups libxdp's need-wakeup protocol
+//!   asks for (`sendto(MSG_DONTWAIT)` for tx, `poll(timeout 0)` for the fill
+//!   ring).
+//! - Nothing the kernel hands back is trusted: a receive descriptor whose
+//!   address lies outside this port's UMEM, whose length would run past its
+//!   frame, or which does not fit a `PktBuf` is counted in
+//!   [`PortStats::rx_dropped`], never dereferenced, and never panics.
+//! - Frame ownership (xsk-rs's rule): a descriptor produced on the fill or tx
+//!   ring is not touched again until the rx or completion ring hands it back;
+//!   descriptors only ever index this port's own UMEM.
+//! - XDP program lifecycle: the first port a process opens on an interface
+//!   first detaches whatever XDP program is attached to it (a stale one left
+//!   by a killed earlier run would otherwise keep a stale libxdp refcount, or
+//!   block the attach); when the last port of the process on that interface
+//!   is dropped, the XDP program is detached, whatever libxdp's refcount says.
+//!   One gateway process per interface is assumed.
+
+#![allow(unsafe_code)]
+
 use super::{IoError, PktBuf, Port, PortStats};
-#[derive(Debug, Clone, Copy)]
-pub enum AttachMode { Skb, Native, Auto }
-pub struct AfXdpConfig { pub interface: String, pub queue: u32, pub mode: AttachMode, pub frame_count: u32, pub ring_size: u32, pub frame_size: u32 }
-impl AfXdpConfig { pub fn new(interface: String, queue: u32) -> Self { AfXdpConfig { interface, queue, mode: AttachMode::Skb, frame_count: 4096, ring_size: 2048, frame_size: 4096 } } }
-pub struct AfXdpPort;
-impl AfXdpPort { pub fn open(_id: u16, cfg: &AfXdpConfig) -> Result<AfXdpPort, IoError> { Err(IoError::NoInterface(cfg.interface.clone())) } }
-impl Port for AfXdpPort { fn rx_burst(&mut self, _: &mut [PktBuf]) -> usize { 0 } fn tx_burst(&mut self, _: &[PktBuf]) -> usize { 0 } fn poll(&mut self) {} fn stats(&self) -> PortStats { PortStats::default() } }
-pub fn interface_mac(name: &str) -> Result<[u8; 6], IoError> { Err(IoError::NoInterface(name.into())) }
+use std::ffi::{c_int, c_long, c_void, CString};
+use std::io::Write;
+use std::mem::ManuallyDrop;
+use std::os::unix::fs::MetadataExt;
+use std::sync::Mutex;
+use xsk_rs::config::{
+    BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig, XdpFlags,
+};
+use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
+
+// libbpf / libxdp entry points used to remove XDP programs. They are linked
+// in through `xsk-rs` → `libxdp-sys` (static libxdp.a and libbpf.a), which is
+// why they are declared here rather than imported: the crate does not
+// depend on `libxdp-sys` directly. Signatures copied from libbpf 1.5's
+// `libbpf.h` and libxdp 1.6's `xdp/libxdp.h`.
+unsafe extern "C" {
+    fn bpf_xdp_detach(ifindex: c_int, flags: u32, opts: *const c_void) -> c_int;
+    fn bpf_xdp_query_id(ifindex: c_int, flags: c_int, prog_id: *mut u32) -> c_int;
+    fn xdp_multiprog__get_from_ifindex(ifindex: c_int) -> *mut c_void;
+    fn xdp_multiprog__detach(mp: *mut c_void) -> c_int;
+    fn xdp_multiprog__close(mp: *mut c_void);
+    fn libxdp_get_error(ptr: *const c_void) -> c_long;
+}
+
+/// `XDP_FLAGS_SKB_MODE` from `linux/if_link.h`.
+const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+/// `XDP_FLAGS_DRV_MODE` from `linux/if_link.h`.
+const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+/// `XDP_PKT_CONTD` (multi-buffer continuation) option bit of an rx descriptor.
+const XDP_PKT_CONTD: u32 = 1;
+/// Largest frame a `PktBuf` can hold (`BUF_SIZE - HEADROOM`).
+const PKTBUF_MAX_FRAME: usize = super::BUF_SIZE - super::HEADROOM;
+
+/// How the XDP program that steers frames to the socket is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttachMode {
+    /// Generic XDP (`XDP_FLAGS_SKB_MODE`), bound in copy mode (`XDP_COPY`).
+    /// Works on any interface, veth included; the testbed's mode.
+    Skb,
+    /// Driver XDP (`XDP_FLAGS_DRV_MODE`); the kernel binds zero-copy when
+    /// the driver supports it, copy mode otherwise. Open fails if the driver
+    /// has no native XDP.
+    Native,
+    /// Let the kernel choose (native if the driver supports it, else
+    /// generic), and zero-copy if available, else copy.
+    Auto,
+}
+
+/// Settings of one AF_XDP port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AfXdpConfig {
+    /// Interface name (e.g. `"eth0"`), at most 15 bytes.
+    pub interface: String,
+    /// Hardware queue id the socket binds to.
+    pub queue: u32,
+    /// How the XDP program is attached.
+    pub mode: AttachMode,
+    /// UMEM frames in all; half for receive, half for transmit. Even, >= 2.
+    /// Default 4096.
+    pub frame_count: u32,
+    /// Entries of each of the four rings (rx, tx, fill, completion). Power of
+    /// two and at least `frame_count / 2`. Default 2048.
+    pub ring_size: u32,
+    /// Bytes per UMEM frame (chunk). Power of two in `2048..=4096` (the page
+    /// size); 256 bytes of it are the kernel's XDP headroom, so a 2048-byte
+    /// frame holds at most 1792 bytes of packet. Default 4096.
+    pub frame_size: u32,
+}
+
+impl AfXdpConfig {
+    /// Defaults for `interface` and `queue`: [`AttachMode::Skb`], 4096 frames
+    /// of 4096 bytes (16 MiB of UMEM), rings of 2048 entries.
+    pub fn new(interface: impl Into<String>, queue: u32) -> Self {
+        AfXdpConfig {
+            interface: interface.into(),
+            queue,
+            mode: AttachMode::Skb,
+            frame_count: 4096,
+            ring_size: 2048,
+            frame_size: 4096,
+        }
+    }
+}
+
+/// The xsk-rs objects of one socket. Kept together so that they can be
+/// dropped (socket deleted) before [`AfXdpPort`]'s `Drop` detaches the XDP
+/// program.
+struct Xsk {
+    tx: TxQueue,
+    rx: RxQueue,
+    fq: FillQueue,
+    cq: CompQueue,
+    umem: Umem,
+}
+
+/// Network namespace (inode of `/proc/thread-self/ns/net`) and ifindex of an
+/// interface: an ifindex alone is only unique within one namespace.
+type IfKey = (u64, u32);
+
+/// Live ports of this process per interface: `(key, count)`. The first open
+/// on an interface detaches stale programs; the last drop detaches ours.
+/// Touched at open and drop only.
+static ATTACHED: Mutex<Vec<(IfKey, usize)>> = Mutex::new(Vec::new());
+
+/// An AF_XDP socket on one interface queue, driven as a [`Port`].
+///
+/// `Send` (every xsk-rs handle it holds is `Send`), not `Sync`: open it on
+/// the control thread, move it to its worker. Drop it in the same network
+/// namespace it was opened in (a thread that `setns`'d elsewhere would look
+/// up the wrong interface; the mismatch is detected, logged, and the final
+/// detach skipped).
+pub struct AfXdpPort {
+    id: u16,
+    interface: String,
+    queue: u32,
+    key: IfKey,
+    /// Dropped exactly once, first thing in `Drop`.
+    xsk: ManuallyDrop<Xsk>,
+    /// Bytes of UMEM (`frame_count * frame_size`).
+    umem_len: usize,
+    /// Bytes per UMEM frame.
+    frame_size: usize,
+    /// Largest frame a tx UMEM frame holds (`frame_size - 256`).
+    tx_max: usize,
+    /// Scratch for rx descriptors, `ring_size` long.
+    rx_descs: Vec<FrameDesc>,
+    /// Received frames the fill ring had no room for (never expected: the
+    /// fill ring holds every rx frame). Capacity: rx frames.
+    fill_pending: Vec<FrameDesc>,
+    /// Scratch for completion descriptors, `ring_size` long.
+    comp_descs: Vec<FrameDesc>,
+    /// Scratch for tx descriptors, `ring_size` long.
+    tx_descs: Vec<FrameDesc>,
+    /// Free tx frames. Capacity: tx frames (never grows).
+    tx_free: Vec<FrameDesc>,
+    /// Entries of the tx ring.
+    tx_ring_size: u32,
+    stats: PortStats,
+}
+
+// The port is created on the control thread and moved into its worker.
+const _: fn() = || {
+    fn assert_send<T: Send>() {}
+    assert_send::<AfXdpPort>();
+};
+
+impl std::fmt::Debug for AfXdpPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AfXdpPort")
+            .field("id", &self.id)
+            .field("interface", &self.interface)
+            .field("queue", &self.queue)
+            .field("tx_free", &self.tx_free.len())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl AfXdpPort {
+    /// Opens port `id` on `cfg.interface` queue `cfg.queue`: creates the UMEM
+    /// and the socket (need-wakeup always; `XDP_COPY` in [`AttachMode::Skb`]),
+    /// lets libxdp attach its default XDP program, and puts half the frames
+    /// on the fill ring.
+    ///
+    /// If no other port of this process is open on the interface, any XDP
+    /// program attached to it (in generic or driver mode) is detached first.
+    ///
+    /// Must run as root (or with `CAP_NET_ADMIN`, `CAP_BPF`, `CAP_SYS_ADMIN`
+    /// for bpffs), in the network namespace of the interface (the calling
+    /// thread's namespace is the one used).
+    ///
+    /// # Errors
+    /// [`IoError::NoInterface`] if the interface does not exist;
+    /// [`IoError::Setup`] for a bad size in `cfg`, a stale program that
+    /// cannot be detached, or a UMEM/socket creation failure (the queue is
+    /// already bound, the driver lacks native XDP, ...), with the OS error in
+    /// the message.
+    pub fn open(id: u16, cfg: &AfXdpConfig) -> Result<AfXdpPort, IoError> {
+        let setup = |what: String| IoError::Setup {
+            interface: cfg.interface.clone(),
+            queue: cfg.queue,
+            what,
+        };
+        validate(cfg).map_err(setup)?;
+        let ifindex = ifindex_of(&cfg.interface)?;
+        let key: IfKey = (current_netns().map_err(IoError::Os)?, ifindex);
+
+        let (frame_size, ring) = (
+            FrameSize::new(cfg.frame_size).map_err(|e| setup(e.to_string()))?,
+            QueueSize::new(cfg.ring_size).map_err(|e| setup(e.to_string()))?,
+        );
+        let umem_cfg = UmemConfig::builder()
+            .frame_size(frame_size)
+            .fill_queue_size(ring)
+            .comp_queue_size(ring)
+            .frame_headroom(0)
+            .build()
+            .map_err(|e| setup(format!("UMEM config: {e}")))?;
+        let (xdp_flags, bind_flags) = match cfg.mode {
+            AttachMode::Skb => (
+                XdpFlags::XDP_FLAGS_SKB_MODE,
+                BindFlags::XDP_COPY | BindFlags::XDP_USE_NEED_WAKEUP,
+            ),
+            AttachMode::Native => (XdpFlags::XDP_FLAGS_DRV_MODE, BindFlags::XDP_USE_NEED_WAKEUP),
+            AttachMode::Auto => (XdpFlags::empty(), BindFlags::XDP_USE_NEED_WAKEUP),
+        };
+        let sock_cfg = SocketConfig::builder()
+            .rx_queue_size(ring)
+            .tx_queue_size(ring)
+            .libxdp_flags(LibxdpFlags::empty())
+            .xdp_flags(xdp_flags)
+            .bind_flags(bind_flags)
+            .build();
+        let if_name: Interface = cfg
+            .interface
+            .parse()
+            .map_err(|_| IoError::NoInterface(cfg.interface.clone()))?;
+
+        // Held across detach + create so that two threads opening ports on
+        // one interface cannot detach each other's program.
+        let mut attached = ATTACHED.lock().unwrap_or_else(|p| p.into_inner());
+        let live = attached.iter().any(|(k, n)| *k == key && *n > 0);
+        if !live {
+            detach_all(ifindex).map_err(setup)?;
+        }
+
+        let frame_count = std::num::NonZeroU32::new(cfg.frame_count)
+            .ok_or_else(|| setup("frame_count is 0".into()))?;
+        let (umem, mut descs) = Umem::new(umem_cfg, frame_count, false)
+            .map_err(|e| setup(format!("UMEM: {}", err_chain(&e))))?;
+        // SAFETY: `umem` was created just above and is used by this socket
+        // only (not shared), so the shared-UMEM precondition of
+        // `Socket::new` (XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD when the pair is
+        // already bound from the same UMEM) does not apply.
+        let (tx, rx, fq_cq) = unsafe { Socket::new(sock_cfg, &umem, &if_name, cfg.queue) }
+            .map_err(|e| setup(format!("socket: {}", err_chain(&e))))?;
+        let (mut fq, cq) =
+            fq_cq.ok_or_else(|| setup("libxdp returned no fill/completion ring".into()))?;
+
+        let rx_frames = (cfg.frame_count / 2) as usize;
+        let tx_frames: Vec<FrameDesc> = descs.split_off(rx_frames);
+        // SAFETY: these descriptors come from `Umem::new` for this UMEM and
+        // have never been produced anywhere; after this call they belong to
+        // the kernel until the rx ring hands them back.
+        let filled = unsafe { fq.produce(&descs) };
+        if filled != descs.len() {
+            return Err(setup(format!(
+                "fill ring took {filled} of {} frames",
+                descs.len()
+            )));
+        }
+        let mut tx_free = Vec::with_capacity(tx_frames.len());
+        tx_free.extend_from_slice(&tx_frames);
+
+        match attached.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, n)) => *n += 1,
+            None => attached.push((key, 1)),
+        }
+        drop(attached);
+
+        let ring_len = cfg.ring_size as usize;
+        Ok(AfXdpPort {
+            id,
+            interface: cfg.interface.clone(),
+            queue: cfg.queue,
+            key,
+            xsk: ManuallyDrop::new(Xsk {
+                tx,
+                rx,
+                fq,
+                cq,
+                umem,
+            }),
+            umem_len: cfg.frame_count as usize * cfg.frame_size as usize,
+            frame_size: cfg.frame_size as usize,
+            tx_max: (cfg.frame_size - umem_cfg.xdp_headroom()) as usize,
+            rx_descs: vec![FrameDesc::default(); ring_len],
+            fill_pending: Vec::with_capacity(rx_frames),
+            comp_descs: vec![FrameDesc::default(); ring_len],
+            tx_descs: vec![FrameDesc::default(); ring_len],
+            tx_free,
+            tx_ring_size: cfg.ring_size,
+            stats: PortStats::default(),
+        })
+    }
+
+    /// The port id given to [`AfXdpPort::open`] (stamped on received
+    /// `PktBuf`s).
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    /// Frames currently free for transmit (the rest are on the tx or
+    /// completion ring).
+    pub fn tx_free_frames(&self) -> usize {
+        self.tx_free.len()
+    }
+
+    /// Returns completed tx frames to the free list. No syscall.
+    #[inline]
+    fn reclaim_completions(&mut self) {
+        loop {
+            // SAFETY: the completion ring only returns addresses of frames
+            // this port produced on its tx ring, all of this UMEM; the
+            // descriptors are plain copies written into our scratch array.
+            let n = unsafe { self.xsk.cq.consume(&mut self.comp_descs) };
+            for d in &self.comp_descs[..n] {
+                // A completion for a frame we do not own (impossible unless
+                // the kernel misbehaves) is ignored rather than overflowing
+                // the free list (which would allocate).
+                if d.addr() < self.umem_len && self.tx_free.len() < self.tx_free.capacity() {
+                    self.tx_free.push(*d);
+                }
+            }
+            if n < self.comp_descs.len() {
+                break;
+            }
+        }
+    }
+
+    /// Retries putting frames the fill ring refused back on it.
+    #[inline]
+    fn flush_fill_pending(&mut self) {
+        if self.fill_pending.is_empty() {
+            return;
+        }
+        // SAFETY: these are rx frames of this UMEM that the kernel handed
+        // back and we have finished copying from; after this they belong to
+        // the kernel again.
+        let n = unsafe { self.xsk.fq.produce(&self.fill_pending) };
+        if n == self.fill_pending.len() {
+            self.fill_pending.clear();
+        }
+    }
+
+    /// True if `d` (from the rx ring) lies inside one frame of this UMEM.
+    #[inline]
+    fn rx_desc_in_umem(umem_len: usize, frame_size: usize, d: &FrameDesc) -> bool {
+        let (addr, len) = (d.addr(), d.lengths().data());
+        addr < umem_len && len <= frame_size - (addr % frame_size)
+    }
+}
+
+impl Port for AfXdpPort {
+    /// Receives up to `bufs.len()` frames (at most `ring_size` per call),
+    /// copying each into the next `PktBuf` and giving its UMEM frame back to
+    /// the fill ring at once. Frames longer than a `PktBuf`, empty, or
+    /// multi-buffer are counted in `rx_dropped` and skipped.
+    fn rx_burst(&mut self, bufs: &mut [PktBuf]) -> usize {
+        let want = bufs.len().min(self.rx_descs.len());
+        if want == 0 {
+            return 0;
+        }
+        self.flush_fill_pending();
+        // SAFETY: the rx ring returns descriptors of frames this port put on
+        // its fill ring; they are ours again until we produce them back.
+        let cnt = unsafe { self.xsk.rx.consume(&mut self.rx_descs[..want]) };
+        let mut out = 0;
+        let mut recycle = 0;
+        for i in 0..cnt {
+            let d = self.rx_descs[i];
+            if d.addr() >= self.umem_len {
+                // Not a frame of ours: neither read nor recycled.
+                self.stats.rx_dropped += 1;
+                continue;
+            }
+            self.rx_descs[recycle] = d;
+            recycle += 1;
+            let len = d.lengths().data();
+            if !Self::rx_desc_in_umem(self.umem_len, self.frame_size, &d)
+                || len == 0
+                || len > PKTBUF_MAX_FRAME
+                || d.options() & XDP_PKT_CONTD != 0
+            {
+                self.stats.rx_dropped += 1;
+                continue;
+            }
+            // SAFETY: `d` came back on the rx ring, so the kernel is done
+            // with the frame and nothing else references it until we produce
+            // it on the fill ring below; `addr..addr + len` was checked above
+            // to lie inside one frame of this port's UMEM.
+            let data = unsafe { self.xsk.umem.data(&d) };
+            let buf = &mut bufs[out];
+            if buf.copy_from(data.contents()) {
+                buf.port = self.id;
+                out += 1;
+                self.stats.rx_packets += 1;
+                self.stats.rx_bytes += len as u64;
+            } else {
+                self.stats.rx_dropped += 1;
+            }
+        }
+        if recycle > 0 {
+            // SAFETY: every descriptor in `rx_descs[..recycle]` is a frame
+            // of this UMEM that the rx ring returned and that we no longer
+            // read (`data` above is a copy source only, dead by now).
+            let n = unsafe { self.xsk.fq.produce(&self.rx_descs[..recycle]) };
+            if n < recycle {
+                for d in &self.rx_descs[n..recycle] {
+                    if self.fill_pending.len() < self.fill_pending.capacity() {
+                        self.fill_pending.push(*d);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Copies each frame into a free UMEM frame and produces them on the tx
+    /// ring, then wakes the kernel if need-wakeup asks for it. Stops at the
+    /// first frame for which there is no free UMEM frame or tx ring slot;
+    /// returns how many frames were taken and counts the rest in
+    /// `tx_dropped`. An empty frame, or one longer than a UMEM frame holds,
+    /// is taken but dropped (also counted in `tx_dropped`).
+    fn tx_burst(&mut self, bufs: &[PktBuf]) -> usize {
+        if bufs.is_empty() {
+            return 0;
+        }
+        self.reclaim_completions();
+        let want = bufs.len().min(self.tx_descs.len());
+        let ring_free = self.xsk.tx.nb_free(want as u32) as usize;
+        let room = want.min(ring_free);
+        let mut taken = 0;
+        let mut staged = 0;
+        let mut bytes = 0u64;
+        for b in bufs {
+            let frame = b.frame();
+            if frame.is_empty() || frame.len() > self.tx_max {
+                self.stats.tx_dropped += 1;
+                taken += 1;
+                continue;
+            }
+            if staged == room {
+                break;
+            }
+            let Some(mut d) = self.tx_free.pop() else {
+                break;
+            };
+            // SAFETY: `d` is on the free list: it came from `Umem::new` or
+            // back from the completion ring, so neither the kernel nor any
+            // other descriptor references its frame; it indexes this UMEM.
+            let mut data = unsafe { self.xsk.umem.data_mut(&mut d) };
+            let mut cur = data.cursor();
+            cur.set_pos(0);
+            if cur.write_all(frame).is_err() {
+                // Cannot happen (length checked against the frame above).
+                self.tx_free.push(d);
+                self.stats.tx_dropped += 1;
+                taken += 1;
+                continue;
+            }
+            self.tx_descs[staged] = d;
+            staged += 1;
+            taken += 1;
+            bytes += frame.len() as u64;
+        }
+        if staged > 0 {
+            // SAFETY: the staged descriptors are frames of this UMEM we just
+            // wrote and hold no reference to; from here the kernel owns them
+            // until the completion ring returns them.
+            let n = unsafe { self.xsk.tx.produce(&self.tx_descs[..staged]) };
+            if n == staged {
+                self.stats.tx_packets += staged as u64;
+                self.stats.tx_bytes += bytes;
+                if self.xsk.tx.needs_wakeup() {
+                    let _ = self.xsk.tx.wakeup();
+                }
+            } else {
+                // Cannot happen (we checked the ring's free space and are its
+                // only producer), but never lose frames if it does: they
+                // count as taken and dropped.
+                for d in &self.tx_descs[..staged] {
+                    self.tx_free.push(*d);
+                }
+                self.stats.tx_dropped += staged as u64;
+            }
+        }
+        self.stats.tx_dropped += (bufs.len() - taken) as u64;
+        taken
+    }
+
+    /// Reclaims completions, re-offers frames the fill ring refused, wakes
+    /// the fill ring if asked to, and kicks the kernel while the tx ring
+    /// holds frames it has not taken yet (copy mode sends at most 32 frames
+    /// per kick).
+    fn poll(&mut self) {
+        self.reclaim_completions();
+        self.flush_fill_pending();
+        if self.xsk.fq.needs_wakeup() {
+            let Xsk { fq, rx, .. } = &mut *self.xsk;
+            let _ = fq.wakeup(rx.fd_mut(), 0);
+        }
+        if self.xsk.tx.nb_free_exact() < self.tx_ring_size && self.xsk.tx.needs_wakeup() {
+            let _ = self.xsk.tx.wakeup();
+        }
+    }
+
+    /// The port's own counters plus the kernel's receive drops for this
+    /// socket (`XDP_STATISTICS`: `rx_dropped + rx_ring_full`), read with one
+    /// `getsockopt`.
+    fn stats(&self) -> PortStats {
+        let mut s = self.stats;
+        if let Ok(k) = self.xsk.rx.fd().xdp_statistics() {
+            s.rx_dropped += k.rx_dropped() + k.rx_ring_full();
+        }
+        s
+    }
+}
+
+impl Drop for AfXdpPort {
+    fn drop(&mut self) {
+        // SAFETY: `xsk` is dropped here exactly once and never used after:
+        // this is the last use of `self` other than plain fields below.
+        unsafe { ManuallyDrop::drop(&mut self.xsk) };
+
+        let mut attached = ATTACHED.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = false;
+        if let Some(pos) = attached.iter().position(|(k, _)| *k == self.key) {
+            attached[pos].1 -= 1;
+            if attached[pos].1 == 0 {
+                attached.swap_remove(pos);
+                last = true;
+            }
+        }
+        if !last {
+            return;
+        }
+        match current_netns() {
+            Ok(ns) if ns == self.key.0 => {
+                if let Err(e) = detach_all(self.key.1) {
+                    tracing::warn!(interface = %self.interface, "AF_XDP port close: {e}");
+                }
+            }
+            _ => tracing::warn!(
+                interface = %self.interface,
+                "AF_XDP port dropped outside the network namespace it was opened in; XDP program left attached"
+            ),
+        }
+    }
+}
+
+/// Reads the MAC address of interface `name` in the calling thread's
+/// network namespace (`SIOCGIFHWADDR`; falls back to
+/// `/sys/class/net/NAME/address` if the ioctl is refused). Note that sysfs
+/// shows the namespace it was mounted in, not the calling thread's, which is
+/// why the ioctl comes first.
+///
+/// # Errors
+/// [`IoError::NoInterface`] if there is no such interface;
+/// [`IoError::Os`] if it has no 6-byte (Ethernet) address or the OS refuses.
+pub fn interface_mac(name: &str) -> Result<[u8; 6], IoError> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains(['\0', '/']) {
+        return Err(IoError::NoInterface(name.to_string()));
+    }
+    match mac_ioctl(name) {
+        Ok(mac) => Ok(mac),
+        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {
+            Err(IoError::NoInterface(name.to_string()))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Err(IoError::Os(e)),
+        Err(_) => mac_sysfs(name),
+    }
+}
+
+fn mac_ioctl(name: &str) -> std::io::Result<[u8; 6]> {
+    // SAFETY: plain socket(2) call; the fd is owned by `OwnedFd` below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor nobody else owns.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: `ifreq` is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *dst = src as libc::c_char;
+    }
+    // SAFETY: `req` is a valid, NUL-terminated (name < IFNAMSIZ, rest
+    // zeroed) `ifreq` that outlives the call; SIOCGIFHWADDR writes only
+    // inside it.
+    let rc = unsafe {
+        libc::ioctl(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            libc::SIOCGIFHWADDR as _,
+            &mut req as *mut libc::ifreq,
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: SIOCGIFHWADDR succeeded, so the union's active member is
+    // `ifru_hwaddr`.
+    let sa = unsafe { req.ifr_ifru.ifru_hwaddr };
+    if sa.sa_family != libc::ARPHRD_ETHER {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "interface {name:?} is not Ethernet (hardware type {})",
+                sa.sa_family
+            ),
+        ));
+    }
+    let mut mac = [0u8; 6];
+    for (m, b) in mac.iter_mut().zip(sa.sa_data.iter()) {
+        *m = *b as u8;
+    }
+    Ok(mac)
+}
+
+fn mac_sysfs(name: &str) -> Result<[u8; 6], IoError> {
+    let text = match std::fs::read_to_string(format!("/sys/class/net/{name}/address")) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(IoError::NoInterface(name.to_string()))
+        }
+        Err(e) => return Err(IoError::Os(e)),
+    };
+    parse_mac(text.trim()).ok_or_else(|| {
+        IoError::Os(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "interface {name:?} has no Ethernet address ({:?})",
+                text.trim()
+            ),
+        ))
+    })
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for m in mac.iter_mut() {
+        let p = parts.next()?;
+        if p.len() != 2 {
+            return None;
+        }
+        *m = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+/// Checks `cfg`'s sizes; the message names the field.
+fn validate(cfg: &AfXdpConfig) -> Result<(), String> {
+    if !(2048..=4096).contains(&cfg.frame_size) || !cfg.frame_size.is_power_of_two() {
+        return Err(format!("frame_size {} is not 2048 or 4096", cfg.frame_size));
+    }
+    if cfg.frame_count < 2 || !cfg.frame_count.is_multiple_of(2) {
+        return Err(format!(
+            "frame_count {} is not even and >= 2",
+            cfg.frame_count
+        ));
+    }
+    if !cfg.ring_size.is_power_of_two() {
+        return Err(format!("ring_size {} is not a power of two", cfg.ring_size));
+    }
+    if cfg.ring_size < cfg.frame_count / 2 {
+        return Err(format!(
+            "ring_size {} is smaller than frame_count / 2 = {} (the fill ring must hold every rx frame)",
+            cfg.ring_size,
+            cfg.frame_count / 2
+        ));
+    }
+    if (cfg.frame_count as u64) * (cfg.frame_size as u64) > (1 << 32) {
+        return Err(format!(
+            "UMEM of {} x {} bytes is over 4 GiB",
+            cfg.frame_count, cfg.frame_size
+        ));
+    }
+    Ok(())
+}
+
+/// Interface index of `name` in the calling thread's network namespace.
+fn ifindex_of(name: &str) -> Result<u32, IoError> {
+    let c = CString::new(name).map_err(|_| IoError::NoInterface(name.to_string()))?;
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ {
+        return Err(IoError::NoInterface(name.to_string()));
+    }
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
+    let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if idx == 0 {
+        return Err(IoError::NoInterface(name.to_string()));
+    }
+    Ok(idx)
+}
+
+/// Identity (inode) of the calling thread's network namespace.
+fn current_netns() -> std::io::Result<u64> {
+    Ok(std::fs::metadata("/proc/thread-self/ns/net")?.ino())
+}
+
+/// Id of the XDP program attached to `ifindex` in the mode selected by
+/// `flags` (0 if none).
+fn attached_prog(ifindex: u32, flags: u32) -> Result<u32, String> {
+    let mut id = 0u32;
+    // SAFETY: `id` is a valid `u32` out-pointer for the duration of the call;
+    // the query only reads netlink state.
+    let rc = unsafe { bpf_xdp_query_id(ifindex as c_int, flags as c_int, &mut id) };
+    if rc < 0 {
+        return Err(format!(
+            "bpf_xdp_query_id: {}",
+            std::io::Error::from_raw_os_error(-rc)
+        ));
+    }
+    Ok(id)
+}
+
+/// Detaches every XDP program (generic and driver mode) from `ifindex`:
+/// first through libxdp (which also removes its dispatcher's bpffs pins),
+/// then with plain `bpf_xdp_detach` for whatever is left. Errors if a
+/// program is still attached afterwards.
+fn detach_all(ifindex: u32) -> Result<(), String> {
+    let modes = [XDP_FLAGS_SKB_MODE, XDP_FLAGS_DRV_MODE];
+    let mut any = false;
+    for m in modes {
+        any |= attached_prog(ifindex, m)? != 0;
+    }
+    if !any {
+        return Ok(());
+    }
+    // SAFETY: libxdp returns either an error pointer / NULL (checked with
+    // `libxdp_get_error` before any other use) or an owned multiprog handle,
+    // which is closed exactly once below.
+    unsafe {
+        let mp = xdp_multiprog__get_from_ifindex(ifindex as c_int);
+        if !mp.is_null() && libxdp_get_error(mp) == 0 {
+            let _ = xdp_multiprog__detach(mp);
+            xdp_multiprog__close(mp);
+        }
+    }
+    for m in modes {
+        if attached_prog(ifindex, m)? != 0 {
+            // SAFETY: NULL opts is allowed (no expected_prog_fd check).
+            let rc = unsafe { bpf_xdp_detach(ifindex as c_int, m, std::ptr::null()) };
+            if rc < 0 {
+                return Err(format!(
+                    "detaching XDP program (flags {m:#x}): {}",
+                    std::io::Error::from_raw_os_error(-rc)
+                ));
+            }
+        }
+    }
+    for m in modes {
+        let id = attached_prog(ifindex, m)?;
+        if id != 0 {
+            return Err(format!(
+                "XDP program id {id} is still attached after detach"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `e` and its sources, joined with ": ".
+fn err_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_mac_accepts_only_six_hex_octets() {
+        assert_eq!(
+            parse_mac("02:00:5e:10:00:01"),
+            Some([2, 0, 0x5e, 0x10, 0, 1])
+        );
+        assert_eq!(parse_mac("02:00:5e:10:00"), None);
+        assert_eq!(parse_mac("02:00:5e:10:00:01:02"), None);
+        assert_eq!(parse_mac("02:00:5e:10:00:zz"), None);
+        assert_eq!(parse_mac(""), None);
+    }
+
+    #[test]
+    fn validate_rejects_bad_sizes() {
+        let ok = AfXdpConfig::new("x", 0);
+        assert!(validate(&ok).is_ok());
+        for f in [
+            |c: &mut AfXdpConfig| c.frame_size = 3000,
+            |c: &mut AfXdpConfig| c.frame_size = 8192,
+            |c: &mut AfXdpConfig| c.frame_count = 3,
+            |c: &mut AfXdpConfig| c.frame_count = 0,
+            |c: &mut AfXdpConfig| c.ring_size = 1000,
+            |c: &mut AfXdpConfig| c.ring_size = 1024,
+        ] {
+            let mut c = ok.clone();
+            f(&mut c);
+            assert!(validate(&c).is_err(), "{c:?}");
+        }
+    }
+
+    #[test]
+    fn open_unknown_interface_is_no_interface() {
+        match AfXdpPort::open(0, &AfXdpConfig::new("secgw-nope0", 0)) {
+            Err(IoError::NoInterface(n)) => assert_eq!(n, "secgw-nope0"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            interface_mac("secgw-nope0"),
+            Err(IoError::NoInterface(_))
+        ));
+        assert!(matches!(interface_mac("a/b"), Err(IoError::NoInterface(_))));
+    }
+
+    #[test]
+    fn loopback_has_no_ethernet_mac() {
+        assert!(matches!(
+            interface_mac("lo"),
+            Ok([0, 0, 0, 0, 0, 0]) | Err(IoError::Os(_))
+        ));
+    }
+}

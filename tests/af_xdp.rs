@@ -1,0 +1,610 @@
+//! AF_XDP port on a veth pair inside a private network namespace.
+//!
+//! Needs root (netns, veth, XDP, AF_PACKET) and fails — does not skip — if
+//! any of that cannot be set up. Each test makes its own namespace, named
+//! after the process id and the test, so tests may run in parallel; the
+//! namespace (and the veth pair in it) is deleted by a guard on every path.
+//! Only the test's own thread enters the namespace (`setns`), and it goes
+//! back to the original namespace when the guard drops.
+
+use secgw::io::af_xdp::{interface_mac, AfXdpConfig, AfXdpPort, AttachMode};
+use secgw::io::{PktBuf, Port};
+use std::ffi::CString;
+use std::io::{BufRead, BufReader};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// EtherType used by the test frames (IEEE 802 local experimental).
+const ETHERTYPE: u16 = 0x88b5;
+/// How long to wait for frames before failing.
+const DEADLINE: Duration = Duration::from_secs(10);
+
+/// Runs `cmd args…`, panicking with its stderr if it fails.
+fn run(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd} {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A network namespace holding a veth pair `a` (the port's end) <-> `b`
+/// (the peer's end), both up, IPv6 off. Deleted on drop; the test thread
+/// is moved back to its original namespace first.
+struct Netns {
+    name: String,
+    a: String,
+    b: String,
+    /// The thread's namespace before `enter`.
+    orig: Option<OwnedFd>,
+}
+
+impl Netns {
+    fn new(tag: &str) -> Netns {
+        let pid = std::process::id();
+        let name = format!("secgw-afxdp-{pid}-{tag}");
+        let a = format!("v{pid}{tag}a");
+        let b = format!("v{pid}{tag}b");
+        assert!(a.len() < 16, "veth name {a} too long");
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        run("ip", &["netns", "add", &name]);
+        // From here on the guard cleans up, whatever fails next.
+        let ns = Netns {
+            name,
+            a,
+            b,
+            orig: None,
+        };
+        let n = ns.name.as_str();
+        run(
+            "ip",
+            &[
+                "-n", n, "link", "add", &ns.a, "type", "veth", "peer", "name", &ns.b,
+            ],
+        );
+        for dev in [&ns.a, &ns.b] {
+            run(
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    n,
+                    "sysctl",
+                    "-q",
+                    "-w",
+                    &format!("net.ipv6.conf.{dev}.disable_ipv6=1"),
+                ],
+            );
+            // Frames up to 2200 bytes, so an oversize one (> PktBuf) can be sent.
+            run("ip", &["-n", n, "link", "set", "dev", dev, "mtu", "2200"]);
+        }
+        for dev in [&ns.a, &ns.b] {
+            run("ip", &["-n", n, "link", "set", "dev", dev, "up"]);
+        }
+        ns
+    }
+
+    /// Moves the calling thread into the namespace.
+    fn enter(&mut self) {
+        let orig = std::fs::File::open("/proc/thread-self/ns/net").expect("open own netns");
+        let target =
+            std::fs::File::open(format!("/var/run/netns/{}", self.name)).expect("open netns");
+        // SAFETY: both are valid namespace fds for the duration of the call;
+        // setns only changes this thread's network namespace.
+        let rc = unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+        self.orig = Some(orig.into());
+    }
+
+    /// `ip link show dev` of the port's end, as seen from inside.
+    fn link_a(&self) -> String {
+        run("ip", &["-n", &self.name, "link", "show", "dev", &self.a])
+    }
+
+    /// Id of the XDP program on the port's end, if any.
+    fn xdp_prog_id(&self) -> Option<u32> {
+        let text = self.link_a();
+        let pos = text.find("prog/xdp id ")?;
+        text[pos + 12..].split_whitespace().next()?.parse().ok()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        if let Some(orig) = self.orig.take() {
+            // SAFETY: `orig` is the namespace fd this thread came from.
+            unsafe { libc::setns(orig.as_raw_fd(), libc::CLONE_NEWNET) };
+        }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+    }
+}
+
+/// A raw AF_PACKET socket bound to one interface of the current namespace.
+struct Peer {
+    fd: OwnedFd,
+    ifindex: i32,
+}
+
+impl Peer {
+    fn bind(dev: &str) -> Peer {
+        let proto = (libc::ETH_P_ALL as u16).to_be();
+        // SAFETY: plain socket(2); the fd is owned right below.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                proto as i32,
+            )
+        };
+        assert!(
+            fd >= 0,
+            "AF_PACKET socket: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: fresh fd owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let c = CString::new(dev).unwrap();
+        // SAFETY: NUL-terminated name valid for the call.
+        let ifindex = unsafe { libc::if_nametoindex(c.as_ptr()) } as i32;
+        assert!(ifindex > 0, "no interface {dev}");
+        // SAFETY: all-zero sockaddr_ll is valid; fields set below.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = proto;
+        sll.sll_ifindex = ifindex;
+        // SAFETY: `sll` is a valid sockaddr_ll of the size passed.
+        let rc = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        assert_eq!(rc, 0, "bind AF_PACKET: {}", std::io::Error::last_os_error());
+        Peer { fd, ifindex }
+    }
+
+    fn send(&self, frame: &[u8]) {
+        // SAFETY: `frame` is valid for `len` bytes; the socket is bound.
+        let n = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+        assert_eq!(
+            n,
+            frame.len() as isize,
+            "AF_PACKET send: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
+    /// One frame received (not sent) on the interface, if any is queued.
+    fn try_recv(&self) -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; 4096];
+        loop {
+            // SAFETY: all-zero sockaddr_ll is valid.
+            let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+            let mut alen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+            // SAFETY: `buf` and `sll` are valid for the sizes passed.
+            let n = unsafe {
+                libc::recvfrom(
+                    self.fd.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                    &mut sll as *mut libc::sockaddr_ll as *mut libc::sockaddr,
+                    &mut alen,
+                )
+            };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "recvfrom: {e}");
+                return None;
+            }
+            assert_eq!(sll.sll_ifindex, self.ifindex);
+            if sll.sll_pkttype == libc::PACKET_OUTGOING {
+                continue;
+            }
+            return Some(buf[..n as usize].to_vec());
+        }
+    }
+}
+
+/// Test frame `i` of `len` bytes from `src` to `dst`; distinct per `(tag, i)`.
+fn frame(dst: [u8; 6], src: [u8; 6], tag: u8, i: u32, len: usize) -> Vec<u8> {
+    let mut f = Vec::with_capacity(len);
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&ETHERTYPE.to_be_bytes());
+    f.push(tag);
+    f.extend_from_slice(&i.to_be_bytes());
+    while f.len() < len {
+        f.push((f.len() as u32 ^ i.wrapping_mul(31)) as u8);
+    }
+    f
+}
+
+/// Receives on `port` (polling it) until `n` frames arrived or the deadline.
+fn recv_frames(port: &mut AfXdpPort, n: usize) -> Vec<Vec<u8>> {
+    let mut bufs: Vec<PktBuf> = (0..32).map(|_| PktBuf::new()).collect();
+    let mut got = Vec::new();
+    let start = Instant::now();
+    while got.len() < n && start.elapsed() < DEADLINE {
+        port.poll();
+        let k = port.rx_burst(&mut bufs);
+        for b in &bufs[..k] {
+            assert_eq!(b.port, port.id());
+            got.push(b.frame().to_vec());
+        }
+        if k == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // Anything more that arrives shortly after is a failure too.
+    std::thread::sleep(Duration::from_millis(50));
+    port.poll();
+    let k = port.rx_burst(&mut bufs);
+    for b in &bufs[..k] {
+        got.push(b.frame().to_vec());
+    }
+    got
+}
+
+fn open(ns: &Netns, id: u16, mode: AttachMode) -> AfXdpPort {
+    let mut cfg = AfXdpConfig::new(ns.a.clone(), 0);
+    cfg.mode = mode;
+    AfXdpPort::open(id, &cfg).unwrap_or_else(|e| panic!("open {}: {e}", ns.a))
+}
+
+/// (1) 100 frames from the peer arrive intact and in order, an oversize one
+/// is dropped and counted; (2) 100 frames sent by the port reach the peer
+/// byte for byte; (3) after drop no XDP program is left.
+fn rx_tx_detach(tag: &str, mode: AttachMode) {
+    let mut ns = Netns::new(tag);
+    ns.enter();
+    let mac_a = interface_mac(&ns.a).expect("mac a");
+    let mac_b = interface_mac(&ns.b).expect("mac b");
+    let sysfs_a = run(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &ns.name,
+            "cat",
+            &format!("/sys/class/net/{}/address", ns.a),
+        ],
+    );
+    let want_a: Vec<String> = mac_a.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        sysfs_a.trim(),
+        want_a.join(":"),
+        "interface_mac must read the thread's namespace"
+    );
+
+    let mut port = open(&ns, 7, mode);
+    let link = ns.link_a();
+    assert!(
+        link.contains("prog/xdp"),
+        "no XDP program while open:\n{link}"
+    );
+    match mode {
+        AttachMode::Skb => assert!(link.contains(" xdpgeneric "), "not generic XDP:\n{link}"),
+        AttachMode::Native => assert!(
+            link.contains(" xdp ") && !link.contains("xdpgeneric"),
+            "not driver XDP:\n{link}"
+        ),
+        AttachMode::Auto => {}
+    }
+    let peer = Peer::bind(&ns.b);
+    let tx_frames_free = port.tx_free_frames();
+
+    // (1) receive
+    let sent: Vec<Vec<u8>> = (0..100)
+        .map(|i| frame(mac_a, mac_b, 1, i, 60 + 13 * i as usize))
+        .collect();
+    for f in &sent {
+        peer.send(f);
+    }
+    let got = recv_frames(&mut port, sent.len());
+    assert_eq!(
+        got.len(),
+        sent.len(),
+        "received {} of {} frames",
+        got.len(),
+        sent.len()
+    );
+    assert!(got == sent, "received frames differ from those sent");
+    let s = port.stats();
+    assert_eq!((s.rx_packets, s.rx_dropped), (100, 0));
+    assert_eq!(s.rx_bytes, sent.iter().map(|f| f.len() as u64).sum::<u64>());
+
+    // A frame longer than a PktBuf holds (2048 bytes) is dropped and counted,
+    // and the next one still arrives.
+    peer.send(&frame(mac_a, mac_b, 2, 0, 2100));
+    let after = frame(mac_a, mac_b, 2, 1, 64);
+    peer.send(&after);
+    let got = recv_frames(&mut port, 1);
+    assert_eq!(got, vec![after]);
+    assert_eq!(port.stats().rx_dropped, 1);
+
+    // (2) transmit
+    let out: Vec<Vec<u8>> = (0..100)
+        .map(|i| frame(mac_b, mac_a, 3, i, 1400 - 11 * i as usize))
+        .collect();
+    let bufs: Vec<PktBuf> = out
+        .iter()
+        .map(|f| {
+            let mut b = PktBuf::new();
+            assert!(b.copy_from(f));
+            b
+        })
+        .collect();
+    let mut next = 0;
+    let mut seen = Vec::new();
+    let start = Instant::now();
+    while (next < bufs.len() || seen.len() < out.len()) && start.elapsed() < DEADLINE {
+        if next < bufs.len() {
+            let end = (next + 32).min(bufs.len());
+            next += port.tx_burst(&bufs[next..end]);
+        }
+        port.poll();
+        while let Some(f) = peer.try_recv() {
+            seen.push(f);
+        }
+    }
+    assert_eq!(next, bufs.len(), "tx_burst took only {next} frames");
+    assert_eq!(
+        seen.len(),
+        out.len(),
+        "peer received {} of {} frames",
+        seen.len(),
+        out.len()
+    );
+    for (i, (a, b)) in seen.iter().zip(&out).enumerate() {
+        assert!(
+            a == b,
+            "frame {i} differs: got {} bytes, sent {}",
+            a.len(),
+            b.len()
+        );
+    }
+    let start = Instant::now();
+    while port.tx_free_frames() < tx_frames_free && start.elapsed() < DEADLINE {
+        port.poll();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        port.tx_free_frames(),
+        tx_frames_free,
+        "tx frames not all completed"
+    );
+    let s = port.stats();
+    assert_eq!((s.tx_packets, s.tx_dropped), (100, 0));
+    assert_eq!(s.tx_bytes, out.iter().map(|f| f.len() as u64).sum::<u64>());
+    // An empty frame is taken but dropped and counted.
+    assert_eq!(port.tx_burst(&[PktBuf::new()]), 1);
+    assert_eq!(port.stats().tx_dropped, 1);
+
+    // (3) drop detaches
+    drop(port);
+    let link = ns.link_a();
+    assert!(
+        !link.contains("xdp"),
+        "XDP program left after drop:\n{link}"
+    );
+}
+
+#[test]
+fn skb_mode_rx_tx_and_detach_on_veth() {
+    rx_tx_detach("s", AttachMode::Skb);
+}
+
+#[test]
+fn native_mode_rx_tx_and_detach_on_veth() {
+    rx_tx_detach("n", AttachMode::Native);
+}
+
+#[test]
+fn two_ports_on_one_interface_keep_the_program_until_the_last_drop() {
+    let mut ns = Netns::new("q");
+    // A second queue on each end.
+    run("ip", &["-n", &ns.name, "link", "del", &ns.a]);
+    run(
+        "ip",
+        &[
+            "-n",
+            &ns.name,
+            "link",
+            "add",
+            &ns.a,
+            "numrxqueues",
+            "2",
+            "numtxqueues",
+            "2",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &ns.b,
+            "numrxqueues",
+            "2",
+            "numtxqueues",
+            "2",
+        ],
+    );
+    for dev in [&ns.a, &ns.b] {
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &ns.name,
+                "sysctl",
+                "-q",
+                "-w",
+                &format!("net.ipv6.conf.{dev}.disable_ipv6=1"),
+            ],
+        );
+        run("ip", &["-n", &ns.name, "link", "set", "dev", dev, "up"]);
+    }
+    ns.enter();
+    let p0 = open(&ns, 0, AttachMode::Skb);
+    let mut cfg = AfXdpConfig::new(ns.a.clone(), 1);
+    cfg.frame_count = 256;
+    cfg.ring_size = 128;
+    let p1 = AfXdpPort::open(1, &cfg).unwrap_or_else(|e| panic!("open queue 1: {e}"));
+    let id = ns.xdp_prog_id().expect("program attached");
+    drop(p0);
+    assert_eq!(
+        ns.xdp_prog_id(),
+        Some(id),
+        "program must stay while queue 1 is open"
+    );
+    drop(p1);
+    assert_eq!(
+        ns.xdp_prog_id(),
+        None,
+        "program left after the last drop:\n{}",
+        ns.link_a()
+    );
+}
+
+/// A full UMEM free list is backpressure: tx_burst takes only what fits,
+/// counts the rest in tx_dropped, and the frames come back after poll.
+#[test]
+fn tx_backpressure_takes_what_fits() {
+    let mut ns = Netns::new("b");
+    ns.enter();
+    let mut cfg = AfXdpConfig::new(ns.a.clone(), 0);
+    cfg.frame_count = 64;
+    cfg.ring_size = 32;
+    let mut port = AfXdpPort::open(2, &cfg).unwrap_or_else(|e| panic!("open: {e}"));
+    assert_eq!(port.tx_free_frames(), 32);
+    let mac_a = interface_mac(&ns.a).unwrap();
+    let bufs: Vec<PktBuf> = (0..100)
+        .map(|i| {
+            let mut b = PktBuf::new();
+            assert!(b.copy_from(&frame([2, 0, 0, 0, 0, 1], mac_a, 5, i, 80)));
+            b
+        })
+        .collect();
+    assert_eq!(port.tx_burst(&bufs), 32);
+    assert_eq!(port.stats().tx_dropped, 68);
+    let start = Instant::now();
+    while port.tx_free_frames() < 32 && start.elapsed() < DEADLINE {
+        port.poll();
+    }
+    assert_eq!(port.tx_free_frames(), 32, "completions did not come back");
+    assert_eq!(port.tx_burst(&bufs[..10]), 10);
+    assert_eq!(port.stats().tx_packets, 42);
+}
+
+/// Kills the child (if still running) when the test unwinds.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// (4) A program left behind by a killed run is replaced: a child process
+/// (this test binary, running the ignored helper below) opens a port and is
+/// SIGKILLed, leaving libxdp's program attached with its refcount never
+/// decremented; a new port must then open, receive, and leave nothing
+/// behind on drop.
+#[test]
+fn stale_program_from_a_killed_run_is_replaced() {
+    let mut ns = Netns::new("k");
+    let exe = std::env::current_exe().expect("current_exe");
+    let child = Command::new(exe)
+        .args([
+            "--ignored",
+            "--exact",
+            "child_opens_port_and_waits_to_be_killed",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("SECGW_AFXDP_CHILD", format!("{},{}", ns.name, ns.a))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn child");
+    let mut child = KillOnDrop(child);
+    let stdout = child.0.stdout.take().expect("child stdout");
+    let mut ready = false;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("child stdout");
+        if line.contains("SECGW-CHILD-READY") {
+            ready = true;
+            break;
+        }
+    }
+    assert!(
+        ready,
+        "child never opened its port (status {:?})",
+        child.0.try_wait()
+    );
+    child.0.kill().expect("kill child");
+    child.0.wait().expect("wait child");
+
+    let stale = ns.xdp_prog_id();
+    assert!(
+        stale.is_some(),
+        "killed child left no XDP program; nothing to test:\n{}",
+        ns.link_a()
+    );
+
+    ns.enter();
+    let mut port = open(&ns, 3, AttachMode::Skb);
+    let now = ns.xdp_prog_id();
+    assert!(
+        now.is_some() && now != stale,
+        "stale program {stale:?} not replaced (now {now:?})"
+    );
+    let mac_a = interface_mac(&ns.a).unwrap();
+    let mac_b = interface_mac(&ns.b).unwrap();
+    let peer = Peer::bind(&ns.b);
+    let sent: Vec<Vec<u8>> = (0..10).map(|i| frame(mac_a, mac_b, 4, i, 100)).collect();
+    for f in &sent {
+        peer.send(f);
+    }
+    assert!(
+        recv_frames(&mut port, sent.len()) == sent,
+        "frames lost after replacing the stale program"
+    );
+    drop(port);
+    let link = ns.link_a();
+    assert!(
+        !link.contains("xdp"),
+        "XDP program left after drop:\n{link}"
+    );
+}
+
+/// Helper for `stale_program_from_a_killed_run_is_replaced`, run in a child
+/// process; does nothing unless `SECGW_AFXDP_CHILD=netns,ifname` is set.
+#[test]
+#[ignore = "helper run by stale_program_from_a_killed_run_is_replaced in a child process"]
+fn child_opens_port_and_waits_to_be_killed() {
+    let Ok(spec) = std::env::var("SECGW_AFXDP_CHILD") else {
+        return;
+    };
+    let (netns, dev) = spec.split_once(',').expect("netns,ifname");
+    let target = std::fs::File::open(format!("/var/run/netns/{netns}")).expect("open netns");
+    // SAFETY: valid namespace fd; changes only this thread's namespace.
+    let rc = unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) };
+    assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+    let port = AfXdpPort::open(9, &AfXdpConfig::new(dev, 0)).expect("child open");
+    println!("\nSECGW-CHILD-READY");
+    let _keep = port;
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
