@@ -93,9 +93,14 @@ fn tunnel_end_to_end_and_header_rules() {
         expect[10..12].copy_from_slice(&ck.to_be_bytes());
         assert_eq!(&plain[14..], &expect[..], "inner packet unchanged but for TTL");
     }
+    // Both ends count the same inner bytes for the SA.
+    let inner_bytes: u64 = [0u64, 1, 2, 3, 100, 1400].iter().map(|s| 28 + s).sum();
     let s = gw1.stats();
     let sa = s.sas.iter().find(|s| s.spi == 1001).unwrap();
-    assert_eq!(sa.packets, 6);
+    assert_eq!((sa.packets, sa.bytes), (6, inner_bytes));
+    let s0 = gw0.stats();
+    let sa0 = s0.sas.iter().find(|s| s.spi == 1001).unwrap();
+    assert_eq!((sa0.packets, sa0.bytes), (6, inner_bytes));
     assert_eq!(s.drops.values().sum::<u64>(), 0);
 }
 

@@ -33,7 +33,7 @@ pub struct SaStats {
     pub direction: &'static str,
     /// Packets processed.
     pub packets: u64,
-    /// Inner bytes (inbound) / outer IP bytes with Ethernet (outbound).
+    /// Bytes of the inner (plaintext) IP packets, both directions.
     pub bytes: u64,
     /// Packets dropped while processed with this SA.
     pub errors: u64,

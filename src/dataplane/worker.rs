@@ -13,16 +13,21 @@ use std::sync::Arc;
 
 const TAG_INBOUND: u64 = 1 << 63;
 
-/// Packs what `finish` needs into an op's `user[1]`: direction, SA index,
-/// receive port.
+/// Packs what `finish` needs into an op's `user[1]`: direction (bit 63), SA
+/// index (bits 32..63), inner packet length for outbound (bits 16..32),
+/// receive port (bits 0..16).
 #[inline]
-fn tag(inbound: bool, sa: usize, port: u16) -> u64 {
-    (if inbound { TAG_INBOUND } else { 0 }) | ((sa as u64 & 0x7fff_ffff) << 32) | port as u64
+fn tag(inbound: bool, sa: usize, inner_len: usize, port: u16) -> u64 {
+    (if inbound { TAG_INBOUND } else { 0 })
+        | ((sa as u64 & 0x7fff_ffff) << 32)
+        | ((inner_len as u64 & 0xffff) << 16)
+        | port as u64
 }
 
+/// (inbound, SA index, inner length, receive port).
 #[inline]
-fn untag(t: u64) -> (bool, usize, usize) {
-    (t & TAG_INBOUND != 0, ((t >> 32) & 0x7fff_ffff) as usize, (t & 0xffff) as usize)
+fn untag(t: u64) -> (bool, usize, u64, usize) {
+    (t & TAG_INBOUND != 0, ((t >> 32) & 0x7fff_ffff) as usize, (t >> 16) & 0xffff, (t & 0xffff) as usize)
 }
 
 /// Settings of a worker.
@@ -250,9 +255,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         if sa.owner != self.conf.id {
             return self.drop_buf(port, DropReason::NotOwner, buf);
         }
+        let inner_len = buf.len() - ethernet::HEADER_LEN;
         match outbound::prepare(sa, &mut self.out_state[i], buf) {
             Ok(mut op) => {
-                op.user[1] = tag(false, i, port as u16);
+                op.user[1] = tag(false, i, inner_len, port as u16);
                 self.ops.push(op);
             }
             Err((e, b)) => {
@@ -287,7 +293,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             }
             match inbound::prepare(&e.sa, &self.in_state[i], buf, esp_off) {
                 Ok(mut op) => {
-                    op.user[1] = tag(true, i, port as u16);
+                    op.user[1] = tag(true, i, 0, port as u16);
                     self.ops.push(op);
                 }
                 Err((err, b)) => {
@@ -315,7 +321,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     }
 
     fn finish(&mut self, t: &Tables, op: CryptoOp<PktBuf>) {
-        let (is_in, i, port) = untag(op.user[1]);
+        let (is_in, i, inner_len, port) = untag(op.user[1]);
         if !is_in {
             let Some(sa) = t.sad.outbound.get(i) else {
                 return self.drop_buf(port, DropReason::NoSa, op.buf);
@@ -325,7 +331,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 Ok(buf) => {
                     let c = &self.counters.sa_out[i];
                     c.packets.add(1);
-                    c.bytes.add(buf.len() as u64);
+                    c.bytes.add(inner_len);
                     self.forward(t, port, buf, dst)
                 }
                 Err((e, b)) => {

@@ -1,0 +1,123 @@
+"""Fixtures of the netns end-to-end tests (run as root: `python3 -m pytest -v tests/e2e`).
+
+- `testbed` (session): checks that everything needed is there — root, ip,
+  tcpdump, ethtool, scapy, cryptography, the configs, the secgw binary (built
+  with `cargo build --release` unless SECGW_BIN names one) and that
+  `secgw check` accepts both configs — then brings the topology of
+  testbed/lib.sh up and tears it down at the end, also after failures. A missing
+  piece FAILS the run (an error on every test); nothing here ever skips.
+- `gws` (function): fresh gw0 and gw1 for each test (`secgw run --config …
+  --stats-file …` in their namespaces), so sequence numbers start at 1, replay
+  windows are empty and counters are zero. Teardown stops both with SIGINT and
+  fails the test if a gateway died during it or did not exit 0.
+
+Environment: SECGW_BIN (binary to test, e.g. testbed/refgw.py, the Python
+reference double), SECGW_CONFIG_DIR (default configs/), SECGW_NS_PREFIX
+(namespace name prefix), SECGW_E2E_ARTIFACTS (default target/e2e: logs, pcaps,
+stats of each test), SECGW_E2E_PPS (stream rate, default 5000).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import e2elib as L
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
+def _binary() -> str:
+    env = os.environ.get("SECGW_BIN")
+    if env:
+        return env
+    binary = L.REPO / "target" / "release" / "secgw"
+    if os.environ.get("SECGW_E2E_BUILD", "1") != "0":
+        cargo = shutil.which("cargo")
+        if cargo is None:
+            pytest.fail("cargo not found: cannot build target/release/secgw (or set SECGW_BIN)")
+        p = subprocess.run([cargo, "build", "--release"], cwd=L.REPO, capture_output=True, text=True)
+        if p.returncode != 0:
+            pytest.fail(f"cargo build --release failed:\n{p.stderr[-4000:]}")
+    return str(binary)
+
+
+@pytest.fixture(scope="session")
+def testbed():
+    if os.geteuid() != 0:
+        pytest.fail("the e2e tests must run as root (network namespaces, AF_XDP)")
+    missing = [t for t in ("ip", "tcpdump", "ethtool") if shutil.which(t) is None]
+    if missing:
+        pytest.fail(f"missing tools: {missing} (run testbed/test.sh to install them)")
+    try:
+        import cryptography  # noqa: F401
+        import scapy.layers.ipsec  # noqa: F401
+    except ImportError as e:
+        pytest.fail(f"python package missing: {e} (python3 -m pip install scapy cryptography)")
+    for gw in ("gw0", "gw1"):
+        cfg = L.CONFIG_DIR / L.GW_CONFIG[gw]
+        if not cfg.is_file():
+            pytest.fail(f"config {cfg} not found")
+    binary = _binary()
+    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+        pytest.fail(f"secgw binary {binary} missing or not executable")
+    for gw in ("gw0", "gw1"):
+        cfg = L.CONFIG_DIR / L.GW_CONFIG[gw]
+        p = subprocess.run([binary, "check", str(cfg)], capture_output=True, text=True, timeout=30)
+        if p.returncode != 0:
+            pytest.fail(f"`secgw check {cfg}` failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    L.ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    try:
+        L.lib_sh("topo_up", timeout=120)
+    except AssertionError as e:
+        L.lib_sh("topo_down", timeout=60)
+        pytest.fail(f"topology did not come up:\n{e}")
+    try:
+        yield {"binary": binary}
+    finally:
+        L.lib_sh("topo_down", timeout=60)
+
+
+@pytest.fixture
+def artifacts(request):
+    d = L.ARTIFACTS / re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    return d
+
+
+@pytest.fixture
+def gws(testbed, artifacts, request):
+    gw = {n: L.Gateway(n, testbed["binary"], artifacts) for n in ("gw0", "gw1")}
+    try:
+        for g in gw.values():
+            g.start()
+    except BaseException:
+        for g in gw.values():
+            g.stop()
+        raise
+    yield gw
+    problems = []
+    for g in gw.values():
+        died = g.proc is not None and not g.alive()
+        rc = g.stop()
+        if died:
+            problems.append(f"{g.name} died during the test (status {rc})\n{g.logs()}")
+        elif rc != 0:
+            problems.append(f"{g.name} exited with status {rc} after SIGINT\n{g.logs()}")
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        for g in gw.values():
+            print(g.logs(tail=30))
+        print(f"artifacts: {artifacts}")
+    if problems:
+        pytest.fail("\n".join(problems))

@@ -1,0 +1,307 @@
+"""Helpers for the netns end-to-end tests (imported by conftest.py and the tests).
+
+How traffic is captured and injected, and why:
+- Every capture is a `tcpdump -w FILE.pcap` started with `ip netns exec NS` in
+  the namespace that owns the interface, waited for until it says
+  "listening on", stopped with SIGINT (so it flushes) and read back with
+  scapy's rdpcap. A subprocess per namespace is the robust choice: no setns
+  juggling in the pytest process (setns changes only the calling thread, and
+  scapy opens sockets lazily), the kernel's own capture path, a kernel drop
+  count we can check, and a pcap left in the artifacts folder for a post-mortem.
+- Frames are injected by `ip netns exec NS python3 testbed/pcap_send.py IFACE
+  FILE.pcap` (raw AF_PACKET), after scapy built them here and wrote them with
+  wrpcap; datagrams from a host's own stack by small `python3 -c` programs run
+  in that host's namespace.
+- Captures of the gw0–gw1 link are taken in `wan`: a capture inside gw0/gw1
+  does not see the frames that the XDP program redirects to AF_XDP.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TESTBED = REPO / "testbed"
+NS_PREFIX = os.environ.get("SECGW_NS_PREFIX", "")
+CONFIG_DIR = Path(os.environ.get("SECGW_CONFIG_DIR", REPO / "configs"))
+ARTIFACTS = Path(os.environ.get("SECGW_E2E_ARTIFACTS", REPO / "target" / "e2e"))
+
+# Topology constants (testbed/lib.sh).
+A_IP, B_IP = "192.0.2.10", "198.51.100.10"
+GW0_OUT_IP, GW1_OUT_IP = "203.0.113.1", "203.0.113.2"
+A_MAC, B_MAC = "02:00:00:00:0a:01", "02:00:00:00:0b:01"
+GW0_IN_MAC, GW0_OUT_MAC = "02:00:00:00:00:01", "02:00:00:00:00:02"
+GW1_IN_MAC, GW1_OUT_MAC = "02:00:00:00:01:01", "02:00:00:00:01:02"
+GW_IFACES = {"gw0": ("gw0-in", "gw0-out"), "gw1": ("gw1-out", "gw1-in")}
+GW_CONFIG = {"gw0": "ep0.toml", "gw1": "ep1.toml"}
+
+
+def ns(name: str) -> str:
+    return NS_PREFIX + name
+
+
+def ns_cmd(name: str, *cmd) -> list[str]:
+    return ["ip", "netns", "exec", ns(name), *map(str, cmd)]
+
+
+def run(cmd, check=True, timeout=60, **kw) -> subprocess.CompletedProcess:
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+    if check and p.returncode != 0:
+        raise AssertionError(f"command failed ({p.returncode}): {' '.join(map(str, cmd))}\n"
+                             f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    return p
+
+
+def run_ns(name: str, *cmd, **kw) -> subprocess.CompletedProcess:
+    return run(ns_cmd(name, *cmd), **kw)
+
+
+def lib_sh(func: str, timeout=60, env=None) -> subprocess.CompletedProcess:
+    """Run one function of testbed/lib.sh in a fresh bash."""
+    e = dict(os.environ, **(env or {}))
+    return run(["bash", "-c", f'source "{TESTBED}/lib.sh" && {func}'], timeout=timeout, env=e)
+
+
+# --------------------------------------------------------------------------
+# configuration (keys are never hard-coded: they are read from the configs)
+
+@dataclass
+class SaInfo:
+    spi: int
+    direction: str
+    algorithm: str
+    key: bytes  # AES key || 4-byte salt (RFC 4106 §8.1)
+    src: str
+    dst: str
+
+
+def load_config(gw: str) -> dict:
+    with open(CONFIG_DIR / GW_CONFIG[gw], "rb") as f:
+        return tomllib.load(f)
+
+
+def load_sa(gw: str, spi: int) -> SaInfo:
+    cfg = load_config(gw)
+    for sa in cfg.get("sa", cfg.get("sas", [])):
+        if int(sa["spi"]) == spi:
+            key = bytes.fromhex(str(sa["key"]).removeprefix("0x").replace(":", "").replace(" ", ""))
+            return SaInfo(spi, str(sa.get("direction", "")).lower(), str(sa.get("algorithm", "")).lower(),
+                          key, str(sa.get("tunnel_src", "")), str(sa.get("tunnel_dst", "")))
+    raise AssertionError(f"no SA with SPI {spi} in {CONFIG_DIR / GW_CONFIG[gw]}")
+
+
+def scapy_sa(info: SaInfo):
+    from scapy.layers.inet import IP
+    from scapy.layers.ipsec import ESP, SecurityAssociation
+    # scapy's AES-GCM takes the key with the 4-byte salt appended and splits it.
+    return SecurityAssociation(ESP, spi=info.spi, crypt_algo="AES-GCM", crypt_key=info.key,
+                               auth_algo="NULL", tunnel_header=IP(src=info.src, dst=info.dst))
+
+
+# --------------------------------------------------------------------------
+# gateways
+
+class Gateway:
+    """One secgw process (`secgw run`) in namespace gw0 or gw1."""
+
+    def __init__(self, name: str, binary: Path, workdir: Path):
+        self.name = name
+        self.binary = binary
+        self.config = CONFIG_DIR / GW_CONFIG[name]
+        self.dir = workdir / name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.stats_file = self.dir / "stats.json"
+        self.proc: subprocess.Popen | None = None
+        self.returncode: int | None = None
+        self.stdout = ""
+
+    def start(self, timeout=20.0):
+        for f in ("stats.json", "stdout.log", "stderr.log"):
+            (self.dir / f).unlink(missing_ok=True)
+        self.out = open(self.dir / "stdout.log", "w")
+        self.err = open(self.dir / "stderr.log", "w")
+        cmd = ns_cmd(self.name, self.binary, "run", "--config", self.config,
+                     "--stats-file", self.stats_file)
+        self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=self.err, stdin=subprocess.DEVNULL)
+        self.returncode = None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if "ready" in self.stderr():
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name} exited with {self.proc.returncode} before 'ready'\n"
+                                     f"cmd: {' '.join(map(str, cmd))}\n{self.logs()}")
+            time.sleep(0.05)
+        self.proc.kill()
+        self.proc.wait()
+        raise AssertionError(f"{self.name} not ready after {timeout}s\n{self.logs()}")
+
+    def stderr(self) -> str:
+        try:
+            return (self.dir / "stderr.log").read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def logs(self, tail=60) -> str:
+        err = self.stderr().splitlines()[-tail:]
+        out = (self.dir / "stdout.log").read_text(errors="replace") if (self.dir / "stdout.log").exists() else ""
+        return f"---- {self.name} stderr (last {tail} lines) ----\n" + "\n".join(err) + \
+               f"\n---- {self.name} stdout ----\n{out}"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout=10.0) -> int:
+        """SIGINT, wait; returns the exit status (SIGKILL after timeout → -9)."""
+        if self.proc is None:
+            return self.returncode if self.returncode is not None else 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.returncode = self.proc.returncode
+        self.proc = None
+        self.out.close()
+        self.err.close()
+        self.stdout = (self.dir / "stdout.log").read_text(errors="replace")
+        return self.returncode
+
+    def stats(self) -> dict:
+        for _ in range(50):
+            try:
+                return json.loads(self.stats_file.read_text())
+            except (FileNotFoundError, json.JSONDecodeError):
+                time.sleep(0.1)
+        raise AssertionError(f"{self.name}: no readable stats file at {self.stats_file}\n{self.logs()}")
+
+    def drop(self, reason: str) -> int:
+        return int(self.stats().get("drops", {}).get(reason, 0))
+
+    def wait_stats(self, pred, timeout=5.0) -> dict:
+        """Poll the stats file until pred(stats) holds; returns the last stats."""
+        deadline = time.monotonic() + timeout
+        st = self.stats()
+        while not pred(st) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            st = self.stats()
+        return st
+
+    def xdp_attached(self) -> list[str]:
+        """Interfaces of this gateway that still carry an XDP program."""
+        bad = []
+        for ifc in GW_IFACES[self.name]:
+            out = run(["ip", "-n", ns(self.name), "link", "show", ifc]).stdout
+            if "xdp" in out.replace(ifc, ""):
+                bad.append(f"{ifc}: {out.strip()}")
+        return bad
+
+
+# --------------------------------------------------------------------------
+# captures
+
+class Capture:
+    """tcpdump in a namespace, writing a pcap; stop() returns scapy packets."""
+
+    def __init__(self, nsname: str, iface: str, bpf: str, path: Path):
+        self.path = Path(path).with_suffix(".pcap")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.unlink(missing_ok=True)
+        self.errpath = self.path.with_suffix(".tcpdump.log")
+        self.err = open(self.errpath, "w")
+        cmd = ns_cmd(nsname, "tcpdump", "-i", iface, "-n", "-U", "--immediate-mode", "-s", "0", "-B", "16384",
+                     "-Z", "root", "-w", self.path, *bpf.split())
+        self.cmd = cmd
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.err,
+                                     stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while "listening on" not in self.errpath.read_text():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                raise AssertionError(f"tcpdump did not start: {' '.join(map(str, cmd))}\n"
+                                     f"{self.errpath.read_text()}")
+            time.sleep(0.05)
+        self.kernel_drops = None
+
+    def stop(self, settle=0.3):
+        from scapy.utils import rdpcap
+        time.sleep(settle)
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.err.close()
+        log = self.errpath.read_text()
+        for line in log.splitlines():
+            if "dropped by kernel" in line:
+                self.kernel_drops = int(line.split()[0])
+        if not self.path.exists() or self.path.stat().st_size < 24:
+            return []
+        return list(rdpcap(str(self.path)))
+
+
+# --------------------------------------------------------------------------
+# traffic
+
+def send_frames(nsname: str, iface: str, frames, path: Path, gap_ms=2.0):
+    """Write scapy frames to a pcap and send them from `iface` in `nsname`."""
+    from scapy.utils import wrpcap
+    path = Path(path).with_suffix(".pcap")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    wrpcap(str(path), frames)
+    out = run_ns(nsname, sys.executable, TESTBED / "pcap_send.py", iface, path, "--gap-ms", gap_ms).stdout
+    assert json.loads(out)["sent"] == len(frames)
+
+
+_UDP_SENDER = textwrap.dedent("""
+    import json, socket, sys, time
+    src, dst, spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    for d in spec:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, d.get("tos", 0))
+        s.bind((src, d["sport"]))
+        s.sendto(bytes.fromhex(d["payload"]), (dst, d["dport"]))
+        s.close()
+        time.sleep(d.get("gap", 0.02))
+""")
+
+
+def send_udp(nsname: str, src: str, dst: str, datagrams: list[dict]):
+    """Send datagrams from a host's own stack: each {sport, dport, payload: bytes, tos}."""
+    spec = [dict(d, payload=d["payload"].hex()) for d in datagrams]
+    run_ns(nsname, sys.executable, "-c", _UDP_SENDER, src, dst, json.dumps(spec))
+
+
+def ip_checksum_ok(raw_ip_header: bytes) -> bool:
+    s = 0
+    for i in range(0, len(raw_ip_header), 2):
+        s += (raw_ip_header[i] << 8) + raw_ip_header[i + 1]
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return s == 0xFFFF
+
+
+def normalize_ttl_csum(raw_ip: bytes) -> bytes:
+    """The IPv4 packet with TTL and header checksum zeroed (for comparisons)."""
+    b = bytearray(raw_ip)
+    b[8] = 0
+    b[10:12] = b"\0\0"
+    return bytes(b)
+
+
+def in_net(addr: str, net: str) -> bool:
+    return ipaddress.ip_address(addr) in ipaddress.ip_network(net)
