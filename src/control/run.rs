@@ -73,7 +73,8 @@ pub fn run(cfg: &Config, opts: &RunOptions) -> Result<stats::Snapshot, ControlEr
             c
         })
         .collect();
-    let core = cfg.gateway.cores.first().copied();
+    // Worker i runs on cores[i]; without a list, on core i.
+    let core = Some(cfg.gateway.cores.first().copied().unwrap_or(worker_id));
     if let Some(c) = core {
         let ids = core_affinity::get_core_ids().unwrap_or_default();
         if !ids.iter().any(|id| id.id == c) {
