@@ -58,6 +58,13 @@ fn real_main() -> anyhow::Result<()> {
         Cmd::Check { config } => {
             let cfg = load(&config)?;
             print!("{}", secgw::config::summary(&cfg));
+            let (limit, driver) = match cfg.crypto.backend {
+                secgw::config::model::CryptoBackend::Software => (0, "crypto_soft"),
+                secgw::config::model::CryptoBackend::Descriptor => (cfg.crypto.max_sessions_per_qp, "crypto_descriptor"),
+            };
+            let b = secgw::control::binding::bind(&cfg, limit).map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!("binding (SA → worker → queue pair), max_sessions_per_qp = {limit}{}:", if limit == 0 { " (unlimited)" } else { "" });
+            print!("{}", secgw::control::binding::describe(&cfg, &b, driver));
             for w in secgw::config::warnings(&cfg) {
                 println!("warning: {w}");
             }

@@ -13,6 +13,12 @@
 //! outer_ttl = 64            # default outer TTL of tunnel SAs, 1..=255, default 64
 //! burst = 32                # packets per rx burst, 1..=256, default 32
 //!
+//! [crypto]                  # optional table: the crypto device (one queue pair per worker)
+//! backend = "software"      # "software" (default) | "descriptor" (emulated job-ring hardware)
+//! ring_depth = 1024         # ops in flight per queue pair, power of two in 16..=65536
+//! max_sessions_per_qp = 64  # descriptor only: 1..=65536, default 64
+//! engines = 1               # descriptor only: engine threads, 1..=64, default 1
+//!
 //! [[port]]                  # at least one protected and one unprotected
 //! name = "inside"           # required, unique; routes name ports by it
 //! interface = "gw0-in"      # required, unique, 1..=15 bytes (IFNAMSIZ-1), no '/', ':' or spaces
@@ -215,6 +221,7 @@ impl Raw {
 #[serde(deny_unknown_fields)]
 struct RawFile {
     gateway: Option<Spanned<RawGateway>>,
+    crypto: Option<Spanned<RawCrypto>>,
     port: Option<Vec<Spanned<RawPort>>>,
     sa: Option<Vec<Spanned<RawSa>>>,
     policy: Option<Vec<Spanned<RawPolicy>>>,
@@ -231,6 +238,15 @@ struct RawGateway {
     stats_interval: Field,
     outer_ttl: Field,
     burst: Field,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCrypto {
+    backend: Field,
+    ring_depth: Field,
+    max_sessions_per_qp: Field,
+    engines: Field,
 }
 
 #[derive(Deserialize)]
@@ -586,6 +602,7 @@ impl Checker<'_> {
 
     fn config(&mut self, raw: RawFile) -> Option<Config> {
         let (gateway, workers) = self.gateway(raw.gateway.as_ref());
+        let crypto = self.crypto(raw.crypto.as_ref());
 
         let ports = self.ports(raw.port.as_deref().unwrap_or_default());
         let sas = self.sas(raw.sa.as_deref().unwrap_or_default(), workers);
@@ -601,6 +618,7 @@ impl Checker<'_> {
         Some(Config {
             source: self.source.to_path_buf(),
             gateway: gateway?,
+            crypto: crypto?,
             ports: ports.list?,
             sas: sas.list?,
             policies: policies?,
@@ -687,6 +705,51 @@ impl Checker<'_> {
             })
         })();
         (gateway, workers)
+    }
+
+    // -- [crypto] ------------------------------------------------------------
+
+    fn crypto(&mut self, raw: Option<&Spanned<RawCrypto>>) -> Option<Crypto> {
+        let Some(raw) = raw else {
+            return Some(Crypto::default());
+        };
+        let tab = Tab {
+            path: "crypto".into(),
+            span: raw.span(),
+        };
+        let c = raw.get_ref();
+        let backends = &[("software", CryptoBackend::Software), ("descriptor", CryptoBackend::Descriptor)];
+        let backend = self.opt_keyword(&c.backend, &tab.field("backend"), backends, CryptoBackend::Software);
+        let ring_depth = match &c.ring_depth {
+            None => Some(1024),
+            Some(v) => {
+                let field = tab.field("ring_depth");
+                match self.integer(v, &field, 16, 65536) {
+                    Some(d) if (d as u64).is_power_of_two() => Some(d),
+                    Some(d) => {
+                        self.problem(&v.span(), &field, format!("expected a power of two in 16..=65536, found {d}"));
+                        None
+                    }
+                    None => None,
+                }
+            }
+        };
+        let descriptor = backend == Some(CryptoBackend::Descriptor);
+        let only_descriptor = |ck: &mut Self, f: &Field, key: &str| {
+            if let (Some(v), Some(CryptoBackend::Software)) = (f, backend) {
+                ck.problem(&v.span(), &tab.field(key), "only for backend = \"descriptor\" (the software device has no limit and no engines)");
+            }
+        };
+        only_descriptor(self, &c.max_sessions_per_qp, "max_sessions_per_qp");
+        only_descriptor(self, &c.engines, "engines");
+        let max_sessions = self.opt_integer(&c.max_sessions_per_qp, &tab.field("max_sessions_per_qp"), 1, 65536, 64);
+        let engines = self.opt_integer(&c.engines, &tab.field("engines"), 1, 64, 1);
+        Some(Crypto {
+            backend: backend?,
+            ring_depth: ring_depth? as usize,
+            max_sessions_per_qp: if descriptor { max_sessions? as u32 } else { 0 },
+            engines: engines? as usize,
+        })
     }
 
     fn cores(&mut self, v: &Spanned<Raw>, field: &str, workers: Option<i64>) -> Option<Vec<usize>> {

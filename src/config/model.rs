@@ -16,6 +16,8 @@ pub struct Config {
     pub source: PathBuf,
     /// `[gateway]` table.
     pub gateway: Gateway,
+    /// `[crypto]` table.
+    pub crypto: Crypto,
     /// `[[port]]` entries, in file order; a port's index is its port id.
     pub ports: Vec<Port>,
     /// `[[sa]]` entries, in file order.
@@ -43,6 +45,36 @@ pub struct Gateway {
     pub outer_ttl: u8,
     /// Packets per rx burst (1..=256, default 32).
     pub burst: usize,
+}
+
+/// Which crypto device backs the workers' queue pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CryptoBackend {
+    /// `crypto/soft`: synchronous, in the worker, unlimited sessions.
+    Software,
+    /// `crypto/descriptor`: emulated job-ring hardware with engine threads
+    /// and a per-queue-pair session limit.
+    Descriptor,
+}
+
+/// `[crypto]`: the crypto device. One queue pair per worker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Crypto {
+    /// Backend (default software).
+    pub backend: CryptoBackend,
+    /// Ops each queue pair holds in flight (16..=65536, power of two, default 1024).
+    pub ring_depth: usize,
+    /// Descriptor backend: sessions one queue pair can hold (1..=65536,
+    /// default 64). Always 0 (unlimited) for the software backend.
+    pub max_sessions_per_qp: u32,
+    /// Descriptor backend: engine threads (1..=64, default 1).
+    pub engines: usize,
+}
+
+impl Default for Crypto {
+    fn default() -> Self {
+        Crypto { backend: CryptoBackend::Software, ring_depth: 1024, max_sessions_per_qp: 0, engines: 1 }
+    }
 }
 
 /// Role of a port, with the RFC 4301 / ipsec-secgw meaning.

@@ -2,6 +2,7 @@
 //! sessions, binds SAs to workers, starts the workers, serves stats, and
 //! stops everything cleanly. It never touches packets.
 
+pub mod binding;
 pub mod run;
 pub mod stats;
 pub mod tables;
@@ -28,4 +29,10 @@ pub enum ControlError {
         /// What happened.
         what: String,
     },
+}
+
+impl From<binding::BindError> for ControlError {
+    fn from(e: binding::BindError) -> Self {
+        ControlError::Unsupported(e.to_string())
+    }
 }

@@ -1,10 +1,10 @@
-//! Running the gateway: ports, crypto device, worker thread, stats, signals.
+//! Running the gateway: ports, crypto device, worker threads, stats, signals.
 
-use super::{stats, tables, ControlError};
-use crate::config::model::{Config, XdpMode};
+use super::{binding, stats, tables, ControlError};
+use crate::config::model::{Config, CryptoBackend, XdpMode};
 use crate::crypto::soft::SoftDevice;
 use crate::crypto::{CryptoDevice, QpConf};
-use crate::dataplane::worker::WorkerConf;
+use crate::dataplane::worker::{Handoff, WorkerConf};
 use crate::dataplane::{Worker, WorkerCounters};
 use crate::io::af_xdp::{self, AfXdpConfig, AfXdpPort, AttachMode};
 use crate::io::PktBuf;
@@ -23,10 +23,10 @@ pub struct RunOptions {
     pub stats_file: Option<PathBuf>,
 }
 
-/// Crypto ops a queue pair holds in flight.
-const QP_DEPTH: usize = 1024;
 /// Packet buffers per worker.
 const POOL_SIZE: usize = 4096;
+/// Packets each handoff ring holds.
+const HANDOFF_DEPTH: usize = 1024;
 
 fn write_stats_file(path: &PathBuf, snap: &stats::Snapshot) {
     let tmp = path.with_extension("tmp");
@@ -35,14 +35,40 @@ fn write_stats_file(path: &PathBuf, snap: &stats::Snapshot) {
     }
 }
 
-/// Runs the gateway until SIGINT or SIGTERM, then drains in-flight crypto,
-/// stops the worker (its ports are closed and their XDP programs removed)
-/// and returns the final counters.
+/// Runs the gateway with the crypto backend the config names, until SIGINT
+/// or SIGTERM; then drains in-flight crypto, stops the workers (their ports
+/// are closed and the XDP programs removed) and returns the final counters.
 pub fn run(cfg: &Config, opts: &RunOptions) -> Result<stats::Snapshot, ControlError> {
+    match cfg.crypto.backend {
+        CryptoBackend::Software => run_with(cfg, opts, SoftDevice::new(cfg.gateway.workers as u16)),
+        CryptoBackend::Descriptor => Err(ControlError::Unsupported("crypto.backend = \"descriptor\" is not built into this binary yet".into())),
+    }
+}
+
+/// The cores the workers run on: `gateway.cores`, else 0, 1, 2, ….
+/// Errors if one does not exist on this machine.
+fn worker_cores(cfg: &Config) -> Result<Vec<usize>, ControlError> {
+    let ids: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().iter().map(|c| c.id).collect();
+    let cores: Vec<usize> = (0..cfg.gateway.workers).map(|w| cfg.gateway.cores.get(w).copied().unwrap_or(w)).collect();
+    for (w, c) in cores.iter().enumerate() {
+        if !ids.contains(c) {
+            return Err(ControlError::Unsupported(format!(
+                "{}: worker {w} wants core {c}, which does not exist here (cores: {ids:?}); set gateway.cores",
+                cfg.source.display()
+            )));
+        }
+    }
+    Ok(cores)
+}
+
+/// [`run`] on a given device.
+pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev: D) -> Result<stats::Snapshot, ControlError> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).map_err(|e| ControlError::Io(e.into()))?;
     }
+    let nworkers = cfg.gateway.workers.max(1);
+    let cores = worker_cores(cfg)?;
 
     let mut macs = Vec::with_capacity(cfg.ports.len());
     for p in &cfg.ports {
@@ -51,109 +77,132 @@ pub fn run(cfg: &Config, opts: &RunOptions) -> Result<stats::Snapshot, ControlEr
             None => af_xdp::interface_mac(&p.interface)?,
         });
     }
-    let dev = SoftDevice::new(cfg.gateway.workers as u16);
     let info = dev.info();
     tracing::info!(driver = info.driver, queue_pairs = info.nb_queue_pairs, max_sessions_per_qp = info.max_sessions_per_qp, "crypto device");
-    let tables = Arc::new(ArcSwap::from_pointee(tables::build(cfg, &dev, &macs)?));
-    let t = tables.load_full();
-    let counters = Arc::new(WorkerCounters::new(t.ports.len(), t.sad.outbound.len(), t.sad.inbound.len()));
-
-    let worker_id = 0usize;
-    let qp = dev.queue_pair_setup::<PktBuf>(worker_id as u16, QpConf { nb_descriptors: QP_DEPTH })?;
-    let port_cfgs: Vec<AfXdpConfig> = cfg
-        .ports
-        .iter()
-        .map(|p| {
-            let mut c = AfXdpConfig::new(p.interface.clone(), p.queue);
-            c.mode = match p.xdp_mode {
-                XdpMode::Skb => AttachMode::Skb,
-                XdpMode::Native => AttachMode::Native,
-                XdpMode::Auto => AttachMode::Auto,
-            };
-            c
-        })
-        .collect();
-    // Worker i runs on cores[i]; without a list, on core i.
-    let core = Some(cfg.gateway.cores.first().copied().unwrap_or(worker_id));
-    if let Some(c) = core {
-        let ids = core_affinity::get_core_ids().unwrap_or_default();
-        if !ids.iter().any(|id| id.id == c) {
-            return Err(ControlError::Unsupported(format!(
-                "{}: gateway.cores: core {c} does not exist here (cores: {:?})",
-                cfg.source.display(),
-                ids.iter().map(|i| i.id).collect::<Vec<_>>()
-            )));
+    let bind = binding::bind(cfg, info.max_sessions_per_qp)?;
+    let built = tables::build(cfg, &dev, &macs, &bind)?;
+    // Limited devices: every session goes onto its owner's queue pair before
+    // any worker sees the tables.
+    if info.max_sessions_per_qp > 0 && info.flags.attach_sessions {
+        for sa in &built.sad.outbound {
+            dev.queue_pair_attach_session(sa.owner as u16, &sa.session)?;
+        }
+        for e in &built.sad.inbound {
+            dev.queue_pair_attach_session(e.sa.owner as u16, &e.sa.session)?;
         }
     }
-    let wconf = WorkerConf { id: worker_id, burst: cfg.gateway.burst, pool_size: POOL_SIZE };
-    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
-    let (wstop, wtables, wcounters) = (stop.clone(), tables.clone(), counters.clone());
-    let handle = std::thread::Builder::new()
-        .name(format!("secgw-worker{worker_id}"))
-        .spawn(move || {
-            if let Some(c) = core {
-                if !core_affinity::set_for_current(core_affinity::CoreId { id: c }) {
-                    tracing::warn!(core = c, "could not pin worker");
+    let tables = Arc::new(ArcSwap::from_pointee(built));
+    let t = tables.load_full();
+
+    let mut meshes = Handoff::mesh(nworkers, HANDOFF_DEPTH, POOL_SIZE);
+    let mut counters = Vec::with_capacity(nworkers);
+    let mut handles = Vec::with_capacity(nworkers);
+    let (ready_tx, ready_rx) = mpsc::channel::<(usize, Result<(), String>)>();
+    for (w, handoff) in meshes.drain(..).enumerate() {
+        let qp = dev.queue_pair_setup::<PktBuf>(w as u16, QpConf { nb_descriptors: cfg.crypto.ring_depth })?;
+        let c = Arc::new(WorkerCounters::new(t.ports.len(), t.sad.outbound.len(), t.sad.inbound.len()));
+        counters.push(c.clone());
+        let port_cfgs: Vec<AfXdpConfig> = cfg
+            .ports
+            .iter()
+            .map(|p| {
+                let mut pc = AfXdpConfig::new(p.interface.clone(), p.queue + w as u32);
+                pc.mode = match p.xdp_mode {
+                    XdpMode::Skb => AttachMode::Skb,
+                    XdpMode::Native => AttachMode::Native,
+                    XdpMode::Auto => AttachMode::Auto,
+                };
+                pc
+            })
+            .collect();
+        let core = cores[w];
+        let wconf = WorkerConf { id: w, burst: cfg.gateway.burst, pool_size: POOL_SIZE, nb_workers: nworkers };
+        let (wstop, wtables, ready) = (stop.clone(), tables.clone(), ready_tx.clone());
+        let h = std::thread::Builder::new()
+            .name(format!("secgw-worker{w}"))
+            .spawn(move || {
+                if !core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
+                    tracing::warn!(worker = w, core, "could not pin worker");
                 }
-            }
-            // Ports are opened on the thread that polls them.
-            let mut ports = Vec::with_capacity(port_cfgs.len());
-            for (i, pc) in port_cfgs.iter().enumerate() {
-                match AfXdpPort::open(i as u16, pc) {
-                    Ok(p) => ports.push(p),
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e.to_string()));
-                        return;
+                // Ports are opened on the thread that polls them.
+                let mut ports = Vec::with_capacity(port_cfgs.len());
+                for (i, pc) in port_cfgs.iter().enumerate() {
+                    match AfXdpPort::open(i as u16, pc) {
+                        Ok(p) => ports.push(p),
+                        Err(e) => {
+                            let _ = ready.send((w, Err(e.to_string())));
+                            return;
+                        }
                     }
                 }
-            }
-            let mut w = Worker::new(wconf, ports, qp, wtables, wcounters);
-            let _ = ready_tx.send(Ok(()));
-            w.run(&wstop);
-            // Dropping the worker closes its sockets and removes the XDP programs.
-        })
-        .map_err(|e| ControlError::Worker { worker: worker_id, what: e.to_string() })?;
+                let mut worker = Worker::new(wconf, ports, qp, wtables, c, handoff);
+                let _ = ready.send((w, Ok(())));
+                worker.run(&wstop);
+                // Dropping the worker closes its sockets; the last socket on an
+                // interface removes the XDP program.
+            })
+            .map_err(|e| ControlError::Worker { worker: w, what: e.to_string() })?;
+        handles.push(h);
+    }
+    drop(ready_tx);
 
-    match ready_rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(Ok(())) => {}
-        Ok(Err(what)) => {
-            let _ = handle.join();
-            return Err(ControlError::Worker { worker: worker_id, what });
-        }
-        Err(_) => {
-            stop.store(true, Ordering::Relaxed);
-            let _ = handle.join();
-            return Err(ControlError::Worker { worker: worker_id, what: "did not start within 60 s".into() });
+    let mut failure = None;
+    for _ in 0..nworkers {
+        match ready_rx.recv_timeout(Duration::from_secs(60)) {
+            Ok((_, Ok(()))) => {}
+            Ok((w, Err(what))) => {
+                failure = Some(ControlError::Worker { worker: w, what });
+                break;
+            }
+            Err(_) => {
+                failure = Some(ControlError::Worker { worker: 0, what: "workers did not start within 60 s".into() });
+                break;
+            }
         }
     }
-    tracing::info!(gateway = %cfg.gateway.name, ports = cfg.ports.len(), sas = cfg.sas.len(), "ready");
+    if let Some(e) = failure {
+        stop.store(true, Ordering::Relaxed);
+        for h in handles {
+            let _ = h.join();
+        }
+        return Err(e);
+    }
+    tracing::info!(gateway = %cfg.gateway.name, workers = nworkers, ports = cfg.ports.len(), sas = cfg.sas.len(), "ready");
 
     let interval = opts.stats_interval.unwrap_or(cfg.gateway.stats_interval);
-    let all = [counters.clone()];
     let mut last_print = Instant::now();
     let mut last_file = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(50));
-        if handle.is_finished() {
+        if handles.iter().any(|h| h.is_finished()) {
+            tracing::error!("a worker stopped unexpectedly; stopping");
             stop.store(true, Ordering::Relaxed);
             break;
         }
         if interval > 0 && last_print.elapsed() >= Duration::from_secs(interval) {
             last_print = Instant::now();
-            println!("{}", stats::snapshot(&t, &all).to_text());
+            println!("{}", stats::snapshot(&t, &counters).to_text());
         }
         if let Some(path) = &opts.stats_file {
             if last_file.elapsed() >= Duration::from_secs(1) {
                 last_file = Instant::now();
-                write_stats_file(path, &stats::snapshot(&t, &all));
+                write_stats_file(path, &stats::snapshot(&t, &counters));
             }
         }
     }
     tracing::info!("stopping: draining in-flight crypto ops");
-    handle.join().map_err(|_| ControlError::Worker { worker: worker_id, what: "panicked".into() })?;
-    let snap = stats::snapshot(&t, &all);
+    let mut panicked = None;
+    for (w, h) in handles.into_iter().enumerate() {
+        if h.join().is_err() {
+            panicked = Some(w);
+        }
+    }
+    let snap = stats::snapshot(&t, &counters);
     if let Some(path) = &opts.stats_file {
         write_stats_file(path, &snap);
+    }
+    if let Some(w) = panicked {
+        return Err(ControlError::Worker { worker: w, what: "panicked".into() });
     }
     Ok(snap)
 }

@@ -39,6 +39,17 @@ pub struct SaStats {
     pub errors: u64,
 }
 
+/// Counters of one worker.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Worker id.
+    pub worker: usize,
+    /// Packets it handed to the owner of their SA.
+    pub handoff_out: u64,
+    /// Packets it received from other workers for SAs it owns.
+    pub handoff_in: u64,
+}
+
 /// Every counter of the gateway at one moment.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct Snapshot {
@@ -50,6 +61,8 @@ pub struct Snapshot {
     pub drops: BTreeMap<&'static str, u64>,
     /// ARP replies sent.
     pub arp_replies: u64,
+    /// Per worker.
+    pub workers: Vec<WorkerStats>,
 }
 
 /// Sums `workers`' counters, naming ports and SAs from `t`.
@@ -64,7 +77,8 @@ pub fn snapshot(t: &Tables, workers: &[Arc<WorkerCounters>]) -> Snapshot {
         s.drops.insert(r.name(), 0);
     }
     let nout = t.sad.outbound.len();
-    for w in workers {
+    for (wi, w) in workers.iter().enumerate() {
+        s.workers.push(WorkerStats { worker: wi, handoff_out: w.handoff_out.get(), handoff_in: w.handoff_in.get() });
         for (ps, pc) in s.ports.iter_mut().zip(&w.ports) {
             ps.rx_packets += pc.rx_packets.get();
             ps.rx_bytes += pc.rx_bytes.get();
@@ -103,6 +117,9 @@ impl Snapshot {
         let nz: Vec<String> = self.drops.iter().filter(|(_, &v)| v > 0).map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(o, "drops: {}", if nz.is_empty() { "none".to_string() } else { nz.join(" ") });
         let _ = writeln!(o, "arp replies: {}", self.arp_replies);
+        for w in &self.workers {
+            let _ = writeln!(o, "worker {}: handoff out {} in {}", w.worker, w.handoff_out, w.handoff_in);
+        }
         o
     }
 

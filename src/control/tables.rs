@@ -1,5 +1,6 @@
 //! Building the data-plane tables from a validated config.
 
+use super::binding::Binding;
 use super::ControlError;
 use crate::config::model::{self, Action, Config, Direction};
 use crate::crypto::{AeadAlgorithm, CipherDirection, CryptoDevice, SymXform};
@@ -25,18 +26,12 @@ fn selector(p: &model::Policy) -> Selector {
 
 /// Creates one session per SA on `dev` and builds the [`Tables`].
 ///
-/// `macs[i]` is port `i`'s MAC (from config or read from the interface).
-/// Every SA is owned by worker 0 unless pinned in config. Errors: a
-/// transform the device does not support; more than one worker (multi-worker
-/// SA binding is not built yet).
-pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]]) -> Result<Tables, ControlError> {
-    if cfg.gateway.workers != 1 {
-        return Err(ControlError::Unsupported(format!(
-            "{}: gateway.workers = {}: this build runs exactly one worker",
-            cfg.source.display(),
-            cfg.gateway.workers
-        )));
-    }
+/// `macs[i]` is port `i`'s MAC (from config or read from the interface);
+/// `binding` says which worker owns each SA. Sessions are created here but
+/// not attached: the caller attaches them to their owners' queue pairs (on
+/// limited devices) before publishing the tables. Errors: a transform the
+/// device does not support.
+pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: &Binding) -> Result<Tables, ControlError> {
     let ports = cfg
         .ports
         .iter()
@@ -54,7 +49,7 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]]) -> Result
     // SPI → index within its direction's list.
     let mut out_idx = std::collections::HashMap::new();
     let mut in_idx = std::collections::HashMap::new();
-    for sa in &cfg.sas {
+    for (sa_index, sa) in cfg.sas.iter().enumerate() {
         let algorithm = match sa.algorithm {
             model::Algorithm::Aes128Gcm => AeadAlgorithm::Aes128Gcm,
             model::Algorithm::Aes256Gcm => AeadAlgorithm::Aes256Gcm,
@@ -70,7 +65,7 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]]) -> Result
             Direction::Inbound => CipherDirection::Decrypt,
         };
         let session = dev.session_create(&SymXform { algorithm, direction, key: sa.key[..klen].to_vec(), salt, icv_len: 16 })?;
-        let owner = sa.worker.unwrap_or(0);
+        let owner = binding.owner.get(sa_index).copied().unwrap_or(0);
         match sa.direction {
             Direction::Outbound => {
                 out_idx.insert(sa.spi, outbound.len());

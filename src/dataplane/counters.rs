@@ -62,11 +62,13 @@ pub enum DropReason {
     NotOwner,
     /// Tx ring full.
     TxFull,
+    /// The handoff ring to the SA's owner was full.
+    HandoffFull,
 }
 
 impl DropReason {
     /// Every reason, in counter-index order.
-    pub const ALL: [DropReason; 26] = [
+    pub const ALL: [DropReason; 27] = [
         DropReason::Malformed,
         DropReason::UnsupportedEthertype,
         DropReason::NotForUs,
@@ -93,6 +95,7 @@ impl DropReason {
         DropReason::NoNeighbour,
         DropReason::NotOwner,
         DropReason::TxFull,
+        DropReason::HandoffFull,
     ];
 
     /// Number of reasons.
@@ -127,6 +130,7 @@ impl DropReason {
             DropReason::NoNeighbour => "no_neighbour",
             DropReason::NotOwner => "not_owner",
             DropReason::TxFull => "tx_full",
+            DropReason::HandoffFull => "handoff_full",
         }
     }
 }
@@ -205,6 +209,10 @@ pub struct WorkerCounters {
     pub sa_in: Vec<SaCounters>,
     /// ARP replies sent.
     pub arp_replies: Counter,
+    /// Packets handed to the worker owning their SA.
+    pub handoff_out: Counter,
+    /// Packets received from other workers for SAs this worker owns.
+    pub handoff_in: Counter,
 }
 
 impl WorkerCounters {
@@ -216,6 +224,8 @@ impl WorkerCounters {
             sa_out: (0..sa_out).map(|_| SaCounters::default()).collect(),
             sa_in: (0..sa_in).map(|_| SaCounters::default()).collect(),
             arp_replies: Counter::default(),
+            handoff_out: Counter::default(),
+            handoff_in: Counter::default(),
         }
     }
 

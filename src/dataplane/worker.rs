@@ -8,23 +8,22 @@ use crate::policy::spd::{FlowKey, SpdAction};
 use crate::policy::Tables;
 use crate::wire::{arp, esp as esp_hdr, ethernet, ipv4};
 use arc_swap::ArcSwap;
+use crossbeam_queue::ArrayQueue;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 const TAG_INBOUND: u64 = 1 << 63;
 
-/// Packs what `finish` needs into an op's `user[1]`: direction (bit 63), SA
-/// index (bits 32..63), inner packet length for outbound (bits 16..32),
-/// receive port (bits 0..16).
+/// Packs what the owner and `finish` need into a handoff tag / an op's
+/// `user[1]`: direction (bit 63), SA index (bits 32..63), a 16-bit auxiliary
+/// value (bits 16..32: inner length for outbound ops, ESP offset for handed
+/// inbound packets), receive port (bits 0..16).
 #[inline]
-fn tag(inbound: bool, sa: usize, inner_len: usize, port: u16) -> u64 {
-    (if inbound { TAG_INBOUND } else { 0 })
-        | ((sa as u64 & 0x7fff_ffff) << 32)
-        | ((inner_len as u64 & 0xffff) << 16)
-        | port as u64
+fn tag(inbound: bool, sa: usize, aux: usize, port: u16) -> u64 {
+    (if inbound { TAG_INBOUND } else { 0 }) | ((sa as u64 & 0x7fff_ffff) << 32) | ((aux as u64 & 0xffff) << 16) | port as u64
 }
 
-/// (inbound, SA index, inner length, receive port).
+/// (inbound, SA index, aux, receive port).
 #[inline]
 fn untag(t: u64) -> (bool, usize, u64, usize) {
     (t & TAG_INBOUND != 0, ((t >> 32) & 0x7fff_ffff) as usize, (t >> 16) & 0xffff, (t & 0xffff) as usize)
@@ -39,6 +38,52 @@ pub struct WorkerConf {
     pub burst: usize,
     /// Packet buffers this worker owns (beyond its rx slots).
     pub pool_size: usize,
+    /// Number of workers (buffers of every worker may pass through this one).
+    pub nb_workers: usize,
+}
+
+/// A packet handed to the worker that owns its SA: the buffer and the same
+/// tag a crypto op carries (direction, SA index, ESP offset, receive port).
+#[derive(Debug)]
+pub struct Handed {
+    /// The frame.
+    pub buf: PktBuf,
+    /// `tag(…)` of the packet.
+    pub tag: u64,
+}
+
+/// A worker's ends of the handoff mesh (VPP handoff model): one bounded
+/// ring per ordered pair of workers, each with one producer and one
+/// consumer, plus a return queue per worker for buffers going home.
+pub struct Handoff {
+    /// `to[w]`: ring from this worker to worker `w` (`None` for itself).
+    pub to: Vec<Option<Arc<ArrayQueue<Handed>>>>,
+    /// Rings from every other worker to this one.
+    pub from: Vec<Arc<ArrayQueue<Handed>>>,
+    /// `returns[w]`: buffers whose home is worker `w`.
+    pub returns: Vec<Arc<ArrayQueue<PktBuf>>>,
+}
+
+impl Handoff {
+    /// The handoff ends of `n` workers, rings of `depth` packets. Allocates:
+    /// control path only.
+    pub fn mesh(n: usize, depth: usize, pool_per_worker: usize) -> Vec<Handoff> {
+        let rings: Vec<Vec<Arc<ArrayQueue<Handed>>>> =
+            (0..n).map(|_| (0..n).map(|_| Arc::new(ArrayQueue::new(depth.max(1)))).collect()).collect();
+        let returns: Vec<Arc<ArrayQueue<PktBuf>>> = (0..n).map(|_| Arc::new(ArrayQueue::new(pool_per_worker.max(1) * 2))).collect();
+        (0..n)
+            .map(|me| Handoff {
+                to: (0..n).map(|w| if w == me { None } else { Some(rings[me][w].clone()) }).collect(),
+                from: (0..n).filter(|&w| w != me).map(|w| rings[w][me].clone()).collect(),
+                returns: returns.clone(),
+            })
+            .collect()
+    }
+
+    /// A single worker's (empty) mesh.
+    pub fn single() -> Handoff {
+        Handoff::mesh(1, 1, 1).pop().unwrap_or(Handoff { to: vec![None], from: vec![], returns: vec![] })
+    }
 }
 
 /// A worker: its ports, its queue pair, the state of the SAs it owns.
@@ -50,6 +95,7 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     out_state: Vec<OutboundState>,
     in_state: Vec<InboundState>,
     counters: Arc<WorkerCounters>,
+    handoff: Handoff,
     rx: Vec<PktBuf>,
     pool: Vec<PktBuf>,
     ops: Vec<CryptoOp<PktBuf>>,
@@ -59,18 +105,33 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
 
 impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// Builds a worker; allocates every buffer it will ever use. `ports[i]`
-    /// must be port id `i` of the tables.
-    pub fn new(conf: WorkerConf, ports: Vec<P>, qp: Q, tables: Arc<ArcSwap<Tables>>, counters: Arc<WorkerCounters>) -> Self {
+    /// must be port id `i` of the tables; `handoff` is this worker's end of
+    /// [`Handoff::mesh`] (or [`Handoff::single`]).
+    pub fn new(
+        conf: WorkerConf,
+        ports: Vec<P>,
+        qp: Q,
+        tables: Arc<ArcSwap<Tables>>,
+        counters: Arc<WorkerCounters>,
+        handoff: Handoff,
+    ) -> Self {
         let t = tables.load_full();
         let out_state = t.sad.outbound.iter().map(|_| OutboundState::default()).collect();
         let in_state = t.sad.inbound.iter().map(|e| InboundState::new(&e.sa)).collect();
-        let total = conf.pool_size + conf.burst;
+        // Every buffer of every worker may end up here at once.
+        let total = (conf.pool_size + conf.burst) * conf.nb_workers.max(1);
         let nports = ports.len();
+        let mk = || {
+            let mut b = PktBuf::new();
+            b.home = conf.id as u16;
+            b
+        };
         Worker {
-            rx: (0..conf.burst).map(|_| PktBuf::new()).collect(),
+            handoff,
+            rx: (0..conf.burst).map(|_| mk()).collect(),
             pool: {
                 let mut v = Vec::with_capacity(total);
-                v.extend((0..conf.pool_size).map(|_| PktBuf::new()));
+                v.extend((0..conf.pool_size).map(|_| mk()));
                 v
             },
             ops: Vec::with_capacity(total),
@@ -120,6 +181,23 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     pub fn poll_once(&mut self) -> usize {
         let t = self.tables.load_full();
         let mut received = 0;
+        if let Some(r) = self.handoff.returns.get(self.conf.id) {
+            while self.pool.len() < self.pool.capacity() {
+                let Some(b) = r.pop() else { break };
+                self.pool.push(b);
+            }
+        }
+        for k in 0..self.handoff.from.len() {
+            for _ in 0..self.conf.burst {
+                if self.ops.len() >= self.ops.capacity() {
+                    break;
+                }
+                let Some(h) = self.handoff.from[k].pop() else { break };
+                self.counters.handoff_in.add(1);
+                received += 1;
+                self.owned(&t, h.buf, h.tag);
+            }
+        }
         for p in 0..self.ports.len() {
             let room = self.ops.capacity() - self.ops.len();
             let limit = self.conf.burst.min(self.pool.len()).min(room);
@@ -164,17 +242,85 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                         self.counters.drops[DropReason::TxFull as usize].add(1);
                     }
                 }
-                self.pool.append(&mut q);
+                for b in q.drain(..) {
+                    self.recycle(b);
+                }
             }
             self.tx[p] = q;
             self.ports[p].poll();
         }
     }
 
+    /// Returns a buffer to its home worker's pool.
+    #[inline]
+    fn recycle(&mut self, buf: PktBuf) {
+        let home = buf.home as usize;
+        if home != self.conf.id {
+            if let Some(r) = self.handoff.returns.get(home) {
+                match r.push(buf) {
+                    Ok(()) => return,
+                    // Home's return queue full: keep it (capacity covers every buffer).
+                    Err(b) => return self.pool.push(b),
+                }
+            }
+        }
+        self.pool.push(buf);
+    }
+
     #[inline]
     fn drop_buf(&mut self, port: usize, reason: DropReason, buf: PktBuf) {
         self.counters.count_drop(port, reason);
-        self.pool.push(buf);
+        self.recycle(buf);
+    }
+
+    /// Sends a packet for SA work to the SA's owner, or processes it here.
+    #[inline]
+    fn to_owner(&mut self, t: &Tables, owner: usize, port: usize, buf: PktBuf, tag: u64) {
+        if owner == self.conf.id {
+            return self.owned(t, buf, tag);
+        }
+        let Some(Some(ring)) = self.handoff.to.get(owner) else {
+            return self.drop_buf(port, DropReason::NotOwner, buf);
+        };
+        match ring.push(Handed { buf, tag }) {
+            Ok(()) => self.counters.handoff_out.add(1),
+            Err(h) => self.drop_buf(port, DropReason::HandoffFull, h.buf),
+        }
+    }
+
+    /// ESP prepare for a packet whose SA this worker owns.
+    fn owned(&mut self, t: &Tables, buf: PktBuf, tag_: u64) {
+        let (is_in, i, aux, port) = untag(tag_);
+        if !is_in {
+            let Some(sa) = t.sad.outbound.get(i) else {
+                return self.drop_buf(port, DropReason::NoSa, buf);
+            };
+            let inner_len = buf.len() - ethernet::HEADER_LEN;
+            match outbound::prepare(sa, &mut self.out_state[i], buf) {
+                Ok(mut op) => {
+                    op.user[1] = tag(false, i, inner_len, port as u16);
+                    self.ops.push(op);
+                }
+                Err((e, b)) => {
+                    self.counters.sa_out[i].errors.add(1);
+                    self.drop_buf(port, e.into(), b)
+                }
+            }
+            return;
+        }
+        let Some(e) = t.sad.inbound.get(i) else {
+            return self.drop_buf(port, DropReason::NoSa, buf);
+        };
+        match inbound::prepare(&e.sa, &self.in_state[i], buf, aux as usize) {
+            Ok(mut op) => {
+                op.user[1] = tag(true, i, 0, port as u16);
+                self.ops.push(op);
+            }
+            Err((err, b)) => {
+                self.counters.sa_in[i].errors.add(1);
+                self.drop_buf(port, err.into(), b)
+            }
+        }
     }
 
     fn classify(&mut self, t: &Tables, mut buf: PktBuf) {
@@ -252,20 +398,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let Some(sa) = t.sad.outbound.get(i) else {
             return self.drop_buf(port, DropReason::NoSa, buf);
         };
-        if sa.owner != self.conf.id {
-            return self.drop_buf(port, DropReason::NotOwner, buf);
-        }
-        let inner_len = buf.len() - ethernet::HEADER_LEN;
-        match outbound::prepare(sa, &mut self.out_state[i], buf) {
-            Ok(mut op) => {
-                op.user[1] = tag(false, i, inner_len, port as u16);
-                self.ops.push(op);
-            }
-            Err((e, b)) => {
-                self.counters.sa_out[i].errors.add(1);
-                self.drop_buf(port, e.into(), b)
-            }
-        }
+        let owner = sa.owner;
+        self.to_owner(t, owner, port, buf, tag(false, i, 0, port as u16))
     }
 
     /// A frame from an unprotected port: ESP to us → SAD → decrypt;
@@ -288,20 +422,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             if e.sa.tunnel_dst != key.dst || e.sa.tunnel_src != key.src {
                 return self.drop_buf(port, DropReason::NoSa, buf);
             }
-            if e.sa.owner != self.conf.id {
-                return self.drop_buf(port, DropReason::NotOwner, buf);
-            }
-            match inbound::prepare(&e.sa, &self.in_state[i], buf, esp_off) {
-                Ok(mut op) => {
-                    op.user[1] = tag(true, i, 0, port as u16);
-                    self.ops.push(op);
-                }
-                Err((err, b)) => {
-                    self.counters.sa_in[i].errors.add(1);
-                    self.drop_buf(port, err.into(), b)
-                }
-            }
-            return;
+            let owner = e.sa.owner;
+            return self.to_owner(t, owner, port, buf, tag(true, i, esp_off, port as u16));
         }
         if local {
             return self.drop_buf(port, DropReason::ToUs, buf);

@@ -28,6 +28,9 @@ pub struct PktBuf {
     len: usize,
     /// Port the frame was received on.
     pub port: u16,
+    /// Worker whose pool the buffer belongs to (buffers handed to another
+    /// worker go back home when freed).
+    pub home: u16,
 }
 
 impl std::fmt::Debug for PktBuf {
@@ -46,7 +49,7 @@ impl PktBuf {
     /// A zeroed buffer with the frame empty at `HEADROOM`. Allocates: call at
     /// start-up only.
     pub fn new() -> Self {
-        PktBuf { data: vec![0u8; BUF_SIZE].into_boxed_slice(), head: HEADROOM, len: 0, port: 0 }
+        PktBuf { data: vec![0u8; BUF_SIZE].into_boxed_slice(), head: HEADROOM, len: 0, port: 0, home: 0 }
     }
 
     /// The frame bytes.

@@ -1,0 +1,161 @@
+//! Binding SAs to workers (and so to the workers' crypto queue pairs).
+//!
+//! Every SA is owned by exactly one worker: that worker holds its mutable
+//! state (sequence counter, replay window) and its session is used on that
+//! worker's queue pair. SAs pinned in the config (`worker = N`) go where they
+//! are told; the rest go, in file order, to the worker holding the fewest
+//! SAs (ties: lowest id). With a device limit (`max_sessions_per_qp > 0`) no
+//! queue pair gets more sessions than the limit; a config that cannot fit is
+//! refused with a message naming the SA, the limit and the totals.
+
+use crate::config::model::{Config, Direction};
+
+/// Where each SA goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    /// Owner worker of `cfg.sas[i]`.
+    pub owner: Vec<usize>,
+    /// Indices into `cfg.sas` bound to each worker's queue pair.
+    pub per_worker: Vec<Vec<usize>>,
+}
+
+/// A config whose SAs cannot be bound.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}: sa[{index}] (SPI {spi} {direction}): {what}")]
+pub struct BindError {
+    /// Config file.
+    pub file: String,
+    /// Index of the SA in the file.
+    pub index: usize,
+    /// Its SPI.
+    pub spi: u32,
+    /// "outbound" / "inbound".
+    pub direction: &'static str,
+    /// What does not fit.
+    pub what: String,
+}
+
+fn dir(d: Direction) -> &'static str {
+    match d {
+        Direction::Outbound => "outbound",
+        Direction::Inbound => "inbound",
+    }
+}
+
+/// Binds every SA of `cfg` to one of `cfg.gateway.workers` workers, each
+/// with one queue pair of at most `max_sessions_per_qp` sessions (0 =
+/// unlimited).
+pub fn bind(cfg: &Config, max_sessions_per_qp: u32) -> Result<Binding, BindError> {
+    let workers = cfg.gateway.workers.max(1);
+    let limit = max_sessions_per_qp as usize;
+    let mut per_worker: Vec<Vec<usize>> = vec![Vec::new(); workers];
+    let mut owner = vec![usize::MAX; cfg.sas.len()];
+    let err = |i: usize, what: String| BindError {
+        file: cfg.source.display().to_string(),
+        index: i,
+        spi: cfg.sas[i].spi,
+        direction: dir(cfg.sas[i].direction),
+        what,
+    };
+    // Pinned SAs first, so balancing works around them.
+    for (i, sa) in cfg.sas.iter().enumerate() {
+        let Some(w) = sa.worker else { continue };
+        if w >= workers {
+            return Err(err(i, format!("pinned to worker {w}, but gateway.workers = {workers}")));
+        }
+        if limit > 0 && per_worker[w].len() >= limit {
+            return Err(err(
+                i,
+                format!("pinned to worker {w}, whose queue pair already holds {} sessions (max_sessions_per_qp = {limit})", per_worker[w].len()),
+            ));
+        }
+        per_worker[w].push(i);
+        owner[i] = w;
+    }
+    for (i, sa) in cfg.sas.iter().enumerate() {
+        if sa.worker.is_some() {
+            continue;
+        }
+        let w = (0..workers).min_by_key(|&w| per_worker[w].len()).unwrap_or(0);
+        if limit > 0 && per_worker[w].len() >= limit {
+            return Err(err(
+                i,
+                format!(
+                    "no queue pair has room: max_sessions_per_qp = {limit} × {workers} worker(s) = {} sessions, and the config has {} SAs",
+                    limit * workers,
+                    cfg.sas.len()
+                ),
+            ));
+        }
+        per_worker[w].push(i);
+        owner[i] = w;
+    }
+    Ok(Binding { owner, per_worker })
+}
+
+/// One line per SA: `SA <spi> <dir> → worker W → queue pair W`.
+pub fn describe(cfg: &Config, b: &Binding, driver: &str) -> String {
+    let mut o = String::new();
+    for (i, sa) in cfg.sas.iter().enumerate() {
+        let w = b.owner[i];
+        o.push_str(&format!(
+            "  SA {:<10} {:<8} → worker {w} (core {}) → {driver} queue pair {w}{}\n",
+            sa.spi,
+            dir(sa.direction),
+            cfg.gateway.cores.get(w).copied().unwrap_or(w),
+            if sa.worker.is_some() { " (pinned)" } else { "" }
+        ));
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn cfg(workers: usize, pins: &[Option<usize>]) -> Config {
+        let mut t = format!(
+            "[gateway]\nworkers = {workers}\ncores = [{}]\n[[port]]\nname = \"in\"\ninterface = \"a\"\nrole = \"protected\"\n[[port]]\nname = \"out\"\ninterface = \"b\"\nrole = \"unprotected\"\n",
+            (0..workers).map(|w| w.to_string()).collect::<Vec<_>>().join(",")
+        );
+        for (i, pin) in pins.iter().enumerate() {
+            t.push_str(&format!(
+                "[[sa]]\nspi = {}\ndirection = \"outbound\"\nalgorithm = \"aes-128-gcm\"\nkey = \"{}\"\ntunnel_src = \"203.0.113.1\"\ntunnel_dst = \"203.0.113.2\"\n{}",
+                1000 + i,
+                "00".repeat(20),
+                pin.map(|w| format!("worker = {w}\n")).unwrap_or_default()
+            ));
+            t.push_str(&format!("[[policy]]\ndirection = \"outbound\"\ndst_ports = \"{i}\"\nprotocol = \"udp\"\naction = \"protect {}\"\n", 1000 + i));
+        }
+        crate::config::parse(&t, Path::new("t.toml")).expect("test config parses")
+    }
+
+    #[test]
+    fn balanced_and_within_the_limit() {
+        let c = cfg(2, &[None; 4]);
+        let b = bind(&c, 2).unwrap();
+        assert_eq!(b.owner, vec![0, 1, 0, 1]);
+        assert_eq!(b.per_worker, vec![vec![0, 2], vec![1, 3]]);
+        assert_eq!(bind(&c, 0).unwrap().owner, vec![0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn fifth_sa_is_refused_with_the_totals() {
+        let e = bind(&cfg(2, &[None; 5]), 2).unwrap_err();
+        assert_eq!(e.index, 4);
+        assert_eq!(e.spi, 1004);
+        let msg = e.to_string();
+        assert!(msg.contains("t.toml: sa[4] (SPI 1004 outbound)"), "{msg}");
+        assert!(msg.contains("max_sessions_per_qp = 2 × 2 worker(s) = 4 sessions, and the config has 5 SAs"), "{msg}");
+    }
+
+    #[test]
+    fn pinned_sas_are_placed_first_and_checked() {
+        let b = bind(&cfg(2, &[None, Some(0), Some(0), None]), 0).unwrap();
+        assert_eq!(b.owner, vec![1, 0, 0, 1]);
+        let e = bind(&cfg(2, &[Some(1), Some(1), Some(1)]), 2).unwrap_err();
+        assert_eq!(e.index, 2);
+        assert!(e.to_string().contains("pinned to worker 1, whose queue pair already holds 2 sessions"), "{e}");
+    }
+}
