@@ -16,4 +16,5 @@ pub mod dataplane;
 pub mod esp;
 pub mod io;
 pub mod policy;
+pub mod testkit;
 pub mod wire;

@@ -40,6 +40,8 @@ SECGW_NS_PREFIX="${SECGW_NS_PREFIX:-}"
 SECGW_BIN="${SECGW_BIN:-$REPO_ROOT/target/release/secgw}"
 SECGW_RUN_DIR="${SECGW_RUN_DIR:-/tmp/secgw-testbed${SECGW_NS_PREFIX:+-$SECGW_NS_PREFIX}}"
 SECGW_READY_TIMEOUT="${SECGW_READY_TIMEOUT:-20}"
+# Queues per veth: one AF_XDP socket per worker and port queue (multi-worker configs need 2).
+SECGW_QUEUES="${SECGW_QUEUES:-2}"
 
 TESTBED_NAMESPACES=(hostA gw0 wan gw1 hostB)
 
@@ -95,8 +97,9 @@ _if_prep() {
 }
 
 _veth() { # _veth NS1 IF1 MAC1 NS2 IF2 MAC2
-    ip -n "$(ns "$1")" link add "$2" address "$3" numtxqueues 1 numrxqueues 1 type veth \
-        peer name "$5" netns "$(ns "$4")" address "$6" numtxqueues 1 numrxqueues 1
+    local q="${SECGW_QUEUES:-2}"
+    ip -n "$(ns "$1")" link add "$2" address "$3" numtxqueues "$q" numrxqueues "$q" type veth \
+        peer name "$5" netns "$(ns "$4")" address "$6" numtxqueues "$q" numrxqueues "$q"
 }
 
 topo_up() {

@@ -221,7 +221,7 @@ fn outbound_policy_ttl_arp_and_malformed() {
 #[test]
 fn sequence_number_never_cycles() {
     let mut gw0 = Gw::from_config("configs/ep0.toml");
-    gw0.worker.outbound_state(0).unwrap().seq = u32::MAX as u64 - 1;
+    gw0.worker().outbound_state(0).unwrap().seq = u32::MAX as u64 - 1;
     let out = gw0.push("inside", &[from_host_a(0, 64, b"a")]);
     assert_eq!(out.len(), 1);
     assert_eq!(&out[0].1[38..42], &u32::MAX.to_be_bytes());

@@ -1,77 +1,43 @@
-//! Shared test harness: a gateway built from a config file, running one
-//! worker over in-memory ports with the software crypto device.
+//! Shared test helpers: hand-built packets and a one-worker wrapper around
+//! `secgw::testkit::MemGateway`.
 #![allow(dead_code)]
 
 use secgw::control::stats;
-use secgw::crypto::soft::{SoftDevice, SoftQueuePair};
-use secgw::crypto::{CryptoDevice, QpConf};
-use secgw::dataplane::worker::{Handoff, WorkerConf};
-use secgw::dataplane::{Worker, WorkerCounters};
-use secgw::io::mem::{self, MemPort, MemWire};
+use secgw::crypto::soft::SoftQueuePair;
+use secgw::dataplane::Worker;
+use secgw::io::mem::MemPort;
 use secgw::io::PktBuf;
-use secgw::policy::Tables;
+pub use secgw::testkit::MemGateway;
 use std::net::Ipv4Addr;
-use std::sync::Arc;
 
+/// One-worker gateway: a [`MemGateway`] driven on worker 0.
 pub struct Gw {
-    pub worker: Worker<MemPort, SoftQueuePair<PktBuf>>,
-    pub wires: Vec<(String, MemWire)>,
-    pub tables: Arc<Tables>,
-    pub counters: Arc<WorkerCounters>,
+    pub inner: MemGateway,
     pub cfg: secgw::config::Config,
 }
 
 impl Gw {
     pub fn from_config(path: &str) -> Gw {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
-        let cfg = secgw::config::load(&path).expect("config loads");
-        let macs: Vec<[u8; 6]> = cfg.ports.iter().map(|p| p.mac.expect("sample configs give MACs")).collect();
-        let dev = SoftDevice::new(1);
-        let binding = secgw::control::binding::bind(&cfg, 0).expect("binding");
-        let tables = secgw::control::tables::build(&cfg, &dev, &macs, &binding).expect("tables build");
-        let tables = Arc::new(arc_swap::ArcSwap::from_pointee(tables));
-        let t = tables.load_full();
-        let counters = Arc::new(WorkerCounters::new(t.ports.len(), t.sad.outbound.len(), t.sad.inbound.len()));
-        let mut ports = Vec::new();
-        let mut wires = Vec::new();
-        for (i, p) in cfg.ports.iter().enumerate() {
-            let (port, wire) = mem::pair(i as u16);
-            ports.push(port);
-            wires.push((p.name.clone(), wire));
-        }
-        let qp = dev.queue_pair_setup(0, QpConf { nb_descriptors: 256 }).unwrap();
-        let worker = Worker::new(WorkerConf { id: 0, burst: 32, pool_size: 512, nb_workers: 1 }, ports, qp, tables, counters.clone(), Handoff::single());
-        Gw { worker, wires, tables: t, counters, cfg }
+        let inner = MemGateway::from_config(path);
+        let cfg = inner.cfg.clone();
+        Gw { inner, cfg }
     }
 
-    pub fn wire(&self, name: &str) -> &MemWire {
-        &self.wires.iter().find(|(n, _)| n == name).expect("port name").1
+    pub fn worker(&mut self) -> &mut Worker<MemPort, SoftQueuePair<PktBuf>> {
+        &mut self.inner.workers[0]
     }
 
-    /// Injects `frames` on port `name`, runs the worker until idle, returns
-    /// what each port sent as (port name, frame).
+    /// Injects `frames` on port `name`, runs until idle, returns what each
+    /// port sent as (port name, frame).
     pub fn push(&mut self, name: &str, frames: &[Vec<u8>]) -> Vec<(String, Vec<u8>)> {
         for f in frames {
-            self.wire(name).inject(f);
+            self.inner.inject(0, name, f);
         }
-        for _ in 0..100 {
-            self.worker.poll_once();
-            if self.wires.iter().all(|(_, w)| w.pending() == 0) {
-                self.worker.drain();
-                break;
-            }
-        }
-        let mut out = Vec::new();
-        for (n, w) in &self.wires {
-            for f in w.take_sent() {
-                out.push((n.clone(), f));
-            }
-        }
-        out
+        self.inner.run().into_iter().map(|(_, p, f)| (p, f)).collect()
     }
 
     pub fn stats(&self) -> stats::Snapshot {
-        stats::snapshot(&self.tables, &[self.counters.clone()])
+        self.inner.stats()
     }
 
     pub fn drop_count(&self, reason: &str) -> u64 {
@@ -133,79 +99,4 @@ pub fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16, payload: &[u8]) -> Vec<u8
     f
 }
 
-/// A gateway with several workers over in-memory ports (one port pair per
-/// worker and port, as AF_XDP gives one socket per worker and port queue),
-/// polled in turn from the test thread.
-pub struct MultiGw {
-    pub workers: Vec<Worker<MemPort, SoftQueuePair<PktBuf>>>,
-    /// wires[w] = (port name, wire) of worker w.
-    pub wires: Vec<Vec<(String, MemWire)>>,
-    pub tables: Arc<Tables>,
-    pub counters: Vec<Arc<WorkerCounters>>,
-    pub cfg: secgw::config::Config,
-}
-
-impl MultiGw {
-    pub fn from_config(path: &str) -> MultiGw {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
-        let cfg = secgw::config::load(&path).expect("config loads");
-        let n = cfg.gateway.workers;
-        let macs: Vec<[u8; 6]> = cfg.ports.iter().map(|p| p.mac.expect("MACs")).collect();
-        let dev = SoftDevice::new(n as u16);
-        let binding = secgw::control::binding::bind(&cfg, 0).expect("binding");
-        let tables = Arc::new(arc_swap::ArcSwap::from_pointee(secgw::control::tables::build(&cfg, &dev, &macs, &binding).unwrap()));
-        let t = tables.load_full();
-        let mut workers = Vec::new();
-        let mut wires = Vec::new();
-        let mut counters = Vec::new();
-        for (w, handoff) in Handoff::mesh(n, 64, 256).into_iter().enumerate() {
-            let mut ports = Vec::new();
-            let mut ws = Vec::new();
-            for (i, p) in cfg.ports.iter().enumerate() {
-                let (port, wire) = mem::pair(i as u16);
-                ports.push(port);
-                ws.push((p.name.clone(), wire));
-            }
-            let c = Arc::new(WorkerCounters::new(t.ports.len(), t.sad.outbound.len(), t.sad.inbound.len()));
-            let qp = dev.queue_pair_setup(w as u16, QpConf { nb_descriptors: 256 }).unwrap();
-            workers.push(Worker::new(WorkerConf { id: w, burst: 32, pool_size: 256, nb_workers: n }, ports, qp, tables.clone(), c.clone(), handoff));
-            wires.push(ws);
-            counters.push(c);
-        }
-        MultiGw { workers, wires, tables: t, counters, cfg }
-    }
-
-    pub fn inject(&self, worker: usize, port: &str, frame: &[u8]) {
-        self.wires[worker].iter().find(|(n, _)| n == port).expect("port").1.inject(frame);
-    }
-
-    /// Polls every worker in turn until nothing moves; returns what each
-    /// worker sent as (worker, port name, frame), in send order per worker.
-    pub fn run(&mut self) -> Vec<(usize, String, Vec<u8>)> {
-        for _ in 0..200 {
-            let mut moved = 0;
-            for w in &mut self.workers {
-                moved += w.poll_once();
-            }
-            if moved == 0 && self.wires.iter().flatten().all(|(_, w)| w.pending() == 0) {
-                break;
-            }
-        }
-        for w in &mut self.workers {
-            w.drain();
-        }
-        let mut out = Vec::new();
-        for (w, ws) in self.wires.iter().enumerate() {
-            for (n, wire) in ws {
-                for f in wire.take_sent() {
-                    out.push((w, n.clone(), f));
-                }
-            }
-        }
-        out
-    }
-
-    pub fn stats(&self) -> stats::Snapshot {
-        stats::snapshot(&self.tables, &self.counters)
-    }
-}
+pub type MultiGw = MemGateway;
