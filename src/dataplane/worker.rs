@@ -275,7 +275,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
 
     /// Sends a packet for SA work to the SA's owner, or processes it here.
     #[inline]
-    fn to_owner(&mut self, t: &Tables, owner: usize, port: usize, buf: PktBuf, tag: u64) {
+    fn hand_to_owner(&mut self, t: &Tables, owner: usize, port: usize, buf: PktBuf, tag: u64) {
         if owner == self.conf.id {
             return self.owned(t, buf, tag);
         }
@@ -399,7 +399,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return self.drop_buf(port, DropReason::NoSa, buf);
         };
         let owner = sa.owner;
-        self.to_owner(t, owner, port, buf, tag(false, i, 0, port as u16))
+        self.hand_to_owner(t, owner, port, buf, tag(false, i, 0, port as u16))
     }
 
     /// A frame from an unprotected port: ESP to us → SAD → decrypt;
@@ -423,7 +423,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 return self.drop_buf(port, DropReason::NoSa, buf);
             }
             let owner = e.sa.owner;
-            return self.to_owner(t, owner, port, buf, tag(true, i, esp_off, port as u16));
+            return self.hand_to_owner(t, owner, port, buf, tag(true, i, esp_off, port as u16));
         }
         if local {
             return self.drop_buf(port, DropReason::ToUs, buf);
