@@ -63,6 +63,7 @@ fn real_main() -> anyhow::Result<()> {
                 secgw::config::model::CryptoBackend::Descriptor => (cfg.crypto.max_sessions_per_qp, "crypto_descriptor"),
             };
             let b = secgw::control::binding::bind(&cfg, limit).map_err(|e| anyhow::anyhow!("{e}"))?;
+            secgw::control::run::worker_cores(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
             println!("binding (SA → worker → queue pair), max_sessions_per_qp = {limit}{}:", if limit == 0 { " (unlimited)" } else { "" });
             print!("{}", secgw::control::binding::describe(&cfg, &b, driver));
             for w in secgw::config::warnings(&cfg) {

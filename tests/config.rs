@@ -52,6 +52,10 @@ action = "protect 1002"
 prefix = "198.51.100.0/24"
 port = "outside"
 via = "203.0.113.2"
+
+[[neighbour]]
+ip = "203.0.113.2"
+mac = "02:00:00:00:01:02"
 "#;
 
 const FILE: &str = "test.toml";
@@ -598,4 +602,27 @@ fn table_where_array_of_tables_belongs() {
         "route",
         "write [[route]] for each entry",
     );
+}
+
+#[test]
+fn warnings_for_unreachable_next_hop_and_addressless_unprotected_port() {
+    let text = BASE.replace("[[neighbour]]\nip = \"203.0.113.2\"\nmac = \"02:00:00:00:01:02\"\n", "");
+    let cfg = config::parse(&text, Path::new(FILE)).unwrap();
+    let w = config::warnings(&cfg);
+    assert!(w.iter().any(|w| w.contains("route[0].via: next hop 203.0.113.2 has no [[neighbour]] entry")), "{w:?}");
+}
+
+#[test]
+fn a_directory_or_a_device_is_not_read() {
+    for p in ["/tmp", "/dev/zero"] {
+        let e = config::load(Path::new(p)).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{p}: {e}");
+    }
+}
+
+#[test]
+fn mtu_range_is_checked() {
+    let text = BASE.replacen("role = \"protected\"", "role = \"protected\"\nmtu = 100", 1);
+    let e = config::parse(&text, Path::new(FILE)).unwrap_err().to_string();
+    assert!(e.contains(".mtu: expected an integer in 576..=9000, found 100"), "{e}");
 }

@@ -228,3 +228,28 @@ fn sequence_number_never_cycles() {
     assert!(gw0.push("inside", &[from_host_a(0, 64, b"b")]).is_empty(), "no wrap to 0");
     assert_eq!(gw0.drop_count("seq_exhausted"), 1);
 }
+
+#[test]
+fn oversized_after_encapsulation_is_dropped_and_counted() {
+    let mut gw0 = Gw::from_config("configs/ep0.toml");
+    // 1472 bytes of UDP payload: a 1500-byte inner packet, 1500 + 56 outer.
+    assert!(gw0.push("inside", &[from_host_a(0, 64, &[0u8; 1472])]).is_empty());
+    assert_eq!(gw0.drop_count("mtu_exceeded"), 1);
+    // 1400 bytes fit.
+    assert_eq!(gw0.push("inside", &[from_host_a(0, 64, &[0u8; 1400])]).len(), 1);
+}
+
+#[test]
+fn arp_requests_from_broadcast_senders_or_claiming_our_address_get_no_reply() {
+    let mut gw0 = Gw::from_config("configs/ep0.toml");
+    for (sender_mac, sender_ip) in [([0xffu8; 6], HOST_A.octets()), ([0x01, 0, 0x5e, 0, 0, 1], HOST_A.octets()), (mac("02:00:00:00:0a:01"), [192, 0, 2, 1])] {
+        let mut arp = vec![0, 1, 8, 0, 6, 4, 0, 1];
+        arp.extend_from_slice(&sender_mac);
+        arp.extend_from_slice(&sender_ip);
+        arp.extend_from_slice(&[0; 6]);
+        arp.extend_from_slice(&[192, 0, 2, 1]);
+        assert!(gw0.push("inside", &[eth([0xff; 6], mac("02:00:00:00:0a:01"), 0x0806, &arp)]).is_empty());
+    }
+    assert_eq!(gw0.drop_count("arp_ignored"), 3);
+    assert_eq!(gw0.stats().arp_replies, 0);
+}

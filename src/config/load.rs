@@ -26,6 +26,7 @@
 //! mac = "02:00:00:00:00:01" # optional unicast MAC; default: read from the interface
 //! addresses = ["192.0.2.1/24"]  # optional, the gateway's own IPv4 "a.b.c.d/len" (answers ARP)
 //! queue = 0                 # interface queue for the AF_XDP socket, default 0
+//! mtu = 1500                # largest IP packet sent on this port, 576..=9000, default 1500
 //! xdp_mode = "skb"          # "skb" | "native" | "auto", default "skb"
 //!
 //! [[sa]]                    # (spi, direction) must be unique
@@ -93,12 +94,23 @@ use super::{ConfigError, Problem};
 /// for TOML syntax or shape errors, [`ConfigError::Invalid`] with every
 /// semantic problem otherwise.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let read_err = |source| ConfigError::Read { path: path.to_path_buf(), source };
+    let meta = std::fs::metadata(path).map_err(read_err)?;
+    if !meta.is_file() {
+        return Err(read_err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file")));
+    }
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(read_err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} bytes, more than the {MAX_CONFIG_BYTES}-byte limit for a config file", meta.len()),
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(read_err)?;
     parse(&text, path)
 }
+
+/// Largest config file `load` reads (16 MiB: room for 100,000 SAs).
+pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
 
 /// Validates config `text`; `source` names the file in messages and in
 /// [`Config::source`].
@@ -258,6 +270,7 @@ struct RawPort {
     mac: Field,
     addresses: Field,
     queue: Field,
+    mtu: Field,
     xdp_mode: Field,
 }
 
@@ -833,6 +846,7 @@ impl Checker<'_> {
                 Some(v) => ck.addresses(v, &tab.field("addresses"), &mut addrs),
             };
             let queue = ck.opt_integer(&p.queue, &tab.field("queue"), 0, i64::from(u32::MAX), 0);
+            let mtu = ck.opt_integer(&p.mtu, &tab.field("mtu"), 576, 9000, 1500);
             let modes = &[
                 ("skb", XdpMode::Skb),
                 ("native", XdpMode::Native),
@@ -846,6 +860,7 @@ impl Checker<'_> {
                 mac: mac?,
                 addresses: addresses?,
                 queue: queue? as u32,
+                mtu: mtu? as u16,
                 xdp_mode: xdp_mode?,
             })
         });

@@ -113,6 +113,9 @@ pub struct Port {
     pub addresses: Vec<(Ipv4Addr, u8)>,
     /// Interface queue the AF_XDP socket binds to (default 0).
     pub queue: u32,
+    /// Largest IP packet (bytes, without Ethernet) sent on this port
+    /// (default 1500); larger ones are dropped as `mtu_exceeded`.
+    pub mtu: u16,
     /// XDP attach mode (default skb).
     pub xdp_mode: XdpMode,
 }

@@ -76,5 +76,23 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             );
         }
     }
+    for (i, p) in cfg.ports.iter().enumerate() {
+        if p.role == PortRole::Unprotected && p.addresses.is_empty() {
+            warn(
+                format!("port[{i}].addresses"),
+                "an unprotected port without addresses answers no ARP and terminates no ESP".into(),
+            );
+        }
+    }
+    for (i, r) in cfg.routes.iter().enumerate() {
+        if let Some(via) = r.via {
+            if !cfg.neighbours.iter().any(|n| n.ip == via) {
+                warn(
+                    format!("route[{i}].via"),
+                    format!("next hop {via} has no [[neighbour]] entry: packets on this route are dropped (no_neighbour)"),
+                );
+            }
+        }
+    }
     out
 }

@@ -28,10 +28,15 @@ const POOL_SIZE: usize = 4096;
 /// Packets each handoff ring holds.
 const HANDOFF_DEPTH: usize = 1024;
 
-fn write_stats_file(path: &PathBuf, snap: &stats::Snapshot) {
+/// Writes `snap` as JSON to `path` atomically (temporary file + rename).
+fn write_stats_file(path: &PathBuf, snap: &stats::Snapshot) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
-    if std::fs::write(&tmp, snap.to_json()).and_then(|_| std::fs::rename(&tmp, path)).is_err() {
-        tracing::warn!(path = %path.display(), "could not write stats file");
+    std::fs::write(&tmp, snap.to_json()).and_then(|_| std::fs::rename(&tmp, path))
+}
+
+fn write_stats_file_logged(path: &PathBuf, snap: &stats::Snapshot) {
+    if let Err(e) = write_stats_file(path, snap) {
+        tracing::warn!(path = %path.display(), error = %e, "could not write stats file");
     }
 }
 
@@ -46,8 +51,9 @@ pub fn run(cfg: &Config, opts: &RunOptions) -> Result<stats::Snapshot, ControlEr
 }
 
 /// The cores the workers run on: `gateway.cores`, else 0, 1, 2, ….
-/// Errors if one does not exist on this machine.
-fn worker_cores(cfg: &Config) -> Result<Vec<usize>, ControlError> {
+/// Errors if one does not exist on this machine. `secgw check` calls it too,
+/// so a config that passes `check` does not fail `run` on its cores.
+pub fn worker_cores(cfg: &Config) -> Result<Vec<usize>, ControlError> {
     let ids: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().iter().map(|c| c.id).collect();
     let cores: Vec<usize> = (0..cfg.gateway.workers).map(|w| cfg.gateway.cores.get(w).copied().unwrap_or(w)).collect();
     for (w, c) in cores.iter().enumerate() {
@@ -69,6 +75,10 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
     }
     let nworkers = cfg.gateway.workers.max(1);
     let cores = worker_cores(cfg)?;
+    if let Some(path) = &opts.stats_file {
+        write_stats_file(path, &stats::Snapshot::default())
+            .map_err(|e| ControlError::Unsupported(format!("--stats-file {}: {e}", path.display())))?;
+    }
 
     let mut macs = Vec::with_capacity(cfg.ports.len());
     for p in &cfg.ports {
@@ -186,7 +196,7 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
         if let Some(path) = &opts.stats_file {
             if last_file.elapsed() >= Duration::from_secs(1) {
                 last_file = Instant::now();
-                write_stats_file(path, &stats::snapshot(&t, &counters));
+                write_stats_file_logged(path, &stats::snapshot(&t, &counters));
             }
         }
     }
@@ -199,7 +209,7 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
     }
     let snap = stats::snapshot(&t, &counters);
     if let Some(path) = &opts.stats_file {
-        write_stats_file(path, &snap);
+        write_stats_file_logged(path, &snap);
     }
     if let Some(w) = panicked {
         return Err(ControlError::Worker { worker: w, what: "panicked".into() });

@@ -41,6 +41,7 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
             protected: p.role == model::PortRole::Protected,
             mac: *mac,
             addresses: p.addresses.iter().map(|a| a.0).collect(),
+            mtu: p.mtu,
         })
         .collect();
 

@@ -64,11 +64,14 @@ pub enum DropReason {
     TxFull,
     /// The handoff ring to the SA's owner was full.
     HandoffFull,
+    /// Larger than the egress port's MTU (fragmentation and ICMP "too big"
+    /// are not built yet).
+    MtuExceeded,
 }
 
 impl DropReason {
     /// Every reason, in counter-index order.
-    pub const ALL: [DropReason; 27] = [
+    pub const ALL: [DropReason; 28] = [
         DropReason::Malformed,
         DropReason::UnsupportedEthertype,
         DropReason::NotForUs,
@@ -96,6 +99,7 @@ impl DropReason {
         DropReason::NotOwner,
         DropReason::TxFull,
         DropReason::HandoffFull,
+        DropReason::MtuExceeded,
     ];
 
     /// Number of reasons.
@@ -131,6 +135,7 @@ impl DropReason {
             DropReason::NotOwner => "not_owner",
             DropReason::TxFull => "tx_full",
             DropReason::HandoffFull => "handoff_full",
+            DropReason::MtuExceeded => "mtu_exceeded",
         }
     }
 }

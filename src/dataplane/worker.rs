@@ -362,7 +362,16 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     fn arp(&mut self, t: &Tables, port: usize, mut buf: PktBuf) {
         let mac = t.ports[port].mac;
         let req = match arp::ArpPacket::new_checked(&buf.frame()[ethernet::HEADER_LEN..]) {
-            Ok(a) if a.operation() == arp::OP_REQUEST && t.is_local(port, a.target_ip()) => Some((a.sender_mac(), a.target_ip())),
+            // A request for one of our addresses from a unicast sender that
+            // does not claim one of our addresses itself.
+            Ok(a) if a.operation() == arp::OP_REQUEST
+                && t.is_local(port, a.target_ip())
+                && a.sender_mac()[0] & 1 == 0
+                && a.sender_mac() != [0; 6]
+                && !t.is_local(port, a.sender_ip()) =>
+            {
+                Some((a.sender_mac(), a.target_ip()))
+            }
             Ok(_) => None,
             Err(_) => return self.drop_buf(port, DropReason::Malformed, buf),
         };
@@ -501,9 +510,13 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let Some(mac) = t.neighbours.lookup(nh) else {
             return self.drop_buf(rx_port, DropReason::NoNeighbour, buf);
         };
-        let Some(src) = t.ports.get(out).map(|p| p.mac) else {
+        let Some(egress) = t.ports.get(out) else {
             return self.drop_buf(rx_port, DropReason::NoRoute, buf);
         };
+        if buf.len() - ethernet::HEADER_LEN > egress.mtu as usize {
+            return self.drop_buf(rx_port, DropReason::MtuExceeded, buf);
+        }
+        let src = egress.mac;
         ethernet::write_header(buf.frame_mut(), &mac, &src, ethernet::ETHERTYPE_IPV4);
         self.tx[out].push(buf);
     }

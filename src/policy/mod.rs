@@ -19,6 +19,8 @@ pub struct PortInfo {
     pub mac: [u8; 6],
     /// Our IPv4 addresses on this port (ARP answers).
     pub addresses: Vec<Ipv4Addr>,
+    /// Largest IP packet sent on this port, in bytes.
+    pub mtu: u16,
 }
 
 /// The read-mostly tables a worker loads once per burst.

@@ -56,7 +56,8 @@ impl<'a> Ipv4Packet<'a> {
     /// Validates version 4, IHL ≥ 5, header checksum, and that the total
     /// length covers the header and fits in `buf`.
     pub fn new_checked(buf: &'a [u8]) -> Result<Self, WireError> {
-        // etherparse checks version, IHL and total length against the header length.
+        // etherparse checks version, IHL and that the header fits in `buf`;
+        // the total length is checked against the header length below.
         let h = etherparse::Ipv4HeaderSlice::from_slice(buf).map_err(|_| {
             if buf.len() < MIN_HEADER_LEN {
                 WireError::Truncated { layer: "ipv4", offset: 0, need: MIN_HEADER_LEN, have: buf.len() }
@@ -66,6 +67,9 @@ impl<'a> Ipv4Packet<'a> {
         })?;
         let header_len = h.slice().len();
         let total = h.total_len() as usize;
+        if total < header_len {
+            return Err(WireError::BadField { layer: "ipv4", field: "total length below header length", value: total as u32 });
+        }
         need("ipv4", buf, total)?;
         if checksum::sum(&buf[..header_len]) != 0xffff {
             return Err(WireError::BadField { layer: "ipv4", field: "header checksum", value: be16(buf, CHECKSUM) as u32 });
@@ -207,6 +211,19 @@ mod tests {
         let mut r = p.clone();
         r[0] = 0x44;
         assert!(Ipv4Packet::new_checked(&r).is_err());
+    }
+
+    #[test]
+    fn rejects_total_length_below_header_length() {
+        for (ihl, total) in [(5u8, 19u16), (5, 0), (6, 22), (15, 59)] {
+            let mut p = vec![0u8; 60];
+            write_header(&mut p, 0, total, 0, 0, 64, PROTO_UDP, Ipv4Addr::new(192, 0, 2, 10), Ipv4Addr::new(198, 51, 100, 10));
+            p[0] = 0x40 | ihl;
+            p[CHECKSUM..CHECKSUM + 2].copy_from_slice(&[0, 0]);
+            let ck = checksum::checksum(&p[..ihl as usize * 4]);
+            p[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
+            assert!(Ipv4Packet::new_checked(&p).is_err(), "ihl {ihl} total {total}");
+        }
     }
 
     #[test]
