@@ -12,7 +12,8 @@ use secgw::io::{PktBuf, Port};
 use std::ffi::CString;
 use std::io::{BufRead, BufReader};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::process::{Child, Command, Stdio};
+use std::os::unix::fs::MetadataExt;
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// EtherType used by the test frames (IEEE 802 local experimental).
@@ -106,6 +107,24 @@ impl Netns {
     /// `ip link show dev` of the port's end, as seen from inside.
     fn link_a(&self) -> String {
         run("ip", &["-n", &self.name, "link", "show", "dev", &self.a])
+    }
+
+    /// The lock file a port on `a` holds while open (named after the
+    /// namespace's inode and `a`'s ifindex).
+    fn lock_file(&self) -> String {
+        let ino = std::fs::metadata(format!("/var/run/netns/{}", self.name))
+            .expect("stat netns")
+            .ino();
+        let line = run(
+            "ip",
+            &["-n", &self.name, "-o", "link", "show", "dev", &self.a],
+        );
+        let ifindex: u32 = line
+            .split(':')
+            .next()
+            .and_then(|i| i.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no ifindex in {line:?}"));
+        format!("/run/secgw/xdp-{ino}-{ifindex}.lock")
     }
 
     /// Id of the XDP program on the port's end, if any.
@@ -515,20 +534,17 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// (4) A program left behind by a killed run is replaced: a child process
-/// (this test binary, running the ignored helper below) opens a port and is
-/// SIGKILLed, leaving libxdp's program attached with its refcount never
-/// decremented; a new port must then open, receive, and leave nothing
-/// behind on drop.
-#[test]
-fn stale_program_from_a_killed_run_is_replaced() {
-    let mut ns = Netns::new("k");
+/// Runs the ignored helper test `helper` of this binary in a child process
+/// (a second secgw, as far as the port is concerned) with
+/// `SECGW_AFXDP_CHILD=netns,ifname` naming `ns` and its port's end; returns
+/// the child (killed if the test unwinds) and its stdout.
+fn spawn_child(helper: &str, ns: &Netns) -> (KillOnDrop, std::io::Lines<BufReader<ChildStdout>>) {
     let exe = std::env::current_exe().expect("current_exe");
     let child = Command::new(exe)
         .args([
             "--ignored",
             "--exact",
-            "child_opens_port_and_waits_to_be_killed",
+            helper,
             "--nocapture",
             "--test-threads=1",
         ])
@@ -539,8 +555,20 @@ fn stale_program_from_a_killed_run_is_replaced() {
         .expect("spawn child");
     let mut child = KillOnDrop(child);
     let stdout = child.0.stdout.take().expect("child stdout");
+    (child, BufReader::new(stdout).lines())
+}
+
+/// (4) A program left behind by a killed run is replaced: a child process
+/// (this test binary, running the ignored helper below) opens a port and is
+/// SIGKILLed, leaving libxdp's program attached with its refcount never
+/// decremented, and its lock file unlocked but in place; a new port must
+/// then open, receive, and leave nothing behind on drop.
+#[test]
+fn stale_program_from_a_killed_run_is_replaced() {
+    let mut ns = Netns::new("k");
+    let (mut child, lines) = spawn_child("child_opens_port_and_waits_to_be_killed", &ns);
     let mut ready = false;
-    for line in BufReader::new(stdout).lines() {
+    for line in lines {
         let line = line.expect("child stdout");
         if line.contains("SECGW-CHILD-READY") {
             ready = true;
@@ -552,6 +580,9 @@ fn stale_program_from_a_killed_run_is_replaced() {
         "child never opened its port (status {:?})",
         child.0.try_wait()
     );
+    let lock = ns.lock_file();
+    let holder = std::fs::read_to_string(&lock).unwrap_or_else(|e| panic!("{lock}: {e}"));
+    assert_eq!(holder.trim(), child.0.id().to_string(), "pid in {lock}");
     child.0.kill().expect("kill child");
     child.0.wait().expect("wait child");
 
@@ -586,6 +617,86 @@ fn stale_program_from_a_killed_run_is_replaced() {
         !link.contains("xdp"),
         "XDP program left after drop:\n{link}"
     );
+    assert!(
+        !std::path::Path::new(&lock).exists(),
+        "{lock} left after drop"
+    );
+}
+
+/// (5) A second secgw on an interface in use is refused and touches
+/// nothing: while this process holds a port on the interface, a child
+/// process (the ignored helper below) opening one fails with the in-use
+/// error naming this process's pid; the XDP program is the same one
+/// afterwards and the first port still receives.
+#[test]
+fn second_process_on_a_held_interface_is_refused_untouched() {
+    let mut ns = Netns::new("u");
+    ns.enter();
+    let mut port = open(&ns, 5, AttachMode::Skb);
+    let id = ns.xdp_prog_id().expect("program attached");
+    let lock = ns.lock_file();
+    let holder = std::fs::read_to_string(&lock).unwrap_or_else(|e| panic!("{lock}: {e}"));
+    assert_eq!(
+        holder.trim(),
+        std::process::id().to_string(),
+        "pid in {lock}"
+    );
+
+    let (mut child, lines) = spawn_child("child_tries_to_open_port", &ns);
+    // Read to the end: the child still prints its test summary.
+    let mut result = None;
+    for line in lines {
+        let line = line.expect("child stdout");
+        if let Some(r) = line.strip_prefix("SECGW-CHILD-RESULT: ") {
+            result = Some(r.to_string());
+        }
+    }
+    let status = child.0.wait().expect("wait child");
+    let result = result.unwrap_or_else(|| panic!("child reported nothing ({status})"));
+    let want = format!(
+        "interface {} is in use by another secgw process (pid {})",
+        ns.a,
+        std::process::id()
+    );
+    assert!(result.contains(&want), "child: {result}\nwanted: {want}");
+    assert!(status.success(), "child exited with {status}");
+
+    assert_eq!(
+        ns.xdp_prog_id(),
+        Some(id),
+        "the refused open changed the XDP program:\n{}",
+        ns.link_a()
+    );
+    let mac_a = interface_mac(&ns.a).unwrap();
+    let mac_b = interface_mac(&ns.b).unwrap();
+    let peer = Peer::bind(&ns.b);
+    let sent: Vec<Vec<u8>> = (0..10).map(|i| frame(mac_a, mac_b, 6, i, 100)).collect();
+    for f in &sent {
+        peer.send(f);
+    }
+    assert!(
+        recv_frames(&mut port, sent.len()) == sent,
+        "the first port lost frames after the refused open"
+    );
+    drop(port);
+    assert_eq!(ns.xdp_prog_id(), None, "XDP program left after drop");
+    assert!(
+        !std::path::Path::new(&lock).exists(),
+        "{lock} left after drop"
+    );
+}
+
+/// In a child process started by [`spawn_child`]: enters the namespace
+/// named by `SECGW_AFXDP_CHILD=netns,ifname` and returns the interface, or
+/// `None` when the variable is not set (the helper was run by hand).
+fn child_enter_netns() -> Option<String> {
+    let spec = std::env::var("SECGW_AFXDP_CHILD").ok()?;
+    let (netns, dev) = spec.split_once(',').expect("netns,ifname");
+    let target = std::fs::File::open(format!("/var/run/netns/{netns}")).expect("open netns");
+    // SAFETY: valid namespace fd; changes only this thread's namespace.
+    let rc = unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) };
+    assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+    Some(dev.to_string())
 }
 
 /// Helper for `stale_program_from_a_killed_run_is_replaced`, run in a child
@@ -593,18 +704,33 @@ fn stale_program_from_a_killed_run_is_replaced() {
 #[test]
 #[ignore = "helper run by stale_program_from_a_killed_run_is_replaced in a child process"]
 fn child_opens_port_and_waits_to_be_killed() {
-    let Ok(spec) = std::env::var("SECGW_AFXDP_CHILD") else {
+    let Some(dev) = child_enter_netns() else {
         return;
     };
-    let (netns, dev) = spec.split_once(',').expect("netns,ifname");
-    let target = std::fs::File::open(format!("/var/run/netns/{netns}")).expect("open netns");
-    // SAFETY: valid namespace fd; changes only this thread's namespace.
-    let rc = unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) };
-    assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
     let port = AfXdpPort::open(9, &AfXdpConfig::new(dev, 0)).expect("child open");
     println!("\nSECGW-CHILD-READY");
     let _keep = port;
     loop {
         std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// Helper for `second_process_on_a_held_interface_is_refused_untouched`,
+/// run in a child process: opens a port and prints the outcome on a
+/// `SECGW-CHILD-RESULT:` line; does nothing unless `SECGW_AFXDP_CHILD` is
+/// set.
+#[test]
+#[ignore = "helper run by second_process_on_a_held_interface_is_refused_untouched in a child process"]
+fn child_tries_to_open_port() {
+    let Some(dev) = child_enter_netns() else {
+        return;
+    };
+    match AfXdpPort::open(10, &AfXdpConfig::new(dev, 0)) {
+        Ok(port) => {
+            println!("\nSECGW-CHILD-RESULT: opened {port:?}");
+            // Leave whatever it attached for the parent to see.
+            std::mem::forget(port);
+        }
+        Err(e) => println!("\nSECGW-CHILD-RESULT: error: {e}"),
     }
 }

@@ -20,20 +20,31 @@
 //! - Frame ownership (xsk-rs's rule): a descriptor produced on the fill or tx
 //!   ring is not touched again until the rx or completion ring hands it back;
 //!   descriptors only ever index this port's own UMEM.
-//! - XDP program lifecycle: the first port a process opens on an interface
-//!   first detaches whatever XDP program is attached to it (a stale one left
-//!   by a killed earlier run would otherwise keep a stale libxdp refcount, or
-//!   block the attach); when the last port of the process on that interface
-//!   is dropped, the XDP program is detached, whatever libxdp's refcount says.
-//!   One gateway process per interface is assumed.
+//! - Ownership: while a process has a port open on an interface it holds an
+//!   exclusive `flock` on `/run/secgw/xdp-<netns inode>-<ifindex>.lock`,
+//!   which holds its pid. The first port a process opens on an interface
+//!   takes the lock without blocking; if another live process holds it, the
+//!   open fails naming that pid, and nothing on the interface is touched. A
+//!   killed process's lock goes with it. Further ports of the same process on
+//!   the interface share the lock; the last one to drop releases it (and
+//!   removes the file) after the XDP program is detached.
+//! - XDP program lifecycle: with the lock held, the first port a process
+//!   opens on an interface first detaches whatever XDP program is attached to
+//!   it (a stale one left by a killed earlier run would otherwise keep a
+//!   stale libxdp refcount, or block the attach); when the last port of the
+//!   process on that interface is dropped, the XDP program is detached,
+//!   whatever libxdp's refcount says.
 
 #![allow(unsafe_code)]
 
 use super::{IoError, PktBuf, Port, PortStats};
 use std::ffi::{c_int, c_long, c_void, CString};
+use std::fs::File;
 use std::io::Write;
 use std::mem::ManuallyDrop;
-use std::os::unix::fs::MetadataExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use xsk_rs::config::{
     BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig, XdpFlags,
@@ -129,10 +140,131 @@ struct Xsk {
 /// interface: an ifindex alone is only unique within one namespace.
 type IfKey = (u64, u32);
 
-/// Live ports of this process per interface: `(key, count)`. The first open
-/// on an interface detaches stale programs; the last drop detaches ours.
-/// Touched at open and drop only.
-static ATTACHED: Mutex<Vec<(IfKey, usize)>> = Mutex::new(Vec::new());
+/// Directory of the per-interface lock files (created mode 0700).
+const LOCK_DIR: &str = "/run/secgw";
+
+/// The ports this process has open on one interface, and the lock that
+/// makes the interface this process's.
+struct Attached {
+    key: IfKey,
+    /// Live ports on the interface (>= 1 while in [`ATTACHED`]).
+    ports: usize,
+    /// Released after the last port's drop has detached the XDP program.
+    lock: IfLock,
+}
+
+/// Interfaces this process has ports open on. The first open on an
+/// interface takes its lock and detaches stale programs; the last drop
+/// detaches ours, then releases the lock. Touched at open and drop only,
+/// and held across each (so two threads of this process never race on one
+/// interface's program or lock).
+static ATTACHED: Mutex<Vec<Attached>> = Mutex::new(Vec::new());
+
+/// Exclusive `flock` on an interface's lock file, which holds the owner's
+/// pid. Dropping it removes the file, then releases the lock.
+///
+/// Protocol (the file is removed on release, so a lock taken on a file
+/// that was meanwhile unlinked is worthless): lock the file, then check that
+/// the path still names the locked inode; if not, start over. The file is
+/// only ever unlinked by its lock holder.
+struct IfLock {
+    path: PathBuf,
+    file: File,
+}
+
+/// Why [`IfLock::acquire`] failed.
+enum LockError {
+    /// Another process holds the lock; its pid if the file names one.
+    Busy(Option<u32>),
+    /// The directory or file could not be created, opened or locked.
+    Os(String),
+}
+
+impl IfLock {
+    /// Lock file of interface `key`.
+    fn path(key: IfKey) -> PathBuf {
+        PathBuf::from(format!("{LOCK_DIR}/xdp-{}-{}.lock", key.0, key.1))
+    }
+
+    /// Takes the lock of `key` without blocking and writes our pid into it.
+    fn acquire(key: IfKey) -> Result<IfLock, LockError> {
+        let os = |what: &str, e: std::io::Error| LockError::Os(format!("{what}: {e}"));
+        let path = Self::path(key);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(LOCK_DIR)
+            .map_err(|e| os(&format!("creating {LOCK_DIR}"), e))?;
+        let shown = path.display().to_string();
+        // A holder may unlink the file between our open and our flock; a
+        // few rounds are plenty (each needs a whole open/close by another
+        // process in between).
+        for _ in 0..16 {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
+                .map_err(|e| os(&shown, e))?;
+            // SAFETY: `file` is an open descriptor for the duration of the
+            // call; flock does not touch memory.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc != 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                    return Err(LockError::Busy(read_pid(&file)));
+                }
+                return Err(os(&format!("flock {shown}"), e));
+            }
+            let held = file.metadata().map_err(|e| os(&shown, e))?;
+            match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.dev() == held.dev() && m.ino() == held.ino() => {}
+                // Unlinked (or replaced) by its previous holder after we
+                // opened it: ours is a lock on nothing.
+                _ => continue,
+            }
+            // Pid first, then cut the rest: a reader finds one whole pid on
+            // the first line (ours, or the previous holder's until we have
+            // written), never a mix of two; a new file is empty until then.
+            let pid = format!("{}\n", std::process::id());
+            file.write_all_at(pid.as_bytes(), 0)
+                .and_then(|()| file.set_len(pid.len() as u64))
+                .map_err(|e| os(&format!("writing {shown}"), e))?;
+            return Ok(IfLock { path, file });
+        }
+        Err(LockError::Os(format!(
+            "{shown} keeps being replaced while locking it"
+        )))
+    }
+}
+
+impl Drop for IfLock {
+    fn drop(&mut self) {
+        // Unlink while still holding the lock, and only if the path still
+        // names our file (someone may have removed it by hand).
+        let ours = match (std::fs::symlink_metadata(&self.path), self.file.metadata()) {
+            (Ok(p), Ok(f)) => p.dev() == f.dev() && p.ino() == f.ino(),
+            _ => false,
+        };
+        if ours {
+            if let Err(e) = std::fs::remove_file(&self.path) {
+                tracing::warn!(path = %self.path.display(), "removing XDP lock file: {e}");
+            }
+        }
+        // Closing `file` (right after this) releases the flock.
+    }
+}
+
+/// The pid on the first line of a lock file, if any.
+fn read_pid(file: &File) -> Option<u32> {
+    let mut buf = [0u8; 32];
+    let n = file.read_at(&mut buf, 0).ok()?;
+    let text = std::str::from_utf8(&buf[..n]).ok()?;
+    text.lines().next()?.trim().parse().ok()
+}
 
 /// An AF_XDP socket on one interface queue, driven as a [`Port`].
 ///
@@ -194,8 +326,9 @@ impl AfXdpPort {
     /// lets libxdp attach its default XDP program, and puts half the frames
     /// on the fill ring.
     ///
-    /// If no other port of this process is open on the interface, any XDP
-    /// program attached to it (in generic or driver mode) is detached first.
+    /// If no other port of this process is open on the interface, the
+    /// interface's lock is taken first (see the module docs), then any XDP
+    /// program attached to it (in generic or driver mode) is detached.
     ///
     /// Must run as root (or with `CAP_NET_ADMIN`, `CAP_BPF`, `CAP_SYS_ADMIN`
     /// for bpffs), in the network namespace of the interface (the calling
@@ -203,7 +336,10 @@ impl AfXdpPort {
     ///
     /// # Errors
     /// [`IoError::NoInterface`] if the interface does not exist;
-    /// [`IoError::Setup`] for a bad size in `cfg`, a stale program that
+    /// [`IoError::Setup`] if another process holds the interface ("interface
+    /// X is in use by another secgw process (pid N)"; nothing on the
+    /// interface is touched), for a bad size in `cfg`, a lock file that
+    /// cannot be created, a stale program that
     /// cannot be detached, or a UMEM/socket creation failure (the queue is
     /// already bound, the driver lacks native XDP, ...), with the OS error in
     /// the message.
@@ -248,11 +384,22 @@ impl AfXdpPort {
             .parse()
             .map_err(|_| IoError::NoInterface(cfg.interface.clone()))?;
 
-        // Held across detach + create so that two threads opening ports on
-        // one interface cannot detach each other's program.
+        // Held across lock + detach + create so that two threads opening
+        // ports on one interface cannot detach each other's program.
         let mut attached = ATTACHED.lock().unwrap_or_else(|p| p.into_inner());
-        let live = attached.iter().any(|(k, n)| *k == key && *n > 0);
+        let live = attached.iter().any(|a| a.key == key);
+        // The interface's lock, if this is the process's first port on it;
+        // released again (by drop) on any error below.
+        let mut lock = None;
         if !live {
+            lock = Some(IfLock::acquire(key).map_err(|e| match e {
+                LockError::Busy(pid) => setup(format!(
+                    "interface {} is in use by another secgw process (pid {})",
+                    cfg.interface,
+                    pid.map_or_else(|| "unknown".to_string(), |p| p.to_string())
+                )),
+                LockError::Os(what) => setup(format!("interface lock: {what}")),
+            })?);
             detach_all(ifindex).map_err(setup)?;
         }
 
@@ -284,9 +431,17 @@ impl AfXdpPort {
         let mut tx_free = Vec::with_capacity(tx_frames.len());
         tx_free.extend_from_slice(&tx_frames);
 
-        match attached.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, n)) => *n += 1,
-            None => attached.push((key, 1)),
+        match lock {
+            Some(lock) => attached.push(Attached {
+                key,
+                ports: 1,
+                lock,
+            }),
+            None => {
+                if let Some(a) = attached.iter_mut().find(|a| a.key == key) {
+                    a.ports += 1;
+                }
+            }
         }
         drop(attached);
 
@@ -545,18 +700,18 @@ impl Drop for AfXdpPort {
         // this is the last use of `self` other than plain fields below.
         unsafe { ManuallyDrop::drop(&mut self.xsk) };
 
+        // Held until the lock is released, so that another thread of this
+        // process cannot find the interface unowned while we still hold
+        // its lock (and report itself as "another process").
         let mut attached = ATTACHED.lock().unwrap_or_else(|p| p.into_inner());
-        let mut last = false;
-        if let Some(pos) = attached.iter().position(|(k, _)| *k == self.key) {
-            attached[pos].1 -= 1;
-            if attached[pos].1 == 0 {
-                attached.swap_remove(pos);
-                last = true;
-            }
-        }
-        if !last {
+        let Some(pos) = attached.iter().position(|a| a.key == self.key) else {
+            return;
+        };
+        attached[pos].ports -= 1;
+        if attached[pos].ports > 0 {
             return;
         }
+        let last = attached.swap_remove(pos);
         match current_netns() {
             Ok(ns) if ns == self.key.0 => {
                 if let Err(e) = detach_all(self.key.1) {
@@ -568,6 +723,9 @@ impl Drop for AfXdpPort {
                 "AF_XDP port dropped outside the network namespace it was opened in; XDP program left attached"
             ),
         }
+        // Released only now, after the detach.
+        drop(last.lock);
+        drop(attached);
     }
 }
 
