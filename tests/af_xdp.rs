@@ -9,7 +9,7 @@
 
 use secgw::io::af_xdp::{interface_mac, AfXdpConfig, AfXdpPort, AttachMode};
 use secgw::io::{PktBuf, Port};
-use std::ffi::CString;
+use std::ffi::{c_char, c_int, c_void, CString};
 use std::io::{BufRead, BufReader};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
@@ -684,6 +684,157 @@ fn second_process_on_a_held_interface_is_refused_untouched() {
         !std::path::Path::new(&lock).exists(),
         "{lock} left after drop"
     );
+}
+
+// libbpf entry points for loading and attaching a minimal XDP program
+// without an object file. libbpf is linked in through secgw → xsk-rs →
+// libxdp-sys (static libbpf.a); signatures copied from libbpf 1.5's
+// `bpf/bpf.h` and `bpf/libbpf.h` (NULL opts are allowed).
+unsafe extern "C" {
+    fn bpf_prog_load(
+        prog_type: c_int,
+        prog_name: *const c_char,
+        license: *const c_char,
+        insns: *const BpfInsn,
+        insn_cnt: usize,
+        opts: *const c_void,
+    ) -> c_int;
+    fn bpf_xdp_attach(ifindex: c_int, prog_fd: c_int, flags: u32, opts: *const c_void) -> c_int;
+}
+
+/// `struct bpf_insn` of `linux/bpf.h` (`regs` is `dst_reg:4, src_reg:4`).
+#[repr(C)]
+struct BpfInsn {
+    code: u8,
+    regs: u8,
+    off: i16,
+    imm: i32,
+}
+
+/// `BPF_PROG_TYPE_XDP`.
+const BPF_PROG_TYPE_XDP: c_int = 6;
+/// `XDP_FLAGS_SKB_MODE`.
+const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+
+/// Loads `r0 = XDP_PASS; exit` as an XDP program named `name` and attaches
+/// it to `dev` of the calling thread's namespace in generic mode: another
+/// tool's program, as far as the port can tell. Returns its fd (the
+/// attachment outlives it).
+fn attach_foreign_xdp_pass(name: &str, dev: &str) -> OwnedFd {
+    let insns = [
+        // BPF_ALU64 | BPF_MOV | BPF_K: r0 = 2 (XDP_PASS)
+        BpfInsn {
+            code: 0xb7,
+            regs: 0,
+            off: 0,
+            imm: 2,
+        },
+        // BPF_JMP | BPF_EXIT
+        BpfInsn {
+            code: 0x95,
+            regs: 0,
+            off: 0,
+            imm: 0,
+        },
+    ];
+    let name_c = CString::new(name).unwrap();
+    let license = CString::new("Dual MIT/GPL").unwrap();
+    // SAFETY: the strings and the instruction array are valid for the call;
+    // NULL opts means defaults.
+    let fd = unsafe {
+        bpf_prog_load(
+            BPF_PROG_TYPE_XDP,
+            name_c.as_ptr(),
+            license.as_ptr(),
+            insns.as_ptr(),
+            insns.len(),
+            std::ptr::null(),
+        )
+    };
+    assert!(
+        fd >= 0,
+        "bpf_prog_load: {}",
+        std::io::Error::from_raw_os_error(-fd)
+    );
+    // SAFETY: `fd` is a fresh program fd owned by nobody else.
+    let prog = unsafe { OwnedFd::from_raw_fd(fd) };
+    let dev_c = CString::new(dev).unwrap();
+    // SAFETY: NUL-terminated name valid for the call.
+    let ifindex = unsafe { libc::if_nametoindex(dev_c.as_ptr()) } as c_int;
+    assert!(ifindex > 0, "no interface {dev}");
+    // SAFETY: valid ifindex and program fd; NULL opts means no expected
+    // old program.
+    let rc = unsafe {
+        bpf_xdp_attach(
+            ifindex,
+            prog.as_raw_fd(),
+            XDP_FLAGS_SKB_MODE,
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "bpf_xdp_attach: {}",
+        std::io::Error::from_raw_os_error(-rc)
+    );
+    prog
+}
+
+/// (6) Another tool's XDP program is refused and left attached: with a
+/// minimal XDP_PASS program attached in generic mode, opening a port (in
+/// either mode) fails naming the program and the interface, the program
+/// stays, and no lock file is left; once the tool has detached its
+/// program, a port opens.
+#[test]
+fn foreign_program_is_refused_and_left_attached() {
+    let mut ns = Netns::new("f");
+    ns.enter();
+    let _prog = attach_foreign_xdp_pass("secgw_foreign", &ns.a);
+    let id = ns.xdp_prog_id().expect("foreign program attached");
+    for mode in [AttachMode::Skb, AttachMode::Native] {
+        let mut cfg = AfXdpConfig::new(ns.a.clone(), 0);
+        cfg.mode = mode;
+        let msg = match AfXdpPort::open(8, &cfg) {
+            Err(e) => e.to_string(),
+            Ok(p) => panic!("{mode:?}: opened despite a foreign program: {p:?}"),
+        };
+        assert!(
+            msg.contains("\"secgw_foreign\"")
+                && msg.contains(&format!("id {id}"))
+                && msg.contains(&format!("attached to {}", ns.a)),
+            "{mode:?}: error does not name the program and interface: {msg}"
+        );
+        assert_eq!(
+            ns.xdp_prog_id(),
+            Some(id),
+            "{mode:?}: the foreign program was touched:\n{}",
+            ns.link_a()
+        );
+    }
+    let lock = ns.lock_file();
+    assert!(
+        !std::path::Path::new(&lock).exists(),
+        "{lock} left by a refused open"
+    );
+
+    run(
+        "ip",
+        &[
+            "-n",
+            &ns.name,
+            "link",
+            "set",
+            "dev",
+            &ns.a,
+            "xdpgeneric",
+            "off",
+        ],
+    );
+    let port = open(&ns, 8, AttachMode::Skb);
+    assert!(ns.xdp_prog_id().is_some_and(|p| p != id));
+    drop(port);
+    assert_eq!(ns.xdp_prog_id(), None, "XDP program left after drop");
 }
 
 /// In a child process started by [`spawn_child`]: enters the namespace

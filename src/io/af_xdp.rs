@@ -29,46 +29,63 @@
 //!   the interface share the lock; the last one to drop releases it (and
 //!   removes the file) after the XDP program is detached.
 //! - XDP program lifecycle: with the lock held, the first port a process
-//!   opens on an interface first detaches whatever XDP program is attached to
-//!   it (a stale one left by a killed earlier run would otherwise keep a
-//!   stale libxdp refcount, or block the attach); when the last port of the
-//!   process on that interface is dropped, the XDP program is detached,
-//!   whatever libxdp's refcount says.
+//!   opens on an interface looks at what is attached to it, through libxdp
+//!   (so the components behind a libxdp dispatcher are seen too). libxdp's
+//!   AF_XDP program ([`XSK_PROG_NAME`]) can then only be a leftover of a
+//!   killed run, since a live secgw would hold the lock: it is detached and
+//!   replaced (it would otherwise keep a stale libxdp refcount). Any other
+//!   program belongs to another tool: open fails naming it, and leaves it
+//!   attached. When the last port of the process on the interface is
+//!   dropped, libxdp's program is detached if libxdp left it attached; a
+//!   foreign one never is.
+//! - Limitation: an AF_XDP application other than secgw that uses libxdp's
+//!   program on the same interface cannot be told from a leftover (that
+//!   would need `sock_diag` for AF_XDP, `CONFIG_XDP_SOCKETS_DIAG`); secgw
+//!   replaces its program.
 
 #![allow(unsafe_code)]
 
 use super::{IoError, PktBuf, Port, PortStats};
-use std::ffi::{c_int, c_long, c_void, CString};
+use std::ffi::{c_char, c_int, c_long, c_void, CStr, CString};
 use std::fs::File;
 use std::io::Write;
 use std::mem::ManuallyDrop;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
+use std::ptr::NonNull;
 use std::sync::Mutex;
 use xsk_rs::config::{
     BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig, XdpFlags,
 };
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
 
-// libbpf / libxdp entry points used to remove XDP programs. They are linked
-// in through `xsk-rs` → `libxdp-sys` (static libxdp.a and libbpf.a), which is
-// why they are declared here rather than imported: the crate does not
-// depend on `libxdp-sys` directly. Signatures copied from libbpf 1.5's
-// `libbpf.h` and libxdp 1.6's `xdp/libxdp.h`.
+// libxdp entry points used to inspect and remove XDP programs. They are
+// linked in through `xsk-rs` → `libxdp-sys` (static libxdp.a and libbpf.a),
+// which is why they are declared here rather than imported: the crate does
+// not depend on `libxdp-sys` directly. Signatures copied from libxdp 1.6's
+// `xdp/libxdp.h` (`struct xdp_multiprog *` and `struct xdp_program *` are
+// opaque here; `enum xdp_attach_mode` is an int).
 unsafe extern "C" {
-    fn bpf_xdp_detach(ifindex: c_int, flags: u32, opts: *const c_void) -> c_int;
-    fn bpf_xdp_query_id(ifindex: c_int, flags: c_int, prog_id: *mut u32) -> c_int;
     fn xdp_multiprog__get_from_ifindex(ifindex: c_int) -> *mut c_void;
+    fn xdp_multiprog__is_legacy(mp: *const c_void) -> bool;
+    fn xdp_multiprog__main_prog(mp: *const c_void) -> *mut c_void;
+    fn xdp_multiprog__next_prog(prog: *const c_void, mp: *const c_void) -> *mut c_void;
+    fn xdp_multiprog__hw_prog(mp: *const c_void) -> *mut c_void;
+    fn xdp_multiprog__attach_mode(mp: *const c_void) -> c_int;
     fn xdp_multiprog__detach(mp: *mut c_void) -> c_int;
     fn xdp_multiprog__close(mp: *mut c_void);
+    fn xdp_program__name(prog: *const c_void) -> *const c_char;
+    fn xdp_program__id(prog: *const c_void) -> u32;
     fn libxdp_get_error(ptr: *const c_void) -> c_long;
 }
 
-/// `XDP_FLAGS_SKB_MODE` from `linux/if_link.h`.
-const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
-/// `XDP_FLAGS_DRV_MODE` from `linux/if_link.h`.
-const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+/// Name of the XDP program libxdp 1.6 loads for AF_XDP sockets: the
+/// function `xsk_def_prog` of `xsk_def_xdp_prog.c` (and of its pre-5.3
+/// fallback, `xsk_def_xdp_prog_5.3.c`), which is the kernel's program name.
+/// libxdp itself finds its program on an interface by this name
+/// (`xsk_lookup_program`).
+pub const XSK_PROG_NAME: &str = "xsk_def_prog";
 /// `XDP_PKT_CONTD` (multi-buffer continuation) option bit of an rx descriptor.
 const XDP_PKT_CONTD: u32 = 1;
 /// Largest frame a `PktBuf` can hold (`BUF_SIZE - HEADROOM`).
@@ -327,8 +344,9 @@ impl AfXdpPort {
     /// on the fill ring.
     ///
     /// If no other port of this process is open on the interface, the
-    /// interface's lock is taken first (see the module docs), then any XDP
-    /// program attached to it (in generic or driver mode) is detached.
+    /// interface's lock is taken first, then a leftover of libxdp's AF_XDP
+    /// program is detached; any other XDP program makes open fail (see the
+    /// module docs).
     ///
     /// Must run as root (or with `CAP_NET_ADMIN`, `CAP_BPF`, `CAP_SYS_ADMIN`
     /// for bpffs), in the network namespace of the interface (the calling
@@ -338,8 +356,9 @@ impl AfXdpPort {
     /// [`IoError::NoInterface`] if the interface does not exist;
     /// [`IoError::Setup`] if another process holds the interface ("interface
     /// X is in use by another secgw process (pid N)"; nothing on the
-    /// interface is touched), for a bad size in `cfg`, a lock file that
-    /// cannot be created, a stale program that
+    /// interface is touched), if another tool's XDP program is attached
+    /// (the message names it; it is left attached), for a bad size in
+    /// `cfg`, a lock file that cannot be created, a stale program that
     /// cannot be detached, or a UMEM/socket creation failure (the queue is
     /// already bound, the driver lacks native XDP, ...), with the OS error in
     /// the message.
@@ -400,7 +419,7 @@ impl AfXdpPort {
                 )),
                 LockError::Os(what) => setup(format!("interface lock: {what}")),
             })?);
-            detach_all(ifindex).map_err(setup)?;
+            remove_stale_program(ifindex, &cfg.interface).map_err(setup)?;
         }
 
         let frame_count = std::num::NonZeroU32::new(cfg.frame_count)
@@ -714,7 +733,10 @@ impl Drop for AfXdpPort {
         let last = attached.swap_remove(pos);
         match current_netns() {
             Ok(ns) if ns == self.key.0 => {
-                if let Err(e) = detach_all(self.key.1) {
+                // libxdp normally detached its program when the last socket
+                // went; this removes it if its refcount was off, and never
+                // removes another tool's program.
+                if let Err(e) = remove_stale_program(self.key.1, &self.interface) {
                     tracing::warn!(interface = %self.interface, "AF_XDP port close: {e}");
                 }
             }
@@ -879,64 +901,149 @@ fn current_netns() -> std::io::Result<u64> {
     Ok(std::fs::metadata("/proc/thread-self/ns/net")?.ino())
 }
 
-/// Id of the XDP program attached to `ifindex` in the mode selected by
-/// `flags` (0 if none).
-fn attached_prog(ifindex: u32, flags: u32) -> Result<u32, String> {
-    let mut id = 0u32;
-    // SAFETY: `id` is a valid `u32` out-pointer for the duration of the call;
-    // the query only reads netlink state.
-    let rc = unsafe { bpf_xdp_query_id(ifindex as c_int, flags as c_int, &mut id) };
-    if rc < 0 {
-        return Err(format!(
-            "bpf_xdp_query_id: {}",
-            std::io::Error::from_raw_os_error(-rc)
-        ));
-    }
-    Ok(id)
+/// One XDP program found on an interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FoundProg {
+    /// Kernel program name (at most 15 bytes).
+    name: String,
+    /// Kernel program id.
+    id: u32,
+    /// "generic", "driver" or "offload".
+    mode: &'static str,
 }
 
-/// Detaches every XDP program (generic and driver mode) from `ifindex`:
-/// first through libxdp (which also removes its dispatcher's bpffs pins),
-/// then with plain `bpf_xdp_detach` for whatever is left. Errors if a
-/// program is still attached afterwards.
-fn detach_all(ifindex: u32) -> Result<(), String> {
-    let modes = [XDP_FLAGS_SKB_MODE, XDP_FLAGS_DRV_MODE];
-    let mut any = false;
-    for m in modes {
-        any |= attached_prog(ifindex, m)? != 0;
-    }
-    if !any {
-        return Ok(());
-    }
-    // SAFETY: libxdp returns either an error pointer / NULL (checked with
-    // `libxdp_get_error` before any other use) or an owned multiprog handle,
-    // which is closed exactly once below.
-    unsafe {
-        let mp = xdp_multiprog__get_from_ifindex(ifindex as c_int);
-        if !mp.is_null() && libxdp_get_error(mp) == 0 {
-            let _ = xdp_multiprog__detach(mp);
-            xdp_multiprog__close(mp);
+/// libxdp's view (`struct xdp_multiprog`) of the XDP programs attached to
+/// one interface: a single ("legacy") program, or the component programs
+/// behind a libxdp dispatcher, plus an offloaded one. Closed on drop.
+struct Multiprog(NonNull<c_void>);
+
+impl Multiprog {
+    /// What is attached to `ifindex` (any mode), or `None` if nothing is.
+    fn of(ifindex: u32) -> Result<Option<Multiprog>, String> {
+        // SAFETY: plain call; the result is checked below before any use.
+        let mp = unsafe { xdp_multiprog__get_from_ifindex(ifindex as c_int) };
+        let Some(nn) = NonNull::new(mp) else {
+            return Err("libxdp found no XDP program information".into());
+        };
+        // SAFETY: `mp` is non-NULL: an owned handle or an error pointer,
+        // which `libxdp_get_error` decodes without dereferencing.
+        let err = unsafe { libxdp_get_error(mp) };
+        match -err as c_int {
+            0 => Ok(Some(Multiprog(nn))),
+            libc::ENOENT => Ok(None),
+            e => Err(format!(
+                "reading the XDP programs attached (libxdp): {}",
+                std::io::Error::from_raw_os_error(e)
+            )),
         }
     }
-    for m in modes {
-        if attached_prog(ifindex, m)? != 0 {
-            // SAFETY: NULL opts is allowed (no expected_prog_fd check).
-            let rc = unsafe { bpf_xdp_detach(ifindex as c_int, m, std::ptr::null()) };
-            if rc < 0 {
-                return Err(format!(
-                    "detaching XDP program (flags {m:#x}): {}",
-                    std::io::Error::from_raw_os_error(-rc)
-                ));
+
+    /// The programs that do the work: the single program or the
+    /// dispatcher's components, then the offloaded one.
+    fn programs(&self) -> Vec<FoundProg> {
+        let mp = self.0.as_ptr();
+        let mut out = Vec::new();
+        // SAFETY: `mp` is a live handle (closed only in `drop`); every
+        // program pointer libxdp returns is owned by it and only read here,
+        // NULL-checked in `found`; names are NUL-terminated strings owned
+        // by their program, copied before `mp` can be closed.
+        unsafe {
+            let mode = match xdp_multiprog__attach_mode(mp) {
+                1 => "driver",
+                2 => "generic",
+                3 => "offload",
+                _ => "unknown",
+            };
+            let found = |p: *const c_void, mode: &'static str| -> Option<FoundProg> {
+                if p.is_null() || libxdp_get_error(p) != 0 {
+                    return None;
+                }
+                let name = xdp_program__name(p);
+                let name = if name.is_null() {
+                    String::new()
+                } else {
+                    CStr::from_ptr(name).to_string_lossy().into_owned()
+                };
+                Some(FoundProg {
+                    name,
+                    id: xdp_program__id(p),
+                    mode,
+                })
+            };
+            if xdp_multiprog__is_legacy(mp) {
+                out.extend(found(xdp_multiprog__main_prog(mp), mode));
+            } else {
+                let mut p = xdp_multiprog__next_prog(std::ptr::null(), mp);
+                while let Some(f) = found(p, mode) {
+                    out.push(f);
+                    p = xdp_multiprog__next_prog(p, mp);
+                }
             }
+            out.extend(found(xdp_multiprog__hw_prog(mp), "offload"));
         }
+        out
     }
-    for m in modes {
-        let id = attached_prog(ifindex, m)?;
-        if id != 0 {
+
+    /// Detaches everything this handle saw (the single program, or the
+    /// dispatcher with its components and their bpffs pins, and the
+    /// offloaded program). libxdp detaches with `XDP_FLAGS_REPLACE` and the
+    /// program it read, so a program attached since is not removed.
+    fn detach(self) -> Result<(), String> {
+        // SAFETY: `self.0` is a live handle; it is closed by `drop` after.
+        let rc = unsafe { xdp_multiprog__detach(self.0.as_ptr()) };
+        if rc < 0 {
             return Err(format!(
-                "XDP program id {id} is still attached after detach"
+                "detaching the XDP program: {}",
+                std::io::Error::from_raw_os_error(-rc)
             ));
         }
+        Ok(())
+    }
+}
+
+impl Drop for Multiprog {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from `xdp_multiprog__get_from_ifindex`
+        // and is closed exactly once, here.
+        unsafe { xdp_multiprog__close(self.0.as_ptr()) };
+    }
+}
+
+/// Detaches libxdp's AF_XDP program ([`XSK_PROG_NAME`]) from `ifindex` if
+/// that is all that is attached; the caller holds the interface's lock, so
+/// it is not a live secgw's. Errors, detaching nothing, if any other
+/// program is attached (the message names it and `ifname`), and if a
+/// program is still attached afterwards.
+fn remove_stale_program(ifindex: u32, ifname: &str) -> Result<(), String> {
+    let Some(mp) = Multiprog::of(ifindex)? else {
+        return Ok(());
+    };
+    let progs = mp.programs();
+    if let Some(p) = progs.iter().find(|p| p.name != XSK_PROG_NAME) {
+        return Err(format!(
+            "XDP program {:?} (id {}, {} mode) is attached to {ifname} and is not \
+             secgw's ({XSK_PROG_NAME}); refusing to replace it (detach it first \
+             if it is no longer needed)",
+            p.name, p.id, p.mode
+        ));
+    }
+    let ids: Vec<u32> = progs.iter().map(|p| p.id).collect();
+    tracing::info!(
+        interface = ifname,
+        ?ids,
+        "detaching a leftover {XSK_PROG_NAME}"
+    );
+    mp.detach()?;
+    if let Some(mp) = Multiprog::of(ifindex)? {
+        let left: Vec<String> = mp
+            .programs()
+            .iter()
+            .map(|p| format!("{:?} (id {})", p.name, p.id))
+            .collect();
+        return Err(format!(
+            "XDP program(s) {} still attached to {ifname} after detach",
+            left.join(", ")
+        ));
     }
     Ok(())
 }
