@@ -524,6 +524,46 @@ fn tx_backpressure_takes_what_fits() {
     assert_eq!(port.stats().tx_packets, 42);
 }
 
+/// (7) Frames the kernel drops before the port sees them are counted: with
+/// 32 rx frames, 40 frames arriving while nobody drains the rx ring leave 8
+/// dropped in the kernel (no fill-ring frame, or rx ring full, whichever
+/// the kernel checks first), reported by `kernel_stats` and folded into
+/// `stats().rx_dropped`; the first 32 are then received.
+#[test]
+fn kernel_receive_drops_are_counted() {
+    let mut ns = Netns::new("d");
+    ns.enter();
+    let mut cfg = AfXdpConfig::new(ns.a.clone(), 0);
+    cfg.frame_count = 64;
+    cfg.ring_size = 32;
+    let mut port = AfXdpPort::open(11, &cfg).unwrap_or_else(|e| panic!("open: {e}"));
+    assert_eq!(
+        port.kernel_stats().expect("kernel_stats"),
+        Default::default()
+    );
+    let mac_a = interface_mac(&ns.a).unwrap();
+    let mac_b = interface_mac(&ns.b).unwrap();
+    let peer = Peer::bind(&ns.b);
+    let sent: Vec<Vec<u8>> = (0..40).map(|i| frame(mac_a, mac_b, 7, i, 100)).collect();
+    for f in &sent {
+        peer.send(f);
+    }
+    let start = Instant::now();
+    let mut k = port.kernel_stats().expect("kernel_stats");
+    while k.rx_dropped + k.rx_ring_full < 8 && start.elapsed() < DEADLINE {
+        std::thread::sleep(Duration::from_millis(1));
+        k = port.kernel_stats().expect("kernel_stats");
+    }
+    assert_eq!(k.rx_dropped + k.rx_ring_full, 8, "{k:?}");
+    assert_eq!((k.rx_invalid_descs, k.tx_invalid_descs), (0, 0), "{k:?}");
+    assert_eq!(port.stats().rx_dropped, 8);
+    assert!(
+        recv_frames(&mut port, 32) == sent[..32],
+        "the frames that fit did not arrive intact"
+    );
+    assert_eq!(port.stats().rx_packets, 32);
+}
+
 /// Kills the child (if still running) when the test unwinds.
 struct KillOnDrop(Child);
 

@@ -142,6 +142,32 @@ impl AfXdpConfig {
     }
 }
 
+/// The kernel's counters for one AF_XDP socket (`struct xdp_statistics`,
+/// counted since the socket was created): what happened to frames before
+/// the gateway saw them, and to descriptors it handed over.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct XskKernelStats {
+    /// Frames dropped on receive for want of a fill-ring frame to copy into
+    /// (copy mode) or for being longer than a UMEM frame.
+    pub rx_dropped: u64,
+    /// Frames dropped on receive because the rx ring was full (the gateway
+    /// did not drain it fast enough).
+    pub rx_ring_full: u64,
+    /// Times the kernel wanted a frame and found the fill ring empty. Not a
+    /// frame count: in copy mode each such frame is also in `rx_dropped`; in
+    /// zero-copy mode the NIC drops instead and counts it in its own
+    /// statistics.
+    pub rx_fill_ring_empty: u64,
+    /// Invalid descriptors the kernel counted on the rx ring.
+    pub rx_invalid_descs: u64,
+    /// Tx descriptors the kernel rejected (address or length not within the
+    /// UMEM); those frames were counted as sent but never left.
+    pub tx_invalid_descs: u64,
+    /// Times the kernel was woken to send and found the tx ring empty (not
+    /// drops).
+    pub tx_ring_empty: u64,
+}
+
 /// The xsk-rs objects of one socket. Kept together so that they can be
 /// dropped (socket deleted) before [`AfXdpPort`]'s `Drop` detaches the XDP
 /// program.
@@ -502,6 +528,24 @@ impl AfXdpPort {
         self.tx_free.len()
     }
 
+    /// The kernel's counters for this socket, each on its own (one
+    /// `getsockopt(XDP_STATISTICS)`; [`Port::stats`] folds the receive
+    /// drops into [`PortStats::rx_dropped`]). Not for the per-packet path.
+    ///
+    /// # Errors
+    /// [`IoError::Os`] if the kernel refuses the query.
+    pub fn kernel_stats(&self) -> Result<XskKernelStats, IoError> {
+        let k = self.xsk.rx.fd().xdp_statistics()?;
+        Ok(XskKernelStats {
+            rx_dropped: k.rx_dropped(),
+            rx_ring_full: k.rx_ring_full(),
+            rx_fill_ring_empty: k.rx_fill_ring_empty_descs(),
+            rx_invalid_descs: k.rx_invalid_descs(),
+            tx_invalid_descs: k.tx_invalid_descs(),
+            tx_ring_empty: k.tx_ring_empty_descs(),
+        })
+    }
+
     /// Returns completed tx frames to the free list. No syscall.
     #[inline]
     fn reclaim_completions(&mut self) {
@@ -702,8 +746,9 @@ impl Port for AfXdpPort {
     }
 
     /// The port's own counters plus the kernel's receive drops for this
-    /// socket (`XDP_STATISTICS`: `rx_dropped + rx_ring_full`), read with one
-    /// `getsockopt`.
+    /// socket (`XDP_STATISTICS`: `rx_dropped + rx_ring_full`, which covers
+    /// an empty fill ring in copy mode), read with one `getsockopt`; each
+    /// kernel counter on its own is in [`AfXdpPort::kernel_stats`].
     fn stats(&self) -> PortStats {
         let mut s = self.stats;
         if let Ok(k) = self.xsk.rx.fd().xdp_statistics() {
