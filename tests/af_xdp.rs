@@ -9,10 +9,11 @@
 
 use secgw::io::af_xdp::{interface_mac, AfXdpConfig, AfXdpPort, AttachMode};
 use secgw::io::{PktBuf, Port};
-use std::ffi::CString;
+use std::ffi::{c_char, c_int, c_void, CString};
 use std::io::{BufRead, BufReader};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::process::{Child, Command, Stdio};
+use std::os::unix::fs::MetadataExt;
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// EtherType used by the test frames (IEEE 802 local experimental).
@@ -106,6 +107,24 @@ impl Netns {
     /// `ip link show dev` of the port's end, as seen from inside.
     fn link_a(&self) -> String {
         run("ip", &["-n", &self.name, "link", "show", "dev", &self.a])
+    }
+
+    /// The lock file a port on `a` holds while open (named after the
+    /// namespace's inode and `a`'s ifindex).
+    fn lock_file(&self) -> String {
+        let ino = std::fs::metadata(format!("/var/run/netns/{}", self.name))
+            .expect("stat netns")
+            .ino();
+        let line = run(
+            "ip",
+            &["-n", &self.name, "-o", "link", "show", "dev", &self.a],
+        );
+        let ifindex: u32 = line
+            .split(':')
+            .next()
+            .and_then(|i| i.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no ifindex in {line:?}"));
+        format!("/run/secgw/xdp-{ino}-{ifindex}.lock")
     }
 
     /// Id of the XDP program on the port's end, if any.
@@ -505,6 +524,46 @@ fn tx_backpressure_takes_what_fits() {
     assert_eq!(port.stats().tx_packets, 42);
 }
 
+/// (7) Frames the kernel drops before the port sees them are counted: with
+/// 32 rx frames, 40 frames arriving while nobody drains the rx ring leave 8
+/// dropped in the kernel (no fill-ring frame, or rx ring full, whichever
+/// the kernel checks first), reported by `kernel_stats` and folded into
+/// `stats().rx_dropped`; the first 32 are then received.
+#[test]
+fn kernel_receive_drops_are_counted() {
+    let mut ns = Netns::new("d");
+    ns.enter();
+    let mut cfg = AfXdpConfig::new(ns.a.clone(), 0);
+    cfg.frame_count = 64;
+    cfg.ring_size = 32;
+    let mut port = AfXdpPort::open(11, &cfg).unwrap_or_else(|e| panic!("open: {e}"));
+    assert_eq!(
+        port.kernel_stats().expect("kernel_stats"),
+        Default::default()
+    );
+    let mac_a = interface_mac(&ns.a).unwrap();
+    let mac_b = interface_mac(&ns.b).unwrap();
+    let peer = Peer::bind(&ns.b);
+    let sent: Vec<Vec<u8>> = (0..40).map(|i| frame(mac_a, mac_b, 7, i, 100)).collect();
+    for f in &sent {
+        peer.send(f);
+    }
+    let start = Instant::now();
+    let mut k = port.kernel_stats().expect("kernel_stats");
+    while k.rx_dropped + k.rx_ring_full < 8 && start.elapsed() < DEADLINE {
+        std::thread::sleep(Duration::from_millis(1));
+        k = port.kernel_stats().expect("kernel_stats");
+    }
+    assert_eq!(k.rx_dropped + k.rx_ring_full, 8, "{k:?}");
+    assert_eq!((k.rx_invalid_descs, k.tx_invalid_descs), (0, 0), "{k:?}");
+    assert_eq!(port.stats().rx_dropped, 8);
+    assert!(
+        recv_frames(&mut port, 32) == sent[..32],
+        "the frames that fit did not arrive intact"
+    );
+    assert_eq!(port.stats().rx_packets, 32);
+}
+
 /// Kills the child (if still running) when the test unwinds.
 struct KillOnDrop(Child);
 
@@ -515,20 +574,17 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// (4) A program left behind by a killed run is replaced: a child process
-/// (this test binary, running the ignored helper below) opens a port and is
-/// SIGKILLed, leaving libxdp's program attached with its refcount never
-/// decremented; a new port must then open, receive, and leave nothing
-/// behind on drop.
-#[test]
-fn stale_program_from_a_killed_run_is_replaced() {
-    let mut ns = Netns::new("k");
+/// Runs the ignored helper test `helper` of this binary in a child process
+/// (a second secgw, as far as the port is concerned) with
+/// `SECGW_AFXDP_CHILD=netns,ifname` naming `ns` and its port's end; returns
+/// the child (killed if the test unwinds) and its stdout.
+fn spawn_child(helper: &str, ns: &Netns) -> (KillOnDrop, std::io::Lines<BufReader<ChildStdout>>) {
     let exe = std::env::current_exe().expect("current_exe");
     let child = Command::new(exe)
         .args([
             "--ignored",
             "--exact",
-            "child_opens_port_and_waits_to_be_killed",
+            helper,
             "--nocapture",
             "--test-threads=1",
         ])
@@ -539,8 +595,20 @@ fn stale_program_from_a_killed_run_is_replaced() {
         .expect("spawn child");
     let mut child = KillOnDrop(child);
     let stdout = child.0.stdout.take().expect("child stdout");
+    (child, BufReader::new(stdout).lines())
+}
+
+/// (4) A program left behind by a killed run is replaced: a child process
+/// (this test binary, running the ignored helper below) opens a port and is
+/// SIGKILLed, leaving libxdp's program attached with its refcount never
+/// decremented, and its lock file unlocked but in place; a new port must
+/// then open, receive, and leave nothing behind on drop.
+#[test]
+fn stale_program_from_a_killed_run_is_replaced() {
+    let mut ns = Netns::new("k");
+    let (mut child, lines) = spawn_child("child_opens_port_and_waits_to_be_killed", &ns);
     let mut ready = false;
-    for line in BufReader::new(stdout).lines() {
+    for line in lines {
         let line = line.expect("child stdout");
         if line.contains("SECGW-CHILD-READY") {
             ready = true;
@@ -552,6 +620,9 @@ fn stale_program_from_a_killed_run_is_replaced() {
         "child never opened its port (status {:?})",
         child.0.try_wait()
     );
+    let lock = ns.lock_file();
+    let holder = std::fs::read_to_string(&lock).unwrap_or_else(|e| panic!("{lock}: {e}"));
+    assert_eq!(holder.trim(), child.0.id().to_string(), "pid in {lock}");
     child.0.kill().expect("kill child");
     child.0.wait().expect("wait child");
 
@@ -586,6 +657,237 @@ fn stale_program_from_a_killed_run_is_replaced() {
         !link.contains("xdp"),
         "XDP program left after drop:\n{link}"
     );
+    assert!(
+        !std::path::Path::new(&lock).exists(),
+        "{lock} left after drop"
+    );
+}
+
+/// (5) A second secgw on an interface in use is refused and touches
+/// nothing: while this process holds a port on the interface, a child
+/// process (the ignored helper below) opening one fails with the in-use
+/// error naming this process's pid; the XDP program is the same one
+/// afterwards and the first port still receives.
+#[test]
+fn second_process_on_a_held_interface_is_refused_untouched() {
+    let mut ns = Netns::new("u");
+    ns.enter();
+    let mut port = open(&ns, 5, AttachMode::Skb);
+    let id = ns.xdp_prog_id().expect("program attached");
+    let lock = ns.lock_file();
+    let holder = std::fs::read_to_string(&lock).unwrap_or_else(|e| panic!("{lock}: {e}"));
+    assert_eq!(
+        holder.trim(),
+        std::process::id().to_string(),
+        "pid in {lock}"
+    );
+
+    let (mut child, lines) = spawn_child("child_tries_to_open_port", &ns);
+    // Read to the end: the child still prints its test summary.
+    let mut result = None;
+    for line in lines {
+        let line = line.expect("child stdout");
+        if let Some(r) = line.strip_prefix("SECGW-CHILD-RESULT: ") {
+            result = Some(r.to_string());
+        }
+    }
+    let status = child.0.wait().expect("wait child");
+    let result = result.unwrap_or_else(|| panic!("child reported nothing ({status})"));
+    let want = format!(
+        "interface {} is in use by another secgw process (pid {})",
+        ns.a,
+        std::process::id()
+    );
+    assert!(result.contains(&want), "child: {result}\nwanted: {want}");
+    assert!(status.success(), "child exited with {status}");
+
+    assert_eq!(
+        ns.xdp_prog_id(),
+        Some(id),
+        "the refused open changed the XDP program:\n{}",
+        ns.link_a()
+    );
+    let mac_a = interface_mac(&ns.a).unwrap();
+    let mac_b = interface_mac(&ns.b).unwrap();
+    let peer = Peer::bind(&ns.b);
+    let sent: Vec<Vec<u8>> = (0..10).map(|i| frame(mac_a, mac_b, 6, i, 100)).collect();
+    for f in &sent {
+        peer.send(f);
+    }
+    assert!(
+        recv_frames(&mut port, sent.len()) == sent,
+        "the first port lost frames after the refused open"
+    );
+    drop(port);
+    assert_eq!(ns.xdp_prog_id(), None, "XDP program left after drop");
+    assert!(
+        !std::path::Path::new(&lock).exists(),
+        "{lock} left after drop"
+    );
+}
+
+// libbpf entry points for loading and attaching a minimal XDP program
+// without an object file. libbpf is linked in through secgw → xsk-rs →
+// libxdp-sys (static libbpf.a); signatures copied from libbpf 1.5's
+// `bpf/bpf.h` and `bpf/libbpf.h` (NULL opts are allowed).
+unsafe extern "C" {
+    fn bpf_prog_load(
+        prog_type: c_int,
+        prog_name: *const c_char,
+        license: *const c_char,
+        insns: *const BpfInsn,
+        insn_cnt: usize,
+        opts: *const c_void,
+    ) -> c_int;
+    fn bpf_xdp_attach(ifindex: c_int, prog_fd: c_int, flags: u32, opts: *const c_void) -> c_int;
+}
+
+/// `struct bpf_insn` of `linux/bpf.h` (`regs` is `dst_reg:4, src_reg:4`).
+#[repr(C)]
+struct BpfInsn {
+    code: u8,
+    regs: u8,
+    off: i16,
+    imm: i32,
+}
+
+/// `BPF_PROG_TYPE_XDP`.
+const BPF_PROG_TYPE_XDP: c_int = 6;
+/// `XDP_FLAGS_SKB_MODE`.
+const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+
+/// Loads `r0 = XDP_PASS; exit` as an XDP program named `name` and attaches
+/// it to `dev` of the calling thread's namespace in generic mode: another
+/// tool's program, as far as the port can tell. Returns its fd (the
+/// attachment outlives it).
+fn attach_foreign_xdp_pass(name: &str, dev: &str) -> OwnedFd {
+    let insns = [
+        // BPF_ALU64 | BPF_MOV | BPF_K: r0 = 2 (XDP_PASS)
+        BpfInsn {
+            code: 0xb7,
+            regs: 0,
+            off: 0,
+            imm: 2,
+        },
+        // BPF_JMP | BPF_EXIT
+        BpfInsn {
+            code: 0x95,
+            regs: 0,
+            off: 0,
+            imm: 0,
+        },
+    ];
+    let name_c = CString::new(name).unwrap();
+    let license = CString::new("Dual MIT/GPL").unwrap();
+    // SAFETY: the strings and the instruction array are valid for the call;
+    // NULL opts means defaults.
+    let fd = unsafe {
+        bpf_prog_load(
+            BPF_PROG_TYPE_XDP,
+            name_c.as_ptr(),
+            license.as_ptr(),
+            insns.as_ptr(),
+            insns.len(),
+            std::ptr::null(),
+        )
+    };
+    assert!(
+        fd >= 0,
+        "bpf_prog_load: {}",
+        std::io::Error::from_raw_os_error(-fd)
+    );
+    // SAFETY: `fd` is a fresh program fd owned by nobody else.
+    let prog = unsafe { OwnedFd::from_raw_fd(fd) };
+    let dev_c = CString::new(dev).unwrap();
+    // SAFETY: NUL-terminated name valid for the call.
+    let ifindex = unsafe { libc::if_nametoindex(dev_c.as_ptr()) } as c_int;
+    assert!(ifindex > 0, "no interface {dev}");
+    // SAFETY: valid ifindex and program fd; NULL opts means no expected
+    // old program.
+    let rc = unsafe {
+        bpf_xdp_attach(
+            ifindex,
+            prog.as_raw_fd(),
+            XDP_FLAGS_SKB_MODE,
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "bpf_xdp_attach: {}",
+        std::io::Error::from_raw_os_error(-rc)
+    );
+    prog
+}
+
+/// (6) Another tool's XDP program is refused and left attached: with a
+/// minimal XDP_PASS program attached in generic mode, opening a port (in
+/// either mode) fails naming the program and the interface, the program
+/// stays, and no lock file is left; once the tool has detached its
+/// program, a port opens.
+#[test]
+fn foreign_program_is_refused_and_left_attached() {
+    let mut ns = Netns::new("f");
+    ns.enter();
+    let _prog = attach_foreign_xdp_pass("secgw_foreign", &ns.a);
+    let id = ns.xdp_prog_id().expect("foreign program attached");
+    for mode in [AttachMode::Skb, AttachMode::Native] {
+        let mut cfg = AfXdpConfig::new(ns.a.clone(), 0);
+        cfg.mode = mode;
+        let msg = match AfXdpPort::open(8, &cfg) {
+            Err(e) => e.to_string(),
+            Ok(p) => panic!("{mode:?}: opened despite a foreign program: {p:?}"),
+        };
+        assert!(
+            msg.contains("\"secgw_foreign\"")
+                && msg.contains(&format!("id {id}"))
+                && msg.contains(&format!("attached to {}", ns.a)),
+            "{mode:?}: error does not name the program and interface: {msg}"
+        );
+        assert_eq!(
+            ns.xdp_prog_id(),
+            Some(id),
+            "{mode:?}: the foreign program was touched:\n{}",
+            ns.link_a()
+        );
+    }
+    let lock = ns.lock_file();
+    assert!(
+        !std::path::Path::new(&lock).exists(),
+        "{lock} left by a refused open"
+    );
+
+    run(
+        "ip",
+        &[
+            "-n",
+            &ns.name,
+            "link",
+            "set",
+            "dev",
+            &ns.a,
+            "xdpgeneric",
+            "off",
+        ],
+    );
+    let port = open(&ns, 8, AttachMode::Skb);
+    assert!(ns.xdp_prog_id().is_some_and(|p| p != id));
+    drop(port);
+    assert_eq!(ns.xdp_prog_id(), None, "XDP program left after drop");
+}
+
+/// In a child process started by [`spawn_child`]: enters the namespace
+/// named by `SECGW_AFXDP_CHILD=netns,ifname` and returns the interface, or
+/// `None` when the variable is not set (the helper was run by hand).
+fn child_enter_netns() -> Option<String> {
+    let spec = std::env::var("SECGW_AFXDP_CHILD").ok()?;
+    let (netns, dev) = spec.split_once(',').expect("netns,ifname");
+    let target = std::fs::File::open(format!("/var/run/netns/{netns}")).expect("open netns");
+    // SAFETY: valid namespace fd; changes only this thread's namespace.
+    let rc = unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) };
+    assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+    Some(dev.to_string())
 }
 
 /// Helper for `stale_program_from_a_killed_run_is_replaced`, run in a child
@@ -593,18 +895,33 @@ fn stale_program_from_a_killed_run_is_replaced() {
 #[test]
 #[ignore = "helper run by stale_program_from_a_killed_run_is_replaced in a child process"]
 fn child_opens_port_and_waits_to_be_killed() {
-    let Ok(spec) = std::env::var("SECGW_AFXDP_CHILD") else {
+    let Some(dev) = child_enter_netns() else {
         return;
     };
-    let (netns, dev) = spec.split_once(',').expect("netns,ifname");
-    let target = std::fs::File::open(format!("/var/run/netns/{netns}")).expect("open netns");
-    // SAFETY: valid namespace fd; changes only this thread's namespace.
-    let rc = unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) };
-    assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
     let port = AfXdpPort::open(9, &AfXdpConfig::new(dev, 0)).expect("child open");
     println!("\nSECGW-CHILD-READY");
     let _keep = port;
     loop {
         std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// Helper for `second_process_on_a_held_interface_is_refused_untouched`,
+/// run in a child process: opens a port and prints the outcome on a
+/// `SECGW-CHILD-RESULT:` line; does nothing unless `SECGW_AFXDP_CHILD` is
+/// set.
+#[test]
+#[ignore = "helper run by second_process_on_a_held_interface_is_refused_untouched in a child process"]
+fn child_tries_to_open_port() {
+    let Some(dev) = child_enter_netns() else {
+        return;
+    };
+    match AfXdpPort::open(10, &AfXdpConfig::new(dev, 0)) {
+        Ok(port) => {
+            println!("\nSECGW-CHILD-RESULT: opened {port:?}");
+            // Leave whatever it attached for the parent to see.
+            std::mem::forget(port);
+        }
+        Err(e) => println!("\nSECGW-CHILD-RESULT: error: {e}"),
     }
 }

@@ -20,44 +20,72 @@
 //! - Frame ownership (xsk-rs's rule): a descriptor produced on the fill or tx
 //!   ring is not touched again until the rx or completion ring hands it back;
 //!   descriptors only ever index this port's own UMEM.
-//! - XDP program lifecycle: the first port a process opens on an interface
-//!   first detaches whatever XDP program is attached to it (a stale one left
-//!   by a killed earlier run would otherwise keep a stale libxdp refcount, or
-//!   block the attach); when the last port of the process on that interface
-//!   is dropped, the XDP program is detached, whatever libxdp's refcount says.
-//!   One gateway process per interface is assumed.
+//! - Ownership: while a process has a port open on an interface it holds an
+//!   exclusive `flock` on `/run/secgw/xdp-<netns inode>-<ifindex>.lock`,
+//!   which holds its pid. The first port a process opens on an interface
+//!   takes the lock without blocking; if another live process holds it, the
+//!   open fails naming that pid, and nothing on the interface is touched. A
+//!   killed process's lock goes with it. Further ports of the same process on
+//!   the interface share the lock; the last one to drop releases it (and
+//!   removes the file) after the XDP program is detached.
+//! - XDP program lifecycle: with the lock held, the first port a process
+//!   opens on an interface looks at what is attached to it, through libxdp
+//!   (so the components behind a libxdp dispatcher are seen too). libxdp's
+//!   AF_XDP program ([`XSK_PROG_NAME`]) can then only be a leftover of a
+//!   killed run, since a live secgw would hold the lock: it is detached and
+//!   replaced (it would otherwise keep a stale libxdp refcount). Any other
+//!   program belongs to another tool: open fails naming it, and leaves it
+//!   attached. When the last port of the process on the interface is
+//!   dropped, libxdp's program is detached if libxdp left it attached; a
+//!   foreign one never is.
+//! - Limitation: an AF_XDP application other than secgw that uses libxdp's
+//!   program on the same interface cannot be told from a leftover (that
+//!   would need `sock_diag` for AF_XDP, `CONFIG_XDP_SOCKETS_DIAG`); secgw
+//!   replaces its program.
 
 #![allow(unsafe_code)]
 
 use super::{IoError, PktBuf, Port, PortStats};
-use std::ffi::{c_int, c_long, c_void, CString};
+use std::ffi::{c_char, c_int, c_long, c_void, CStr, CString};
+use std::fs::File;
 use std::io::Write;
 use std::mem::ManuallyDrop;
-use std::os::unix::fs::MetadataExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::ptr::NonNull;
 use std::sync::Mutex;
 use xsk_rs::config::{
     BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig, XdpFlags,
 };
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
 
-// libbpf / libxdp entry points used to remove XDP programs. They are linked
-// in through `xsk-rs` → `libxdp-sys` (static libxdp.a and libbpf.a), which is
-// why they are declared here rather than imported: the crate does not
-// depend on `libxdp-sys` directly. Signatures copied from libbpf 1.5's
-// `libbpf.h` and libxdp 1.6's `xdp/libxdp.h`.
+// libxdp entry points used to inspect and remove XDP programs. They are
+// linked in through `xsk-rs` → `libxdp-sys` (static libxdp.a and libbpf.a),
+// which is why they are declared here rather than imported: the crate does
+// not depend on `libxdp-sys` directly. Signatures copied from libxdp 1.6's
+// `xdp/libxdp.h` (`struct xdp_multiprog *` and `struct xdp_program *` are
+// opaque here; `enum xdp_attach_mode` is an int).
 unsafe extern "C" {
-    fn bpf_xdp_detach(ifindex: c_int, flags: u32, opts: *const c_void) -> c_int;
-    fn bpf_xdp_query_id(ifindex: c_int, flags: c_int, prog_id: *mut u32) -> c_int;
     fn xdp_multiprog__get_from_ifindex(ifindex: c_int) -> *mut c_void;
+    fn xdp_multiprog__is_legacy(mp: *const c_void) -> bool;
+    fn xdp_multiprog__main_prog(mp: *const c_void) -> *mut c_void;
+    fn xdp_multiprog__next_prog(prog: *const c_void, mp: *const c_void) -> *mut c_void;
+    fn xdp_multiprog__hw_prog(mp: *const c_void) -> *mut c_void;
+    fn xdp_multiprog__attach_mode(mp: *const c_void) -> c_int;
     fn xdp_multiprog__detach(mp: *mut c_void) -> c_int;
     fn xdp_multiprog__close(mp: *mut c_void);
+    fn xdp_program__name(prog: *const c_void) -> *const c_char;
+    fn xdp_program__id(prog: *const c_void) -> u32;
     fn libxdp_get_error(ptr: *const c_void) -> c_long;
 }
 
-/// `XDP_FLAGS_SKB_MODE` from `linux/if_link.h`.
-const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
-/// `XDP_FLAGS_DRV_MODE` from `linux/if_link.h`.
-const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+/// Name of the XDP program libxdp 1.6 loads for AF_XDP sockets: the
+/// function `xsk_def_prog` of `xsk_def_xdp_prog.c` (and of its pre-5.3
+/// fallback, `xsk_def_xdp_prog_5.3.c`), which is the kernel's program name.
+/// libxdp itself finds its program on an interface by this name
+/// (`xsk_lookup_program`).
+pub const XSK_PROG_NAME: &str = "xsk_def_prog";
 /// `XDP_PKT_CONTD` (multi-buffer continuation) option bit of an rx descriptor.
 const XDP_PKT_CONTD: u32 = 1;
 /// Largest frame a `PktBuf` can hold (`BUF_SIZE - HEADROOM`).
@@ -114,6 +142,32 @@ impl AfXdpConfig {
     }
 }
 
+/// The kernel's counters for one AF_XDP socket (`struct xdp_statistics`,
+/// counted since the socket was created): what happened to frames before
+/// the gateway saw them, and to descriptors it handed over.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct XskKernelStats {
+    /// Frames dropped on receive for want of a fill-ring frame to copy into
+    /// (copy mode) or for being longer than a UMEM frame.
+    pub rx_dropped: u64,
+    /// Frames dropped on receive because the rx ring was full (the gateway
+    /// did not drain it fast enough).
+    pub rx_ring_full: u64,
+    /// Times the kernel wanted a frame and found the fill ring empty. Not a
+    /// frame count: in copy mode each such frame is also in `rx_dropped`; in
+    /// zero-copy mode the NIC drops instead and counts it in its own
+    /// statistics.
+    pub rx_fill_ring_empty: u64,
+    /// Invalid descriptors the kernel counted on the rx ring.
+    pub rx_invalid_descs: u64,
+    /// Tx descriptors the kernel rejected (address or length not within the
+    /// UMEM); those frames were counted as sent but never left.
+    pub tx_invalid_descs: u64,
+    /// Times the kernel was woken to send and found the tx ring empty (not
+    /// drops).
+    pub tx_ring_empty: u64,
+}
+
 /// The xsk-rs objects of one socket. Kept together so that they can be
 /// dropped (socket deleted) before [`AfXdpPort`]'s `Drop` detaches the XDP
 /// program.
@@ -129,10 +183,131 @@ struct Xsk {
 /// interface: an ifindex alone is only unique within one namespace.
 type IfKey = (u64, u32);
 
-/// Live ports of this process per interface: `(key, count)`. The first open
-/// on an interface detaches stale programs; the last drop detaches ours.
-/// Touched at open and drop only.
-static ATTACHED: Mutex<Vec<(IfKey, usize)>> = Mutex::new(Vec::new());
+/// Directory of the per-interface lock files (created mode 0700).
+const LOCK_DIR: &str = "/run/secgw";
+
+/// The ports this process has open on one interface, and the lock that
+/// makes the interface this process's.
+struct Attached {
+    key: IfKey,
+    /// Live ports on the interface (>= 1 while in [`ATTACHED`]).
+    ports: usize,
+    /// Released after the last port's drop has detached the XDP program.
+    lock: IfLock,
+}
+
+/// Interfaces this process has ports open on. The first open on an
+/// interface takes its lock and detaches stale programs; the last drop
+/// detaches ours, then releases the lock. Touched at open and drop only,
+/// and held across each (so two threads of this process never race on one
+/// interface's program or lock).
+static ATTACHED: Mutex<Vec<Attached>> = Mutex::new(Vec::new());
+
+/// Exclusive `flock` on an interface's lock file, which holds the owner's
+/// pid. Dropping it removes the file, then releases the lock.
+///
+/// Protocol (the file is removed on release, so a lock taken on a file
+/// that was meanwhile unlinked is worthless): lock the file, then check that
+/// the path still names the locked inode; if not, start over. The file is
+/// only ever unlinked by its lock holder.
+struct IfLock {
+    path: PathBuf,
+    file: File,
+}
+
+/// Why [`IfLock::acquire`] failed.
+enum LockError {
+    /// Another process holds the lock; its pid if the file names one.
+    Busy(Option<u32>),
+    /// The directory or file could not be created, opened or locked.
+    Os(String),
+}
+
+impl IfLock {
+    /// Lock file of interface `key`.
+    fn path(key: IfKey) -> PathBuf {
+        PathBuf::from(format!("{LOCK_DIR}/xdp-{}-{}.lock", key.0, key.1))
+    }
+
+    /// Takes the lock of `key` without blocking and writes our pid into it.
+    fn acquire(key: IfKey) -> Result<IfLock, LockError> {
+        let os = |what: &str, e: std::io::Error| LockError::Os(format!("{what}: {e}"));
+        let path = Self::path(key);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(LOCK_DIR)
+            .map_err(|e| os(&format!("creating {LOCK_DIR}"), e))?;
+        let shown = path.display().to_string();
+        // A holder may unlink the file between our open and our flock; a
+        // few rounds are plenty (each needs a whole open/close by another
+        // process in between).
+        for _ in 0..16 {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
+                .map_err(|e| os(&shown, e))?;
+            // SAFETY: `file` is an open descriptor for the duration of the
+            // call; flock does not touch memory.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc != 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                    return Err(LockError::Busy(read_pid(&file)));
+                }
+                return Err(os(&format!("flock {shown}"), e));
+            }
+            let held = file.metadata().map_err(|e| os(&shown, e))?;
+            match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.dev() == held.dev() && m.ino() == held.ino() => {}
+                // Unlinked (or replaced) by its previous holder after we
+                // opened it: ours is a lock on nothing.
+                _ => continue,
+            }
+            // Pid first, then cut the rest: a reader finds one whole pid on
+            // the first line (ours, or the previous holder's until we have
+            // written), never a mix of two; a new file is empty until then.
+            let pid = format!("{}\n", std::process::id());
+            file.write_all_at(pid.as_bytes(), 0)
+                .and_then(|()| file.set_len(pid.len() as u64))
+                .map_err(|e| os(&format!("writing {shown}"), e))?;
+            return Ok(IfLock { path, file });
+        }
+        Err(LockError::Os(format!(
+            "{shown} keeps being replaced while locking it"
+        )))
+    }
+}
+
+impl Drop for IfLock {
+    fn drop(&mut self) {
+        // Unlink while still holding the lock, and only if the path still
+        // names our file (someone may have removed it by hand).
+        let ours = match (std::fs::symlink_metadata(&self.path), self.file.metadata()) {
+            (Ok(p), Ok(f)) => p.dev() == f.dev() && p.ino() == f.ino(),
+            _ => false,
+        };
+        if ours {
+            if let Err(e) = std::fs::remove_file(&self.path) {
+                tracing::warn!(path = %self.path.display(), "removing XDP lock file: {e}");
+            }
+        }
+        // Closing `file` (right after this) releases the flock.
+    }
+}
+
+/// The pid on the first line of a lock file, if any.
+fn read_pid(file: &File) -> Option<u32> {
+    let mut buf = [0u8; 32];
+    let n = file.read_at(&mut buf, 0).ok()?;
+    let text = std::str::from_utf8(&buf[..n]).ok()?;
+    text.lines().next()?.trim().parse().ok()
+}
 
 /// An AF_XDP socket on one interface queue, driven as a [`Port`].
 ///
@@ -194,8 +369,10 @@ impl AfXdpPort {
     /// lets libxdp attach its default XDP program, and puts half the frames
     /// on the fill ring.
     ///
-    /// If no other port of this process is open on the interface, any XDP
-    /// program attached to it (in generic or driver mode) is detached first.
+    /// If no other port of this process is open on the interface, the
+    /// interface's lock is taken first, then a leftover of libxdp's AF_XDP
+    /// program is detached; any other XDP program makes open fail (see the
+    /// module docs).
     ///
     /// Must run as root (or with `CAP_NET_ADMIN`, `CAP_BPF`, `CAP_SYS_ADMIN`
     /// for bpffs), in the network namespace of the interface (the calling
@@ -203,7 +380,11 @@ impl AfXdpPort {
     ///
     /// # Errors
     /// [`IoError::NoInterface`] if the interface does not exist;
-    /// [`IoError::Setup`] for a bad size in `cfg`, a stale program that
+    /// [`IoError::Setup`] if another process holds the interface ("interface
+    /// X is in use by another secgw process (pid N)"; nothing on the
+    /// interface is touched), if another tool's XDP program is attached
+    /// (the message names it; it is left attached), for a bad size in
+    /// `cfg`, a lock file that cannot be created, a stale program that
     /// cannot be detached, or a UMEM/socket creation failure (the queue is
     /// already bound, the driver lacks native XDP, ...), with the OS error in
     /// the message.
@@ -248,12 +429,23 @@ impl AfXdpPort {
             .parse()
             .map_err(|_| IoError::NoInterface(cfg.interface.clone()))?;
 
-        // Held across detach + create so that two threads opening ports on
-        // one interface cannot detach each other's program.
+        // Held across lock + detach + create so that two threads opening
+        // ports on one interface cannot detach each other's program.
         let mut attached = ATTACHED.lock().unwrap_or_else(|p| p.into_inner());
-        let live = attached.iter().any(|(k, n)| *k == key && *n > 0);
+        let live = attached.iter().any(|a| a.key == key);
+        // The interface's lock, if this is the process's first port on it;
+        // released again (by drop) on any error below.
+        let mut lock = None;
         if !live {
-            detach_all(ifindex).map_err(setup)?;
+            lock = Some(IfLock::acquire(key).map_err(|e| match e {
+                LockError::Busy(pid) => setup(format!(
+                    "interface {} is in use by another secgw process (pid {})",
+                    cfg.interface,
+                    pid.map_or_else(|| "unknown".to_string(), |p| p.to_string())
+                )),
+                LockError::Os(what) => setup(format!("interface lock: {what}")),
+            })?);
+            remove_stale_program(ifindex, &cfg.interface).map_err(setup)?;
         }
 
         let frame_count = std::num::NonZeroU32::new(cfg.frame_count)
@@ -284,9 +476,17 @@ impl AfXdpPort {
         let mut tx_free = Vec::with_capacity(tx_frames.len());
         tx_free.extend_from_slice(&tx_frames);
 
-        match attached.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, n)) => *n += 1,
-            None => attached.push((key, 1)),
+        match lock {
+            Some(lock) => attached.push(Attached {
+                key,
+                ports: 1,
+                lock,
+            }),
+            None => {
+                if let Some(a) = attached.iter_mut().find(|a| a.key == key) {
+                    a.ports += 1;
+                }
+            }
         }
         drop(attached);
 
@@ -326,6 +526,24 @@ impl AfXdpPort {
     /// completion ring).
     pub fn tx_free_frames(&self) -> usize {
         self.tx_free.len()
+    }
+
+    /// The kernel's counters for this socket, each on its own (one
+    /// `getsockopt(XDP_STATISTICS)`; [`Port::stats`] folds the receive
+    /// drops into [`PortStats::rx_dropped`]). Not for the per-packet path.
+    ///
+    /// # Errors
+    /// [`IoError::Os`] if the kernel refuses the query.
+    pub fn kernel_stats(&self) -> Result<XskKernelStats, IoError> {
+        let k = self.xsk.rx.fd().xdp_statistics()?;
+        Ok(XskKernelStats {
+            rx_dropped: k.rx_dropped(),
+            rx_ring_full: k.rx_ring_full(),
+            rx_fill_ring_empty: k.rx_fill_ring_empty_descs(),
+            rx_invalid_descs: k.rx_invalid_descs(),
+            tx_invalid_descs: k.tx_invalid_descs(),
+            tx_ring_empty: k.tx_ring_empty_descs(),
+        })
     }
 
     /// Returns completed tx frames to the free list. No syscall.
@@ -528,8 +746,9 @@ impl Port for AfXdpPort {
     }
 
     /// The port's own counters plus the kernel's receive drops for this
-    /// socket (`XDP_STATISTICS`: `rx_dropped + rx_ring_full`), read with one
-    /// `getsockopt`.
+    /// socket (`XDP_STATISTICS`: `rx_dropped + rx_ring_full`, which covers
+    /// an empty fill ring in copy mode), read with one `getsockopt`; each
+    /// kernel counter on its own is in [`AfXdpPort::kernel_stats`].
     fn stats(&self) -> PortStats {
         let mut s = self.stats;
         if let Ok(k) = self.xsk.rx.fd().xdp_statistics() {
@@ -545,21 +764,24 @@ impl Drop for AfXdpPort {
         // this is the last use of `self` other than plain fields below.
         unsafe { ManuallyDrop::drop(&mut self.xsk) };
 
+        // Held until the lock is released, so that another thread of this
+        // process cannot find the interface unowned while we still hold
+        // its lock (and report itself as "another process").
         let mut attached = ATTACHED.lock().unwrap_or_else(|p| p.into_inner());
-        let mut last = false;
-        if let Some(pos) = attached.iter().position(|(k, _)| *k == self.key) {
-            attached[pos].1 -= 1;
-            if attached[pos].1 == 0 {
-                attached.swap_remove(pos);
-                last = true;
-            }
-        }
-        if !last {
+        let Some(pos) = attached.iter().position(|a| a.key == self.key) else {
+            return;
+        };
+        attached[pos].ports -= 1;
+        if attached[pos].ports > 0 {
             return;
         }
+        let last = attached.swap_remove(pos);
         match current_netns() {
             Ok(ns) if ns == self.key.0 => {
-                if let Err(e) = detach_all(self.key.1) {
+                // libxdp normally detached its program when the last socket
+                // went; this removes it if its refcount was off, and never
+                // removes another tool's program.
+                if let Err(e) = remove_stale_program(self.key.1, &self.interface) {
                     tracing::warn!(interface = %self.interface, "AF_XDP port close: {e}");
                 }
             }
@@ -568,6 +790,9 @@ impl Drop for AfXdpPort {
                 "AF_XDP port dropped outside the network namespace it was opened in; XDP program left attached"
             ),
         }
+        // Released only now, after the detach.
+        drop(last.lock);
+        drop(attached);
     }
 }
 
@@ -721,64 +946,149 @@ fn current_netns() -> std::io::Result<u64> {
     Ok(std::fs::metadata("/proc/thread-self/ns/net")?.ino())
 }
 
-/// Id of the XDP program attached to `ifindex` in the mode selected by
-/// `flags` (0 if none).
-fn attached_prog(ifindex: u32, flags: u32) -> Result<u32, String> {
-    let mut id = 0u32;
-    // SAFETY: `id` is a valid `u32` out-pointer for the duration of the call;
-    // the query only reads netlink state.
-    let rc = unsafe { bpf_xdp_query_id(ifindex as c_int, flags as c_int, &mut id) };
-    if rc < 0 {
-        return Err(format!(
-            "bpf_xdp_query_id: {}",
-            std::io::Error::from_raw_os_error(-rc)
-        ));
-    }
-    Ok(id)
+/// One XDP program found on an interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FoundProg {
+    /// Kernel program name (at most 15 bytes).
+    name: String,
+    /// Kernel program id.
+    id: u32,
+    /// "generic", "driver" or "offload".
+    mode: &'static str,
 }
 
-/// Detaches every XDP program (generic and driver mode) from `ifindex`:
-/// first through libxdp (which also removes its dispatcher's bpffs pins),
-/// then with plain `bpf_xdp_detach` for whatever is left. Errors if a
-/// program is still attached afterwards.
-fn detach_all(ifindex: u32) -> Result<(), String> {
-    let modes = [XDP_FLAGS_SKB_MODE, XDP_FLAGS_DRV_MODE];
-    let mut any = false;
-    for m in modes {
-        any |= attached_prog(ifindex, m)? != 0;
-    }
-    if !any {
-        return Ok(());
-    }
-    // SAFETY: libxdp returns either an error pointer / NULL (checked with
-    // `libxdp_get_error` before any other use) or an owned multiprog handle,
-    // which is closed exactly once below.
-    unsafe {
-        let mp = xdp_multiprog__get_from_ifindex(ifindex as c_int);
-        if !mp.is_null() && libxdp_get_error(mp) == 0 {
-            let _ = xdp_multiprog__detach(mp);
-            xdp_multiprog__close(mp);
+/// libxdp's view (`struct xdp_multiprog`) of the XDP programs attached to
+/// one interface: a single ("legacy") program, or the component programs
+/// behind a libxdp dispatcher, plus an offloaded one. Closed on drop.
+struct Multiprog(NonNull<c_void>);
+
+impl Multiprog {
+    /// What is attached to `ifindex` (any mode), or `None` if nothing is.
+    fn of(ifindex: u32) -> Result<Option<Multiprog>, String> {
+        // SAFETY: plain call; the result is checked below before any use.
+        let mp = unsafe { xdp_multiprog__get_from_ifindex(ifindex as c_int) };
+        let Some(nn) = NonNull::new(mp) else {
+            return Err("libxdp found no XDP program information".into());
+        };
+        // SAFETY: `mp` is non-NULL: an owned handle or an error pointer,
+        // which `libxdp_get_error` decodes without dereferencing.
+        let err = unsafe { libxdp_get_error(mp) };
+        match -err as c_int {
+            0 => Ok(Some(Multiprog(nn))),
+            libc::ENOENT => Ok(None),
+            e => Err(format!(
+                "reading the XDP programs attached (libxdp): {}",
+                std::io::Error::from_raw_os_error(e)
+            )),
         }
     }
-    for m in modes {
-        if attached_prog(ifindex, m)? != 0 {
-            // SAFETY: NULL opts is allowed (no expected_prog_fd check).
-            let rc = unsafe { bpf_xdp_detach(ifindex as c_int, m, std::ptr::null()) };
-            if rc < 0 {
-                return Err(format!(
-                    "detaching XDP program (flags {m:#x}): {}",
-                    std::io::Error::from_raw_os_error(-rc)
-                ));
+
+    /// The programs that do the work: the single program or the
+    /// dispatcher's components, then the offloaded one.
+    fn programs(&self) -> Vec<FoundProg> {
+        let mp = self.0.as_ptr();
+        let mut out = Vec::new();
+        // SAFETY: `mp` is a live handle (closed only in `drop`); every
+        // program pointer libxdp returns is owned by it and only read here,
+        // NULL-checked in `found`; names are NUL-terminated strings owned
+        // by their program, copied before `mp` can be closed.
+        unsafe {
+            let mode = match xdp_multiprog__attach_mode(mp) {
+                1 => "driver",
+                2 => "generic",
+                3 => "offload",
+                _ => "unknown",
+            };
+            let found = |p: *const c_void, mode: &'static str| -> Option<FoundProg> {
+                if p.is_null() || libxdp_get_error(p) != 0 {
+                    return None;
+                }
+                let name = xdp_program__name(p);
+                let name = if name.is_null() {
+                    String::new()
+                } else {
+                    CStr::from_ptr(name).to_string_lossy().into_owned()
+                };
+                Some(FoundProg {
+                    name,
+                    id: xdp_program__id(p),
+                    mode,
+                })
+            };
+            if xdp_multiprog__is_legacy(mp) {
+                out.extend(found(xdp_multiprog__main_prog(mp), mode));
+            } else {
+                let mut p = xdp_multiprog__next_prog(std::ptr::null(), mp);
+                while let Some(f) = found(p, mode) {
+                    out.push(f);
+                    p = xdp_multiprog__next_prog(p, mp);
+                }
             }
+            out.extend(found(xdp_multiprog__hw_prog(mp), "offload"));
         }
+        out
     }
-    for m in modes {
-        let id = attached_prog(ifindex, m)?;
-        if id != 0 {
+
+    /// Detaches everything this handle saw (the single program, or the
+    /// dispatcher with its components and their bpffs pins, and the
+    /// offloaded program). libxdp detaches with `XDP_FLAGS_REPLACE` and the
+    /// program it read, so a program attached since is not removed.
+    fn detach(self) -> Result<(), String> {
+        // SAFETY: `self.0` is a live handle; it is closed by `drop` after.
+        let rc = unsafe { xdp_multiprog__detach(self.0.as_ptr()) };
+        if rc < 0 {
             return Err(format!(
-                "XDP program id {id} is still attached after detach"
+                "detaching the XDP program: {}",
+                std::io::Error::from_raw_os_error(-rc)
             ));
         }
+        Ok(())
+    }
+}
+
+impl Drop for Multiprog {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from `xdp_multiprog__get_from_ifindex`
+        // and is closed exactly once, here.
+        unsafe { xdp_multiprog__close(self.0.as_ptr()) };
+    }
+}
+
+/// Detaches libxdp's AF_XDP program ([`XSK_PROG_NAME`]) from `ifindex` if
+/// that is all that is attached; the caller holds the interface's lock, so
+/// it is not a live secgw's. Errors, detaching nothing, if any other
+/// program is attached (the message names it and `ifname`), and if a
+/// program is still attached afterwards.
+fn remove_stale_program(ifindex: u32, ifname: &str) -> Result<(), String> {
+    let Some(mp) = Multiprog::of(ifindex)? else {
+        return Ok(());
+    };
+    let progs = mp.programs();
+    if let Some(p) = progs.iter().find(|p| p.name != XSK_PROG_NAME) {
+        return Err(format!(
+            "XDP program {:?} (id {}, {} mode) is attached to {ifname} and is not \
+             secgw's ({XSK_PROG_NAME}); refusing to replace it (detach it first \
+             if it is no longer needed)",
+            p.name, p.id, p.mode
+        ));
+    }
+    let ids: Vec<u32> = progs.iter().map(|p| p.id).collect();
+    tracing::info!(
+        interface = ifname,
+        ?ids,
+        "detaching a leftover {XSK_PROG_NAME}"
+    );
+    mp.detach()?;
+    if let Some(mp) = Multiprog::of(ifindex)? {
+        let left: Vec<String> = mp
+            .programs()
+            .iter()
+            .map(|p| format!("{:?} (id {})", p.name, p.id))
+            .collect();
+        return Err(format!(
+            "XDP program(s) {} still attached to {ifname} after detach",
+            left.join(", ")
+        ));
     }
     Ok(())
 }
