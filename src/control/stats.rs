@@ -22,6 +22,9 @@ pub struct PortStats {
     pub tx_bytes: u64,
     /// Frames received here and dropped.
     pub drops: u64,
+    /// Frames dropped before the gateway saw them (AF_XDP rx ring full,
+    /// fill ring empty, too large), read from the kernel now and then.
+    pub rx_dropped_backend: u64,
 }
 
 /// Counters of one SA.
@@ -85,6 +88,7 @@ pub fn snapshot(t: &Tables, workers: &[Arc<WorkerCounters>]) -> Snapshot {
             ps.tx_packets += pc.tx_packets.get();
             ps.tx_bytes += pc.tx_bytes.get();
             ps.drops += pc.drops.get();
+            ps.rx_dropped_backend += pc.rx_dropped_backend.get();
         }
         for (i, c) in w.sa_out.iter().chain(&w.sa_in).enumerate() {
             if let Some(ss) = s.sas.get_mut(if i < w.sa_out.len() { i } else { nout + i - w.sa_out.len() }) {
@@ -106,9 +110,13 @@ impl Snapshot {
     pub fn to_text(&self) -> String {
         use std::fmt::Write;
         let mut o = String::new();
-        let _ = writeln!(o, "{:<12} {:>12} {:>14} {:>12} {:>14} {:>10}", "port", "rx pkts", "rx bytes", "tx pkts", "tx bytes", "drops");
+        let _ = writeln!(o, "{:<12} {:>12} {:>14} {:>12} {:>14} {:>10} {:>12}", "port", "rx pkts", "rx bytes", "tx pkts", "tx bytes", "drops", "rx lost");
         for p in &self.ports {
-            let _ = writeln!(o, "{:<12} {:>12} {:>14} {:>12} {:>14} {:>10}", p.name, p.rx_packets, p.rx_bytes, p.tx_packets, p.tx_bytes, p.drops);
+            let _ = writeln!(
+                o,
+                "{:<12} {:>12} {:>14} {:>12} {:>14} {:>10} {:>12}",
+                p.name, p.rx_packets, p.rx_bytes, p.tx_packets, p.tx_bytes, p.drops, p.rx_dropped_backend
+            );
         }
         let _ = writeln!(o, "{:<12} {:<9} {:>12} {:>14} {:>10}", "sa spi", "dir", "packets", "bytes", "errors");
         for s in &self.sas {

@@ -168,6 +168,11 @@ impl Counter {
     pub fn add(&self, n: u64) {
         self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
     }
+    /// Sets the value (single writer).
+    #[inline]
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
     /// Current value.
     #[inline]
     pub fn get(&self) -> u64 {
@@ -188,6 +193,9 @@ pub struct PortCounters {
     pub tx_bytes: Counter,
     /// Frames received on this port and dropped (any reason).
     pub drops: Counter,
+    /// Frames the port backend or the kernel dropped before the worker saw
+    /// them (AF_XDP rx ring full, fill ring empty, too large), as last read.
+    pub rx_dropped_backend: Counter,
 }
 
 /// Per-SA counters.

@@ -96,6 +96,7 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     in_state: Vec<InboundState>,
     counters: Arc<WorkerCounters>,
     handoff: Handoff,
+    polls: u64,
     rx: Vec<PktBuf>,
     pool: Vec<PktBuf>,
     ops: Vec<CryptoOp<PktBuf>>,
@@ -128,6 +129,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         };
         Worker {
             handoff,
+            polls: 0,
             rx: (0..conf.burst).map(|_| mk()).collect(),
             pool: {
                 let mut v = Vec::with_capacity(total);
@@ -167,6 +169,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// Completes every op still in the queue pair and flushes tx.
     pub fn drain(&mut self) {
         let t = self.tables.load_full();
+        self.read_backend_stats();
         for _ in 0..1000 {
             if self.qp.inflight() == 0 && self.ops.is_empty() {
                 break;
@@ -211,7 +214,18 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         }
         self.crypto(&t);
         self.flush();
+        // Backend drop counters cost a syscall: read them now and then.
+        self.polls = self.polls.wrapping_add(1);
+        if self.polls % 8192 == 0 {
+            self.read_backend_stats();
+        }
         received
+    }
+
+    fn read_backend_stats(&mut self) {
+        for (p, pc) in self.ports.iter().zip(&self.counters.ports) {
+            pc.rx_dropped_backend.set(p.stats().rx_dropped);
+        }
     }
 
     fn crypto(&mut self, t: &Tables) {
