@@ -12,6 +12,8 @@
 //! stats_interval = 0        # seconds between stats prints, 0 = only on exit; default 0
 //! outer_ttl = 64            # default outer TTL of tunnel SAs, 1..=255, default 64
 //! burst = 32                # packets per rx burst, 1..=256, default 32
+//! idle_sleep_us = 50        # sleep between polls once idle (1024 empty polls), 0..=10000;
+//!                           # 0 = always busy-poll, default 50
 //!
 //! [crypto]                  # optional table: the crypto device (one queue pair per worker)
 //! backend = "software"      # "software" (default) | "descriptor" (emulated job-ring hardware)
@@ -250,6 +252,7 @@ struct RawGateway {
     stats_interval: Field,
     outer_ttl: Field,
     burst: Field,
+    idle_sleep_us: Field,
 }
 
 #[derive(Deserialize)]
@@ -675,6 +678,7 @@ impl Checker<'_> {
                 stats_interval: 0,
                 outer_ttl: 64,
                 burst: 32,
+                idle_sleep_us: 50,
             });
             return (defaults, Some(1));
         };
@@ -707,6 +711,7 @@ impl Checker<'_> {
         );
         let outer_ttl = self.opt_integer(&g.outer_ttl, &tab.field("outer_ttl"), 1, 255, 64);
         let burst = self.opt_integer(&g.burst, &tab.field("burst"), 1, 256, 32);
+        let idle_sleep_us = self.opt_integer(&g.idle_sleep_us, &tab.field("idle_sleep_us"), 0, 10_000, 50);
         let gateway = (|| {
             Some(Gateway {
                 name: name?,
@@ -715,6 +720,7 @@ impl Checker<'_> {
                 stats_interval: stats_interval? as u64,
                 outer_ttl: outer_ttl? as u8,
                 burst: burst? as usize,
+                idle_sleep_us: idle_sleep_us? as u64,
             })
         })();
         (gateway, workers)

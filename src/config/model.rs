@@ -45,6 +45,9 @@ pub struct Gateway {
     pub outer_ttl: u8,
     /// Packets per rx burst (1..=256, default 32).
     pub burst: usize,
+    /// Microseconds a worker sleeps between polls once it has been idle for
+    /// a while (0..=10000, default 50; 0 = busy-poll always).
+    pub idle_sleep_us: u64,
 }
 
 /// Which crypto device backs the workers' queue pairs.

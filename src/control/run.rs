@@ -126,7 +126,7 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
             })
             .collect();
         let core = cores[w];
-        let wconf = WorkerConf { id: w, burst: cfg.gateway.burst, pool_size: POOL_SIZE, nb_workers: nworkers };
+        let wconf = WorkerConf { id: w, burst: cfg.gateway.burst, pool_size: POOL_SIZE, nb_workers: nworkers, idle_sleep_us: cfg.gateway.idle_sleep_us };
         let (wstop, wtables, ready) = (stop.clone(), tables.clone(), ready_tx.clone());
         let h = std::thread::Builder::new()
             .name(format!("secgw-worker{w}"))

@@ -40,7 +40,15 @@ pub struct WorkerConf {
     pub pool_size: usize,
     /// Number of workers (buffers of every worker may pass through this one).
     pub nb_workers: usize,
+    /// Microseconds to sleep after [`IDLE_POLLS`] polls in a row found
+    /// nothing (0 = busy-poll always). Frees the core when there is no
+    /// traffic at the cost of up to this much latency for the first packet
+    /// after a pause (the AF_XDP rings hold arrivals meanwhile).
+    pub idle_sleep_us: u64,
 }
+
+/// Empty polls in a row before a worker starts sleeping between polls.
+pub const IDLE_POLLS: u32 = 1024;
 
 /// A packet handed to the worker that owns its SA: the buffer and the same
 /// tag a crypto op carries (direction, SA index, ESP offset, receive port).
@@ -158,8 +166,16 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// Runs until `stop` is set, then drains in-flight crypto ops and
     /// transmits what they produced.
     pub fn run(&mut self, stop: &AtomicBool) {
+        let mut idle = 0u32;
         while !stop.load(Ordering::Relaxed) {
-            if self.poll_once() == 0 {
+            if self.poll_once() > 0 || self.qp.inflight() > 0 {
+                idle = 0;
+                continue;
+            }
+            idle = idle.saturating_add(1);
+            if idle >= IDLE_POLLS && self.conf.idle_sleep_us > 0 {
+                std::thread::sleep(std::time::Duration::from_micros(self.conf.idle_sleep_us));
+            } else {
                 std::hint::spin_loop();
             }
         }

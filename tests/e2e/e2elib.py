@@ -220,7 +220,7 @@ class Capture:
         self.path.unlink(missing_ok=True)
         self.errpath = self.path.with_suffix(".tcpdump.log")
         self.err = open(self.errpath, "w")
-        cmd = ns_cmd(nsname, "tcpdump", "-i", iface, "-n", "-U", "--immediate-mode", "-s", "0", "-B", "16384",
+        cmd = ns_cmd(nsname, "tcpdump", "-i", iface, "-n", "--immediate-mode", "-s", "0", "-B", "16384",
                      "-Z", "root", "-w", self.path, *bpf.split())
         self.cmd = cmd
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.err,
