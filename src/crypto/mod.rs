@@ -24,8 +24,11 @@
 //!   Nothing attaches implicitly on the data path. With a limit of 1 the
 //!   rekey path is stop → [`CryptoDevice::queue_pair_setup_session`] → start.
 //!
-//! Backends: [`soft`] (synchronous, in the worker, unlimited sessions).
+//! Backends: [`soft`] (synchronous, in the worker, unlimited sessions) and
+//! [`descriptor`] (an emulated job-ring accelerator with engine threads and a
+//! per-queue-pair session limit). Both run the same software transform.
 
+pub mod descriptor;
 mod gate;
 pub mod soft;
 
