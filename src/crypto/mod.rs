@@ -329,7 +329,8 @@ impl std::fmt::Debug for Session {
 pub trait QueuePair<B>: Send {
     /// Takes ops from the front of `ops` (at most the free ring space),
     /// removing the accepted ones; returns how many were accepted. Ops not
-    /// accepted stay in `ops` (backpressure, never loss).
+    /// accepted stay in `ops` (backpressure, never loss). Accepts 0 while the
+    /// queue pair is stopped (`CryptoDevice::queue_pair_stop`).
     fn enqueue_burst(&mut self, ops: &mut Vec<CryptoOp<B>>) -> usize;
 
     /// Moves up to `max` completed ops, in enqueue order, to the end of
@@ -337,7 +338,7 @@ pub trait QueuePair<B>: Send {
     /// does not allocate.
     fn dequeue_burst(&mut self, out: &mut Vec<CryptoOp<B>>, max: usize) -> usize;
 
-    /// Ops enqueued and not yet dequeued.
+    /// Ops enqueued and not yet dequeued (at most the ring depth).
     fn inflight(&self) -> usize;
 }
 

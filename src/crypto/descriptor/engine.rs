@@ -169,7 +169,7 @@ fn engine_loop(sh: &EngineShared) {
             idle_since = Instant::now();
         }
         idle = idle.wrapping_add(1);
-        if idle % CLOCK_EVERY != 0 || idle_since.elapsed() < IDLE_SPIN {
+        if !idle.is_multiple_of(CLOCK_EVERY) || idle_since.elapsed() < IDLE_SPIN {
             std::hint::spin_loop();
         } else {
             std::thread::park_timeout(PARK_TIMEOUT);

@@ -100,6 +100,10 @@ struct QpCtl {
 
 /// The emulated job-ring accelerator. `Send + Sync`: the control thread
 /// shares it; each queue pair goes to one worker.
+///
+/// Dropping the device stops and joins its engines; jobs still in a queue
+/// pair's input ring then never complete, so drain the queue pairs first
+/// (`inflight() == 0`).
 pub struct DescriptorDevice {
     cfg: DescriptorConfig,
     next_session: AtomicU64,

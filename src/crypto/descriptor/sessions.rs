@@ -33,7 +33,8 @@ const GEN_SHIFT: u32 = 33;
 const GEN_MASK: u32 = (1 << 31) - 1;
 
 fn word(gen: u32, open: bool, inflight: u64) -> u64 {
-    ((gen as u64) << GEN_SHIFT) | if open { OPEN } else { 0 } | inflight
+    let open = if open { OPEN } else { 0 };
+    ((gen as u64) << GEN_SHIFT) | open | inflight
 }
 
 fn gen_of(w: u64) -> u32 {
