@@ -9,7 +9,9 @@
 //! One iteration = enqueue one burst, then poll `dequeue_burst` until the
 //! whole burst is back (the soft device completes at enqueue; the descriptor
 //! device's engine completes on its own thread, so burst 1 measures the
-//! round-trip latency and larger bursts the pipelined throughput).
+//! round-trip latency and larger bursts the pipelined throughput). The
+//! descriptor figures need a free core for the engine: on a loaded machine
+//! they measure the scheduler more than the device.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use secgw::crypto::descriptor::{DescriptorConfig, DescriptorDevice};
@@ -50,9 +52,17 @@ fn burst_round<Q: QueuePair<Vec<u8>>>(qp: &mut Q, ops: &mut Vec<CryptoOp<Vec<u8>
     while !ops.is_empty() {
         qp.enqueue_burst(ops);
     }
+    let mut polls = 0u32;
     while done.len() < n {
         if qp.dequeue_burst(done, n) == 0 {
-            std::hint::spin_loop();
+            // Spin briefly, then give the core away: on a machine with fewer
+            // free cores than threads the engine may be waiting for this one.
+            polls += 1;
+            if polls < 256 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
     }
     std::mem::swap(ops, done);
@@ -75,10 +85,10 @@ fn bench(c: &mut Criterion) {
             let param = format!("{size}B/burst{burst}");
             let (mut o, mut d) = (ops(&soft_s, size, burst), Vec::with_capacity(burst));
             g.bench_with_input(BenchmarkId::new("soft", &param), &burst, |b, _| b.iter(|| burst_round(&mut soft_qp, &mut o, &mut d)));
-            assert!(o.iter().all(|op| op.status == OpStatus::Success));
+            assert!(o.iter().all(|op| matches!(op.status, OpStatus::Success | OpStatus::NotProcessed)), "filtered out or sealed");
             let (mut o, mut d) = (ops(&desc_s, size, burst), Vec::with_capacity(burst));
             g.bench_with_input(BenchmarkId::new("descriptor", &param), &burst, |b, _| b.iter(|| burst_round(&mut desc_qp, &mut o, &mut d)));
-            assert!(o.iter().all(|op| op.status == OpStatus::Success));
+            assert!(o.iter().all(|op| matches!(op.status, OpStatus::Success | OpStatus::NotProcessed)), "filtered out or sealed");
         }
     }
     g.finish();
