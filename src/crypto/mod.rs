@@ -13,9 +13,26 @@
 //!   encrypt/decrypt, where the ICV goes, the AAD and the IV. ESP framing is
 //!   not known here: `esp/` fills those fields.
 //!
-//! Backends: [`soft`] (synchronous, in the worker).
+//! * Queue pair life cycle (control thread): [`CryptoDevice::queue_pair_setup`]
+//!   hands the queue pair to its worker, started. [`CryptoDevice::queue_pair_stop`]
+//!   makes `enqueue_burst` accept 0 ops (they stay with the caller) while ops
+//!   already accepted still complete and can be dequeued;
+//!   [`CryptoDevice::queue_pair_start`] accepts again.
+//! * Devices with `max_sessions_per_qp > 0` only process ops whose session is
+//!   attached to the queue pair ([`CryptoDevice::queue_pair_attach_session`]);
+//!   any other op completes with [`OpStatus::SessionNotAttached`], in order.
+//!   Nothing attaches implicitly on the data path. With a limit of 1 the
+//!   rekey path is stop → [`CryptoDevice::queue_pair_setup_session`] → start.
+//!
+//! Backends: [`soft`] (synchronous, in the worker, unlimited sessions) and
+//! [`descriptor`] (an emulated job-ring accelerator with engine threads and a
+//! per-queue-pair session limit). Both run the same software transform.
 
+pub mod descriptor;
+mod gate;
 pub mod soft;
+
+pub(crate) use gate::QpGate;
 
 use std::sync::Arc;
 
@@ -147,6 +164,83 @@ pub enum CryptoError {
         /// Driver name.
         driver: &'static str,
     },
+    /// Attach: the queue pair already holds `limit` sessions
+    /// (`DeviceInfo::max_sessions_per_qp`).
+    #[error("{driver}: queue pair {qp_id} already holds its limit of {limit} sessions")]
+    LimitReached {
+        /// Driver name.
+        driver: &'static str,
+        /// Queue pair id.
+        qp_id: u16,
+        /// Sessions per queue pair the device allows.
+        limit: u32,
+    },
+    /// Attach: the session is already attached to this queue pair.
+    #[error("{driver}: session {session_id} is already attached to queue pair {qp_id}")]
+    AlreadyAttached {
+        /// Driver name.
+        driver: &'static str,
+        /// Queue pair id.
+        qp_id: u16,
+        /// `Session::id`.
+        session_id: u64,
+    },
+    /// Detach: the session is not attached to this queue pair.
+    #[error("{driver}: session {session_id} is not attached to queue pair {qp_id}")]
+    NotAttached {
+        /// Driver name.
+        driver: &'static str,
+        /// Queue pair id.
+        qp_id: u16,
+        /// `Session::id`.
+        session_id: u64,
+    },
+    /// Detach / setup-with-session: the session still has ops in flight on
+    /// the queue pair (accepted by `enqueue_burst`, not yet processed).
+    /// Nothing was changed; retry once they have drained.
+    #[error("{driver}: queue pair {qp_id} still has {inflight} ops in flight on the session")]
+    Busy {
+        /// Driver name.
+        driver: &'static str,
+        /// Queue pair id.
+        qp_id: u16,
+        /// Ops in flight on the session(s) concerned when the call looked.
+        inflight: u64,
+    },
+    /// Setup-with-session on a queue pair that is not stopped.
+    #[error("{driver}: queue pair {qp_id} must be stopped first")]
+    NotStopped {
+        /// Driver name.
+        driver: &'static str,
+        /// Queue pair id.
+        qp_id: u16,
+    },
+    /// `session_free` of a session still attached to a queue pair.
+    #[error("{driver}: session {session_id} is still attached to queue pair {qp_id}")]
+    SessionInUse {
+        /// Driver name.
+        driver: &'static str,
+        /// `Session::id`.
+        session_id: u64,
+        /// A queue pair it is attached to.
+        qp_id: u16,
+    },
+    /// A device or queue pair configuration out of range.
+    #[error("{driver}: invalid configuration: {what}")]
+    InvalidConfig {
+        /// Driver name.
+        driver: &'static str,
+        /// What is wrong, with the value seen.
+        what: String,
+    },
+    /// The device could not start (e.g. an engine thread failed to spawn).
+    #[error("{driver}: cannot start: {reason}")]
+    DeviceStart {
+        /// Driver name.
+        driver: &'static str,
+        /// The OS error.
+        reason: String,
+    },
 }
 
 /// Outcome of one op.
@@ -235,7 +329,8 @@ impl std::fmt::Debug for Session {
 pub trait QueuePair<B>: Send {
     /// Takes ops from the front of `ops` (at most the free ring space),
     /// removing the accepted ones; returns how many were accepted. Ops not
-    /// accepted stay in `ops` (backpressure, never loss).
+    /// accepted stay in `ops` (backpressure, never loss). Accepts 0 while the
+    /// queue pair is stopped (`CryptoDevice::queue_pair_stop`).
     fn enqueue_burst(&mut self, ops: &mut Vec<CryptoOp<B>>) -> usize;
 
     /// Moves up to `max` completed ops, in enqueue order, to the end of
@@ -243,7 +338,7 @@ pub trait QueuePair<B>: Send {
     /// does not allocate.
     fn dequeue_burst(&mut self, out: &mut Vec<CryptoOp<B>>, max: usize) -> usize;
 
-    /// Ops enqueued and not yet dequeued.
+    /// Ops enqueued and not yet dequeued (at most the ring depth).
     fn inflight(&self) -> usize;
 }
 
@@ -259,20 +354,64 @@ pub trait CryptoDevice: Send + Sync {
     /// the device's capabilities.
     fn session_create(&self, xform: &SymXform) -> Result<Arc<Session>, CryptoError>;
 
+    /// Frees a session (control thread): the device forgets it; the memory
+    /// goes when the last `Arc` (e.g. in an op still held by a worker) drops.
+    /// Errors: `SessionInUse` while it is attached to any queue pair (detach
+    /// it first); the session is then kept.
+    fn session_free(&self, session: Arc<Session>) -> Result<(), CryptoError>;
+
     /// Sets up queue pair `qp_id` and hands it to the caller (the worker that
-    /// will own it). Each id can be set up once.
+    /// will own it), started. Each id can be set up once. Errors:
+    /// `NoQueuePair`, `QueuePairInUse`, `InvalidConfig` (a depth the device
+    /// cannot hold).
     fn queue_pair_setup<B: AsMut<[u8]> + Send + 'static>(&self, qp_id: u16, conf: QpConf) -> Result<Self::Qp<B>, CryptoError>;
 
-    /// Attaches a session to a queue pair (devices with a per-QP session
-    /// limit). Default: not supported.
+    /// Stops queue pair `qp_id` (control thread): when this returns, no
+    /// `enqueue_burst` is in progress and every later one accepts 0 ops
+    /// (they stay with the caller) until `queue_pair_start`. Ops accepted
+    /// before still complete and can be dequeued. Idempotent; also valid
+    /// before the queue pair is set up. Waits at most for one enqueue burst
+    /// in progress (microseconds). Errors: `NoQueuePair`.
+    fn queue_pair_stop(&self, qp_id: u16) -> Result<(), CryptoError>;
+
+    /// Starts queue pair `qp_id` again after `queue_pair_stop`. Idempotent.
+    /// Errors: `NoQueuePair`.
+    fn queue_pair_start(&self, qp_id: u16) -> Result<(), CryptoError>;
+
+    /// Attaches `session` to queue pair `qp_id` so its ops are processed
+    /// there (devices with `max_sessions_per_qp > 0`; the control thread
+    /// does it before publishing the SA). Errors: `LimitReached`,
+    /// `AlreadyAttached`, `NoQueuePair`. Default: `AttachNotSupported`.
     fn queue_pair_attach_session(&self, _qp_id: u16, _session: &Arc<Session>) -> Result<(), CryptoError> {
         Err(CryptoError::AttachNotSupported { driver: self.info().driver })
     }
 
-    /// Detaches a session from a queue pair. Default: not supported.
+    /// Detaches `session` from queue pair `qp_id`; later ops with it on that
+    /// queue pair complete with `OpStatus::SessionNotAttached`. Errors:
+    /// `NotAttached`, `Busy` while ops with it are in flight there (nothing
+    /// changes), `NoQueuePair`. Default: `AttachNotSupported`.
     fn queue_pair_detach_session(&self, _qp_id: u16, _session: &Arc<Session>) -> Result<(), CryptoError> {
         Err(CryptoError::AttachNotSupported { driver: self.info().driver })
     }
+
+    /// "Setup with session": on a stopped queue pair, detaches every session
+    /// attached to it and attaches `session` instead (with a limit of 1, the
+    /// rekey path stop → setup with the new session → start). All or
+    /// nothing. Errors: `NotStopped`, `Busy` while an attached session still
+    /// has ops in flight (retry once they drained: a stopped queue pair only
+    /// drains), `NoQueuePair`. Default: `AttachNotSupported`.
+    fn queue_pair_setup_session(&self, _qp_id: u16, _session: &Arc<Session>) -> Result<(), CryptoError> {
+        Err(CryptoError::AttachNotSupported { driver: self.info().driver })
+    }
+}
+
+/// The AES-GCM capabilities of the software transform, offered by every
+/// backend since they all run it.
+pub(crate) fn gcm_capabilities() -> Vec<Capability> {
+    [AeadAlgorithm::Aes128Gcm, AeadAlgorithm::Aes256Gcm]
+        .into_iter()
+        .map(|a| Capability { algorithm: a, key_len: a.key_len(), iv_len: 8, icv_lens: &[16], max_aad_len: 16 })
+        .collect()
 }
 
 /// Checks a transform against a capability list; shared by every backend.

@@ -1,9 +1,13 @@
 //! The software crypto device: synchronous, in the worker, on RustCrypto's
-//! `aes-gcm`. Unlimited sessions per queue pair; no attach needed.
+//! `aes-gcm`. Unlimited sessions per queue pair; no attach needed
+//! (`DeviceInfo::max_sessions_per_qp` 0, `flags.attach_sessions` false: the
+//! attach calls return `AttachNotSupported`). Queue pairs can be stopped and
+//! started like the descriptor device's; ops complete at enqueue, so a stop
+//! never leaves work in flight beyond the completions not yet dequeued.
 
 use super::{
-    check_xform, new_session, process_op, AeadAlgorithm, Capability, CryptoDevice, CryptoError, CryptoOp, DeviceFlags,
-    DeviceInfo, OpStatus, QpConf, QueuePair, Session, SymXform,
+    check_xform, gcm_capabilities, new_session, process_op, AeadAlgorithm, CryptoDevice, CryptoError, CryptoOp, DeviceFlags,
+    DeviceInfo, OpStatus, QpConf, QpGate, QueuePair, Session, SymXform,
 };
 use aes_gcm::aead::AeadInPlace;
 use aes_gcm::{Aes128Gcm, Aes256Gcm, KeyInit};
@@ -70,31 +74,39 @@ pub struct SoftDevice {
     nb_queue_pairs: u16,
     next_session: AtomicU64,
     set_up: Mutex<Vec<bool>>,
+    /// Start/stop state per queue pair, shared with the queue pair.
+    gates: Vec<Arc<QpGate>>,
 }
 
 impl SoftDevice {
     /// A device with `nb_queue_pairs` queue pairs (one per worker).
     pub fn new(nb_queue_pairs: u16) -> SoftDevice {
-        SoftDevice { nb_queue_pairs, next_session: AtomicU64::new(1), set_up: Mutex::new(vec![false; nb_queue_pairs as usize]) }
+        SoftDevice {
+            nb_queue_pairs,
+            next_session: AtomicU64::new(1),
+            set_up: Mutex::new(vec![false; nb_queue_pairs as usize]),
+            gates: (0..nb_queue_pairs).map(|_| Arc::new(QpGate::default())).collect(),
+        }
     }
 
-    fn capabilities() -> Vec<Capability> {
-        [AeadAlgorithm::Aes128Gcm, AeadAlgorithm::Aes256Gcm]
-            .into_iter()
-            .map(|a| Capability { algorithm: a, key_len: a.key_len(), iv_len: 8, icv_lens: &[16], max_aad_len: 16 })
-            .collect()
+    fn gate(&self, qp_id: u16) -> Result<&QpGate, CryptoError> {
+        self.gates.get(qp_id as usize).map(|g| &**g).ok_or(CryptoError::NoQueuePair { driver: DRIVER, qp_id, nb: self.nb_queue_pairs })
     }
 }
 
-/// A software queue pair: ops run at enqueue and wait in a bounded ring
-/// until dequeued.
+/// A software queue pair: ops run at enqueue and wait in a bounded ring of
+/// `QpConf::nb_descriptors` completions until dequeued.
 pub struct SoftQueuePair<B> {
     done: VecDeque<CryptoOp<B>>,
     depth: usize,
+    gate: Arc<QpGate>,
 }
 
 impl<B: AsMut<[u8]> + Send> QueuePair<B> for SoftQueuePair<B> {
     fn enqueue_burst(&mut self, ops: &mut Vec<CryptoOp<B>>) -> usize {
+        let Some(_burst) = self.gate.enter() else {
+            return 0; // stopped: the ops stay with the caller
+        };
         let n = ops.len().min(self.depth - self.done.len());
         for mut op in ops.drain(..n) {
             process_op(&mut op);
@@ -122,14 +134,30 @@ impl CryptoDevice for SoftDevice {
             driver: DRIVER,
             nb_queue_pairs: self.nb_queue_pairs,
             max_sessions_per_qp: 0,
-            capabilities: Self::capabilities(),
+            capabilities: gcm_capabilities(),
             flags: DeviceFlags { sync: true, hardware: false, attach_sessions: false },
         }
     }
 
     fn session_create(&self, xform: &SymXform) -> Result<Arc<Session>, CryptoError> {
-        check_xform(DRIVER, &Self::capabilities(), xform)?;
+        check_xform(DRIVER, &gcm_capabilities(), xform)?;
         Ok(Arc::new(new_session(self.next_session.fetch_add(1, Ordering::Relaxed), xform)))
+    }
+
+    /// Never fails: sessions are not attached to queue pairs here.
+    fn session_free(&self, session: Arc<Session>) -> Result<(), CryptoError> {
+        drop(session);
+        Ok(())
+    }
+
+    fn queue_pair_stop(&self, qp_id: u16) -> Result<(), CryptoError> {
+        self.gate(qp_id)?.stop();
+        Ok(())
+    }
+
+    fn queue_pair_start(&self, qp_id: u16) -> Result<(), CryptoError> {
+        self.gate(qp_id)?.start();
+        Ok(())
     }
 
     fn queue_pair_setup<B: AsMut<[u8]> + Send + 'static>(&self, qp_id: u16, conf: QpConf) -> Result<SoftQueuePair<B>, CryptoError> {
@@ -142,7 +170,7 @@ impl CryptoDevice for SoftDevice {
         }
         *slot = true;
         let depth = conf.nb_descriptors.max(1);
-        Ok(SoftQueuePair { done: VecDeque::with_capacity(depth), depth })
+        Ok(SoftQueuePair { done: VecDeque::with_capacity(depth), depth, gate: self.gates[qp_id as usize].clone() })
     }
 }
 
