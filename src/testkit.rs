@@ -1,12 +1,15 @@
 //! A whole gateway over in-memory ports, for tests and benches: built from a
-//! config file like `secgw run` builds one, with the software crypto device
-//! and every worker polled in turn from the caller's thread (deterministic,
-//! no threads). Allocates per injected frame: not for traffic.
+//! config file like `secgw run` builds one (binding, sessions, attach), on
+//! any crypto device, with every worker polled in turn from the caller's
+//! thread (deterministic; the descriptor device's engines are its own
+//! threads). Allocates per injected frame: not for traffic.
 
 use crate::config::Config;
-use crate::control::{binding, stats, tables};
-use crate::crypto::soft::{SoftDevice, SoftQueuePair};
-use crate::crypto::{CryptoDevice, QpConf};
+use crate::control::{stats, tables};
+use crate::crypto::descriptor::{DescriptorConfig, DescriptorDevice};
+use crate::crypto::soft::SoftDevice;
+use crate::crypto::{CryptoDevice, CryptoError, QpConf};
+use crate::config::model::CryptoBackend;
 use crate::dataplane::worker::{Handoff, WorkerConf};
 use crate::dataplane::{Worker, WorkerCounters};
 use crate::io::mem::{self, MemPort, MemWire};
@@ -18,9 +21,9 @@ use std::sync::Arc;
 /// A gateway of `cfg.gateway.workers` workers over in-memory ports (one port
 /// per worker and config port, as AF_XDP gives one socket per worker and
 /// port queue).
-pub struct MemGateway {
+pub struct MemGateway<D: CryptoDevice = SoftDevice> {
     /// The workers, polled by [`MemGateway::run`].
-    pub workers: Vec<Worker<MemPort, SoftQueuePair<PktBuf>>>,
+    pub workers: Vec<Worker<MemPort, D::Qp<PktBuf>>>,
     /// `wires[w]`: (port name, wire) of worker `w`, in config port order.
     pub wires: Vec<Vec<(String, MemWire)>>,
     /// The tables the workers use.
@@ -29,20 +32,47 @@ pub struct MemGateway {
     pub counters: Vec<Arc<WorkerCounters>>,
     /// The config it was built from.
     pub cfg: Config,
+    /// The crypto device.
+    pub dev: D,
 }
 
-impl MemGateway {
-    /// Builds the gateway of config `path` (relative paths are taken from the
-    /// crate root). Panics on a bad config: test use only.
-    pub fn from_config(path: &str) -> MemGateway {
-        let p = Path::new(path);
-        let p = if p.is_absolute() { p.to_path_buf() } else { Path::new(env!("CARGO_MANIFEST_DIR")).join(p) };
-        let cfg = crate::config::load(&p).expect("config loads");
+/// Loads a config, relative paths from the crate root. Panics on a bad
+/// config: test use only.
+pub fn load_config(path: &str) -> Config {
+    let p = Path::new(path);
+    let p = if p.is_absolute() { p.to_path_buf() } else { Path::new(env!("CARGO_MANIFEST_DIR")).join(p) };
+    crate::config::load(&p).expect("config loads")
+}
+
+/// The descriptor device a config describes (one queue pair per worker).
+pub fn descriptor_device(cfg: &Config) -> Result<DescriptorDevice, CryptoError> {
+    let limit = if cfg.crypto.backend == CryptoBackend::Descriptor { cfg.crypto.max_sessions_per_qp } else { 64 };
+    DescriptorDevice::new(DescriptorConfig {
+        nb_queue_pairs: cfg.gateway.workers.max(1) as u16,
+        ring_depth: cfg.crypto.ring_depth,
+        max_sessions_per_qp: limit,
+        nb_engines: cfg.crypto.engines,
+    })
+}
+
+impl MemGateway<SoftDevice> {
+    /// The gateway of config `path` on the software device.
+    pub fn from_config(path: &str) -> MemGateway<SoftDevice> {
+        let cfg = load_config(path);
+        let dev = SoftDevice::new(cfg.gateway.workers.max(1) as u16);
+        MemGateway::with_device(cfg, dev).expect("gateway builds")
+    }
+}
+
+impl<D: CryptoDevice> MemGateway<D> {
+    /// The gateway of `cfg` on `dev`: binding, sessions and (limited
+    /// devices) attach as `secgw run` does them. Errors as
+    /// [`tables::install`].
+    pub fn with_device(cfg: Config, dev: D) -> Result<MemGateway<D>, crate::control::ControlError> {
         let n = cfg.gateway.workers.max(1);
-        let macs: Vec<[u8; 6]> = cfg.ports.iter().map(|p| p.mac.expect("test configs give MACs")).collect();
-        let dev = SoftDevice::new(n as u16);
-        let bind = binding::bind(&cfg, 0).expect("binding");
-        let tables = Arc::new(arc_swap::ArcSwap::from_pointee(tables::build(&cfg, &dev, &macs, &bind).expect("tables")));
+        let macs: Vec<[u8; 6]> = cfg.ports.iter().map(|p| p.mac.unwrap_or([2, 0, 0, 0, 0, 0])).collect();
+        let (built, _binding) = tables::install(&cfg, &dev, &macs)?;
+        let tables = Arc::new(arc_swap::ArcSwap::from_pointee(built));
         let t = tables.load_full();
         let mut workers = Vec::new();
         let mut wires = Vec::new();
@@ -56,13 +86,13 @@ impl MemGateway {
                 ws.push((p.name.clone(), wire));
             }
             let c = Arc::new(WorkerCounters::new(t.ports.len(), t.sad.outbound.len(), t.sad.inbound.len()));
-            let qp = dev.queue_pair_setup(w as u16, QpConf { nb_descriptors: 256 }).expect("queue pair");
+            let qp = dev.queue_pair_setup(w as u16, QpConf { nb_descriptors: 256.min(cfg.crypto.ring_depth) })?;
             let conf = WorkerConf { id: w, burst: 32, pool_size: 512, nb_workers: n, idle_sleep_us: 0 };
             workers.push(Worker::new(conf, ports, qp, tables.clone(), c.clone(), handoff));
             wires.push(ws);
             counters.push(c);
         }
-        MemGateway { workers, wires, tables: t, counters, cfg }
+        Ok(MemGateway { workers, wires, tables: t, counters, cfg, dev })
     }
 
     /// The wire of worker `worker`'s port `port` (by config name).
@@ -75,16 +105,17 @@ impl MemGateway {
         self.wire(worker, port).inject(frame);
     }
 
-    /// Polls every worker in turn until nothing moves, drains crypto, and
-    /// returns what each worker sent as (worker, port name, frame), in send
-    /// order per worker and port.
+    /// Polls every worker in turn until nothing moves and no crypto op is in
+    /// flight, drains crypto, and returns what each worker sent as (worker,
+    /// port name, frame), in send order per worker and port.
     pub fn run(&mut self) -> Vec<(usize, String, Vec<u8>)> {
-        for _ in 0..1000 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
             let mut moved = 0;
             for w in &mut self.workers {
                 moved += w.poll_once();
             }
-            if moved == 0 && self.wires.iter().flatten().all(|(_, w)| w.pending() == 0) {
+            if moved == 0 && self.workers.iter().all(|w| w.inflight() == 0) && self.wires.iter().flatten().all(|(_, w)| w.pending() == 0) {
                 break;
             }
         }

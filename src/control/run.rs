@@ -1,7 +1,8 @@
 //! Running the gateway: ports, crypto device, worker threads, stats, signals.
 
-use super::{binding, stats, tables, ControlError};
+use super::{stats, tables, ControlError};
 use crate::config::model::{Config, CryptoBackend, XdpMode};
+use crate::crypto::descriptor::{DescriptorConfig, DescriptorDevice};
 use crate::crypto::soft::SoftDevice;
 use crate::crypto::{CryptoDevice, QpConf};
 use crate::dataplane::worker::{Handoff, WorkerConf};
@@ -46,7 +47,15 @@ fn write_stats_file_logged(path: &PathBuf, snap: &stats::Snapshot) {
 pub fn run(cfg: &Config, opts: &RunOptions) -> Result<stats::Snapshot, ControlError> {
     match cfg.crypto.backend {
         CryptoBackend::Software => run_with(cfg, opts, SoftDevice::new(cfg.gateway.workers as u16)),
-        CryptoBackend::Descriptor => Err(ControlError::Unsupported("crypto.backend = \"descriptor\" is not built into this binary yet".into())),
+        CryptoBackend::Descriptor => {
+            let dev = DescriptorDevice::new(DescriptorConfig {
+                nb_queue_pairs: cfg.gateway.workers as u16,
+                ring_depth: cfg.crypto.ring_depth,
+                max_sessions_per_qp: cfg.crypto.max_sessions_per_qp,
+                nb_engines: cfg.crypto.engines,
+            })?;
+            run_with(cfg, opts, dev)
+        }
     }
 }
 
@@ -89,18 +98,7 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
     }
     let info = dev.info();
     tracing::info!(driver = info.driver, queue_pairs = info.nb_queue_pairs, max_sessions_per_qp = info.max_sessions_per_qp, "crypto device");
-    let bind = binding::bind(cfg, info.max_sessions_per_qp)?;
-    let built = tables::build(cfg, &dev, &macs, &bind)?;
-    // Limited devices: every session goes onto its owner's queue pair before
-    // any worker sees the tables.
-    if info.max_sessions_per_qp > 0 && info.flags.attach_sessions {
-        for sa in &built.sad.outbound {
-            dev.queue_pair_attach_session(sa.owner as u16, &sa.session)?;
-        }
-        for e in &built.sad.inbound {
-            dev.queue_pair_attach_session(e.sa.owner as u16, &e.sa.session)?;
-        }
-    }
+    let (built, _binding) = tables::install(cfg, &dev, &macs)?;
     let tables = Arc::new(ArcSwap::from_pointee(built));
     let t = tables.load_full();
 

@@ -137,3 +137,24 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
         neighbours: Neighbours::new(cfg.neighbours.iter().map(|n| (n.ip, n.mac))),
     })
 }
+
+/// Binds the SAs of `cfg` to workers, creates their sessions on `dev` and
+/// builds the tables; on a device with a per-queue-pair session limit it then
+/// attaches every SA's session to its owner worker's queue pair, so all of
+/// this happens before any worker sees the tables (never on first use).
+/// Errors: a config whose SAs do not fit the limit (naming the SA, the limit
+/// and the totals), an unsupported transform, a refused attach.
+pub fn install<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]]) -> Result<(Tables, Binding), ControlError> {
+    let info = dev.info();
+    let binding = super::binding::bind(cfg, info.max_sessions_per_qp)?;
+    let t = build(cfg, dev, macs, &binding)?;
+    if info.max_sessions_per_qp > 0 && info.flags.attach_sessions {
+        for sa in &t.sad.outbound {
+            dev.queue_pair_attach_session(sa.owner as u16, &sa.session)?;
+        }
+        for e in &t.sad.inbound {
+            dev.queue_pair_attach_session(e.sa.owner as u16, &e.sa.session)?;
+        }
+    }
+    Ok((t, binding))
+}

@@ -64,6 +64,8 @@ pub enum DropReason {
     TxFull,
     /// The handoff ring to the SA's owner was full.
     HandoffFull,
+    /// The SA's session was not attached to the worker's queue pair.
+    SessionNotAttached,
     /// Larger than the egress port's MTU (fragmentation and ICMP "too big"
     /// are not built yet).
     MtuExceeded,
@@ -71,7 +73,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in counter-index order.
-    pub const ALL: [DropReason; 28] = [
+    pub const ALL: [DropReason; 29] = [
         DropReason::Malformed,
         DropReason::UnsupportedEthertype,
         DropReason::NotForUs,
@@ -99,6 +101,7 @@ impl DropReason {
         DropReason::NotOwner,
         DropReason::TxFull,
         DropReason::HandoffFull,
+        DropReason::SessionNotAttached,
         DropReason::MtuExceeded,
     ];
 
@@ -135,6 +138,7 @@ impl DropReason {
             DropReason::NotOwner => "not_owner",
             DropReason::TxFull => "tx_full",
             DropReason::HandoffFull => "handoff_full",
+            DropReason::SessionNotAttached => "session_not_attached",
             DropReason::MtuExceeded => "mtu_exceeded",
         }
     }
@@ -154,6 +158,7 @@ impl From<crate::esp::EspError> for DropReason {
             E::Dummy => DropReason::Dummy,
             E::BadInner => DropReason::BadInner,
             E::CryptoError => DropReason::CryptoError,
+            E::SessionNotAttached => DropReason::SessionNotAttached,
         }
     }
 }

@@ -163,6 +163,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         self.out_state.get_mut(i)
     }
 
+    /// Crypto ops this worker has in its queue pair or waiting to enter it.
+    pub fn inflight(&self) -> usize {
+        self.qp.inflight() + self.ops.len()
+    }
+
     /// Runs until `stop` is set, then drains in-flight crypto ops and
     /// transmits what they produced.
     pub fn run(&mut self, stop: &AtomicBool) {
@@ -182,17 +187,18 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         self.drain();
     }
 
-    /// Completes every op still in the queue pair and flushes tx.
+    /// Completes every op still in the queue pair (waiting up to a second
+    /// for an asynchronous device) and flushes tx.
     pub fn drain(&mut self) {
         let t = self.tables.load_full();
         self.read_backend_stats();
-        for _ in 0..1000 {
-            if self.qp.inflight() == 0 && self.ops.is_empty() {
-                break;
-            }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while (self.qp.inflight() > 0 || !self.ops.is_empty()) && std::time::Instant::now() < deadline {
             self.crypto(&t);
             self.flush();
+            std::hint::spin_loop();
         }
+        self.flush();
     }
 
     /// One loop iteration: an rx burst from every port, crypto, tx. Returns

@@ -61,6 +61,7 @@ pub fn finish(st: &mut InboundState, op: CryptoOp<PktBuf>) -> Result<PktBuf, (Es
     match op.status {
         OpStatus::Success => {}
         OpStatus::AuthFailed => return Err((EspError::AuthFailed, op.buf)),
+        OpStatus::SessionNotAttached => return Err((EspError::SessionNotAttached, op.buf)),
         _ => return Err((EspError::CryptoError, op.buf)),
     }
     let seq = op.user[0];

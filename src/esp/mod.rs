@@ -48,8 +48,10 @@ pub enum EspError {
     Dummy,
     /// The decrypted inner packet is not a valid IPv4 packet.
     BadInner,
-    /// The crypto device could not run the op (invalid op, device error, not attached).
+    /// The crypto device could not run the op (invalid op, device error).
     CryptoError,
+    /// The op's session was not attached to the queue pair (limited devices).
+    SessionNotAttached,
 }
 
 /// Padding length for `payload_len` bytes so that payload + padding + 2

@@ -122,6 +122,7 @@ pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Resu
 pub fn finish(op: CryptoOp<PktBuf>) -> Result<PktBuf, (EspError, PktBuf)> {
     match op.status {
         OpStatus::Success => Ok(op.buf),
+        OpStatus::SessionNotAttached => Err((EspError::SessionNotAttached, op.buf)),
         _ => Err((EspError::CryptoError, op.buf)),
     }
 }

@@ -174,6 +174,12 @@ impl DescriptorDevice {
         Ok(self.qp(qp_id)?.table.len())
     }
 
+    /// Ids ([`Session::id`]) of the sessions attached to queue pair `qp_id`,
+    /// in attach order. Control path (allocates).
+    pub fn qp_session_ids(&self, qp_id: u16) -> Result<Vec<u64>, CryptoError> {
+        Ok(self.qp(qp_id)?.table.ids())
+    }
+
     /// Test and fault-injection hook (an accelerator that stalls): returns
     /// once every engine has stopped taking jobs. Enqueue keeps accepting
     /// until the rings are full; jobs stay in flight until

@@ -215,6 +215,11 @@ impl SessionTable {
     pub(super) fn len(&self) -> usize {
         self.attached.load().len()
     }
+
+    /// Ids of the attached sessions, in attach order.
+    pub(super) fn ids(&self) -> Vec<u64> {
+        self.attached.load().iter().map(|e| e.session.id()).collect()
+    }
 }
 
 #[cfg(test)]
