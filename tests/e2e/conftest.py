@@ -10,6 +10,9 @@
   --stats-file …` in their namespaces), so sequence numbers start at 1, replay
   windows are empty and counters are zero. Teardown stops both with SIGINT and
   fails the test if a gateway died during it or did not exit 0.
+- `start_gws` (function): a function start_gws({"gw0": path, "gw1": path})
+  that starts gw0 and gw1 with the given config files (same checks and
+  teardown as `gws`); for tests that run other configs than ep0/ep1.toml.
 
 Environment: SECGW_BIN (binary to test, e.g. testbed/refgw.py, the Python
 reference double), SECGW_CONFIG_DIR (default configs/), SECGW_NS_PREFIX
@@ -95,9 +98,8 @@ def artifacts(request):
     return d
 
 
-@pytest.fixture
-def gws(testbed, artifacts, request):
-    gw = {n: L.Gateway(n, testbed["binary"], artifacts) for n in ("gw0", "gw1")}
+def _start_pair(binary, artifacts, configs=None) -> dict:
+    gw = {n: L.Gateway(n, binary, artifacts, (configs or {}).get(n)) for n in ("gw0", "gw1")}
     try:
         for g in gw.values():
             g.start()
@@ -105,7 +107,10 @@ def gws(testbed, artifacts, request):
         for g in gw.values():
             g.stop()
         raise
-    yield gw
+    return gw
+
+
+def _stop_pair(gw: dict, artifacts, request):
     problems = []
     for g in gw.values():
         died = g.proc is not None and not g.alive()
@@ -121,3 +126,29 @@ def gws(testbed, artifacts, request):
         print(f"artifacts: {artifacts}")
     if problems:
         pytest.fail("\n".join(problems))
+
+
+@pytest.fixture
+def gws(testbed, artifacts, request):
+    gw = _start_pair(testbed["binary"], artifacts)
+    yield gw
+    _stop_pair(gw, artifacts, request)
+
+
+@pytest.fixture
+def start_gws(testbed, artifacts, request):
+    started = []
+
+    def start(configs: dict) -> dict:
+        missing = {"gw0", "gw1"} - configs.keys()
+        if missing:
+            pytest.fail(f"start_gws needs a config for {sorted(missing)}")
+        if started:
+            pytest.fail("start_gws: gateways already started in this test")
+        gw = _start_pair(testbed["binary"], artifacts, configs)
+        started.append(gw)
+        return gw
+
+    yield start
+    for gw in started:
+        _stop_pair(gw, artifacts, request)

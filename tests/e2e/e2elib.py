@@ -21,6 +21,7 @@ import ipaddress
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
@@ -111,12 +112,14 @@ def scapy_sa(info: SaInfo):
 # gateways
 
 class Gateway:
-    """One secgw process (`secgw run`) in namespace gw0 or gw1."""
+    """One secgw process (`secgw run`) in namespace gw0 or gw1.
 
-    def __init__(self, name: str, binary: Path, workdir: Path):
+    `config` is the config file to run (default: CONFIG_DIR / GW_CONFIG[name])."""
+
+    def __init__(self, name: str, binary: Path, workdir: Path, config: Path | None = None):
         self.name = name
         self.binary = binary
-        self.config = CONFIG_DIR / GW_CONFIG[name]
+        self.config = Path(config) if config is not None else CONFIG_DIR / GW_CONFIG[name]
         self.dir = workdir / name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.stats_file = self.dir / "stats.json"
@@ -212,15 +215,17 @@ class Gateway:
 # captures
 
 class Capture:
-    """tcpdump in a namespace, writing a pcap; stop() returns scapy packets."""
+    """tcpdump in a namespace, writing a pcap; stop() returns scapy packets
+    (stop(parse=False) returns nothing: read `path` with pcap_frames, which is
+    much faster than rdpcap for large captures). `buffer_kib` is tcpdump's -B."""
 
-    def __init__(self, nsname: str, iface: str, bpf: str, path: Path):
+    def __init__(self, nsname: str, iface: str, bpf: str, path: Path, buffer_kib: int = 16384):
         self.path = Path(path).with_suffix(".pcap")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.unlink(missing_ok=True)
         self.errpath = self.path.with_suffix(".tcpdump.log")
         self.err = open(self.errpath, "w")
-        cmd = ns_cmd(nsname, "tcpdump", "-i", iface, "-n", "--immediate-mode", "-s", "0", "-B", "16384",
+        cmd = ns_cmd(nsname, "tcpdump", "-i", iface, "-n", "--immediate-mode", "-s", "0", "-B", str(buffer_kib),
                      "-Z", "root", "-w", self.path, *bpf.split())
         self.cmd = cmd
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.err,
@@ -234,7 +239,7 @@ class Capture:
             time.sleep(0.05)
         self.kernel_drops = None
 
-    def stop(self, settle=0.3):
+    def stop(self, settle=0.3, parse=True):
         from scapy.utils import rdpcap
         time.sleep(settle)
         if self.proc.poll() is None:
@@ -249,9 +254,51 @@ class Capture:
         for line in log.splitlines():
             if "dropped by kernel" in line:
                 self.kernel_drops = int(line.split()[0])
+        if not parse:
+            return None
         if not self.path.exists() or self.path.stat().st_size < 24:
             return []
         return list(rdpcap(str(self.path)))
+
+
+def pcap_frames(path: Path):
+    """Yield (timestamp_s, frame bytes) of each record of a classic pcap file,
+    parsed with struct (rdpcap takes minutes for 100k+ frames). Fails on
+    anything but an Ethernet (linktype 1) pcap; a record cut short at the end
+    of the file (tcpdump killed mid-write) fails too."""
+    data = Path(path).read_bytes()
+    if len(data) < 24:
+        raise AssertionError(f"{path}: {len(data)} bytes, no pcap header")
+    magic = data[:4]
+    orders = {b"\xd4\xc3\xb2\xa1": ("<", 1e-6), b"\xa1\xb2\xc3\xd4": (">", 1e-6),
+              b"\x4d\x3c\xb2\xa1": ("<", 1e-9), b"\xa1\xb2\x3c\x4d": (">", 1e-9)}
+    if magic not in orders:
+        raise AssertionError(f"{path}: not a classic pcap file (magic {magic.hex()})")
+    order, frac = orders[magic]
+    linktype = struct.unpack_from(order + "I", data, 20)[0]
+    if linktype != 1:
+        raise AssertionError(f"{path}: link type {linktype}, expected 1 (Ethernet)")
+    rec = struct.Struct(order + "IIII")
+    off, n = 24, len(data)
+    while off < n:
+        if off + 16 > n:
+            raise AssertionError(f"{path}: truncated record header at byte {off}")
+        sec, sub, incl, _orig = rec.unpack_from(data, off)
+        off += 16
+        if off + incl > n:
+            raise AssertionError(f"{path}: truncated record at byte {off} ({incl} bytes announced)")
+        yield sec + sub * frac, data[off:off + incl]
+        off += incl
+
+
+def ping(src_ns: str, dst: str, count=5, interval=0.2):
+    """ping from a namespace; returns (transmitted, received, output)."""
+    import re
+    p = run_ns(src_ns, "ping", "-n", "-c", count, "-i", interval, "-W", "2", dst, check=False,
+               timeout=count * interval + 30)
+    m = re.search(r"(\d+) packets transmitted, (\d+) received", p.stdout)
+    assert m, f"unexpected ping output:\n{p.stdout}\n{p.stderr}"
+    return int(m.group(1)), int(m.group(2)), p.stdout
 
 
 # --------------------------------------------------------------------------
