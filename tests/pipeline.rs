@@ -253,3 +253,52 @@ fn arp_requests_from_broadcast_senders_or_claiming_our_address_get_no_reply() {
     assert_eq!(gw0.drop_count("arp_ignored"), 3);
     assert_eq!(gw0.stats().arp_replies, 0);
 }
+
+#[test]
+fn ecn_decapsulation_follows_rfc6040_and_dscp_is_not_copied_back() {
+    let mut gw1 = Gw::from_config("configs/ep1.toml");
+    let key = gw1.sa_key(1001, true);
+    let with_tos = |seq: u32, outer_tos: u8, inner_tos: u8| {
+        let inner = udp_packet(HOST_A, HOST_B, inner_tos, 64, 1, 2, b"hello");
+        let mut f = handmade_esp(&key, 1001, seq, &inner, &[1], 1, 4);
+        f[15] = outer_tos;
+        fix_outer_len(&mut f);
+        f
+    };
+    // Outer CE (0b11) over inner Not-ECT: MUST drop.
+    assert!(gw1.push("outside", &[with_tos(1, 0x03, 0x00)]).is_empty());
+    assert_eq!(gw1.drop_count("ecn_ce_on_not_ect"), 1);
+    // Outer CE over inner ECT(0): inner becomes CE, checksum still right.
+    let out = gw1.push("outside", &[with_tos(2, 0x03, 0x02)]);
+    let ip = &out[0].1[14..34];
+    assert_eq!(ip[1] & 3, 3);
+    assert_eq!(ip_checksum(ip), 0);
+    // Outer ECT(1) over inner ECT(0) → ECT(1); outer DSCP 46 is not copied in.
+    let out = gw1.push("outside", &[with_tos(3, (46 << 2) | 0x01, (10 << 2) | 0x02)]);
+    let ip = &out[0].1[14..34];
+    assert_eq!(ip[1], (10 << 2) | 0x01);
+    assert_eq!(ip_checksum(ip), 0);
+    // Outer Not-ECT leaves the inner ECN alone.
+    let out = gw1.push("outside", &[with_tos(4, 0x00, 0x03)]);
+    assert_eq!(out[0].1[15], 0x03);
+}
+
+#[test]
+fn df_set_and_clear_per_sa() {
+    for (df, inner_df, want) in [("set", false, true), ("clear", true, false), ("copy", false, false), ("copy", true, true)] {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/ep0.toml")).unwrap();
+        let text = text.replacen("tunnel_dst = \"203.0.113.2\"", &format!("tunnel_dst = \"203.0.113.2\"\ndf = \"{df}\""), 1);
+        let path = std::env::temp_dir().join(format!("secgw-df-{df}-{inner_df}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let mut gw0 = Gw::from_config(path.to_str().unwrap());
+        let mut f = from_host_a(0, 64, b"df");
+        if !inner_df {
+            f[20] &= !0x40;
+            f[24..26].copy_from_slice(&[0, 0]);
+            let ck = ip_checksum(&f[14..34]);
+            f[24..26].copy_from_slice(&ck.to_be_bytes());
+        }
+        let out = gw0.push("inside", &[f]);
+        assert_eq!(out[0].1[20] & 0x40 != 0, want, "df = {df}, inner DF {inner_df}");
+    }
+}

@@ -46,6 +46,8 @@ pub enum DropReason {
     BadInner,
     /// Inner packet does not match the SA's selectors (RFC 4301 §5.2).
     InnerPolicyMismatch,
+    /// Outer CE over an inner Not-ECT packet (RFC 6040 §4.2).
+    EcnDrop,
     /// Outbound SA's sequence counter would cycle (RFC 4303 §3.3.3).
     SeqExhausted,
     /// Crypto device error / invalid op.
@@ -73,7 +75,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in counter-index order.
-    pub const ALL: [DropReason; 29] = [
+    pub const ALL: [DropReason; 30] = [
         DropReason::Malformed,
         DropReason::UnsupportedEthertype,
         DropReason::NotForUs,
@@ -92,6 +94,7 @@ impl DropReason {
         DropReason::Dummy,
         DropReason::BadInner,
         DropReason::InnerPolicyMismatch,
+        DropReason::EcnDrop,
         DropReason::SeqExhausted,
         DropReason::CryptoError,
         DropReason::NoRoom,
@@ -129,6 +132,7 @@ impl DropReason {
             DropReason::Dummy => "dummy",
             DropReason::BadInner => "bad_inner",
             DropReason::InnerPolicyMismatch => "inner_policy_mismatch",
+            DropReason::EcnDrop => "ecn_ce_on_not_ect",
             DropReason::SeqExhausted => "seq_exhausted",
             DropReason::CryptoError => "crypto_error",
             DropReason::NoRoom => "no_room",
@@ -157,6 +161,7 @@ impl From<crate::esp::EspError> for DropReason {
             E::BadNextHeader => DropReason::BadNextHeader,
             E::Dummy => DropReason::Dummy,
             E::BadInner => DropReason::BadInner,
+            E::EcnDrop => DropReason::EcnDrop,
             E::CryptoError => DropReason::CryptoError,
             E::SessionNotAttached => DropReason::SessionNotAttached,
         }

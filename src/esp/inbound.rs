@@ -55,7 +55,9 @@ pub fn prepare(sa: &InboundSa, st: &InboundState, buf: PktBuf, esp_offset: usize
 /// Completes an inbound op: ICV verified → window updated → trailer checked
 /// (pad length, padding 1, 2, 3, …) → next header 4 (59 = dummy) → inner
 /// IPv4 checked, TFC padding after its total length discarded (RFC 4303
-/// §2.7). On success the frame is 14 bytes of Ethernet header (to be filled
+/// §2.7) → outer ECN folded into the inner header (RFC 6040 §4.2; outer CE
+/// over inner Not-ECT is `EcnDrop`). The buffer must still hold the outer
+/// Ethernet and IPv4 headers at its front (as `prepare` left it). On success the frame is 14 bytes of Ethernet header (to be filled
 /// by routing) followed by the inner packet exactly as it was sent.
 pub fn finish(st: &mut InboundState, op: CryptoOp<PktBuf>) -> Result<PktBuf, (EspError, PktBuf)> {
     match op.status {
@@ -84,10 +86,19 @@ pub fn finish(st: &mut InboundState, op: CryptoOp<PktBuf>) -> Result<PktBuf, (Es
     if next_header != ipv4::PROTO_IPIP {
         return Err((EspError::BadNextHeader, buf));
     }
-    let inner_total = match ipv4::Ipv4Packet::new_checked(&plain[..payload_len]) {
-        Ok(p) => p.total_len(),
+    let (inner_total, inner_tos) = match ipv4::Ipv4Packet::new_checked(&plain[..payload_len]) {
+        Ok(p) => (p.total_len(), p.tos()),
         Err(_) => return Err((EspError::BadInner, buf)),
     };
+    // RFC 6040 §4.2: fold the outer ECN field into the inner one; the DS
+    // field is not copied back (RFC 4301 §5.1.2.1).
+    let outer_tos = buf.frame().get(ethernet::HEADER_LEN + ipv4::TOS).copied().unwrap_or(0);
+    let Some(ecn) = super::ecn::decap(outer_tos, inner_tos) else {
+        return Err((EspError::EcnDrop, buf));
+    };
+    if ecn != inner_tos & 3 {
+        ipv4::set_tos(&mut buf.frame_mut()[d0..d0 + ipv4::MIN_HEADER_LEN], (inner_tos & !3) | ecn);
+    }
     buf.adj(d0);
     buf.trim_to(inner_total);
     if !buf.prepend(ethernet::HEADER_LEN) {

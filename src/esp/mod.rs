@@ -8,6 +8,7 @@
 //! does not know which crypto backend runs the op, nor where packets come
 //! from.
 
+pub mod ecn;
 pub mod inbound;
 pub mod outbound;
 pub mod replay;
@@ -48,6 +49,8 @@ pub enum EspError {
     Dummy,
     /// The decrypted inner packet is not a valid IPv4 packet.
     BadInner,
+    /// Outer CE over an inner Not-ECT packet (RFC 6040 §4.2: MUST drop).
+    EcnDrop,
     /// The crypto device could not run the op (invalid op, device error).
     CryptoError,
     /// The op's session was not attached to the queue pair (limited devices).

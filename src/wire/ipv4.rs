@@ -148,6 +148,20 @@ pub fn decrement_ttl(hdr: &mut [u8]) {
     hdr[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
 }
 
+/// Sets the DS + ECN byte of the IPv4 header at the start of `hdr` and
+/// updates the header checksum incrementally (RFC 1624). `hdr` must hold at
+/// least 20 bytes of a checked header.
+pub fn set_tos(hdr: &mut [u8], tos: u8) {
+    if hdr.len() < MIN_HEADER_LEN {
+        return;
+    }
+    let old = be16(hdr, VER_IHL);
+    hdr[TOS] = tos;
+    let new = be16(hdr, VER_IHL);
+    let ck = checksum::update16(be16(hdr, CHECKSUM), old, new);
+    hdr[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
+}
+
 /// Writes a complete 20-byte IPv4 header without options into `hdr[..20]`,
 /// checksum included.
 #[allow(clippy::too_many_arguments)]
