@@ -238,7 +238,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         self.flush();
         // Backend drop counters cost a syscall: read them now and then.
         self.polls = self.polls.wrapping_add(1);
-        if self.polls % 8192 == 0 {
+        if self.polls.is_multiple_of(8192) {
             self.read_backend_stats();
         }
         received
