@@ -8,7 +8,7 @@ use aes_gcm::{Aes128Gcm, KeyInit};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use secgw::crypto::soft::{SoftDevice, SoftQueuePair};
 use secgw::crypto::{AeadAlgorithm, CipherDirection, CryptoDevice, QpConf, QueuePair, SymXform};
-use secgw::esp::{self, DfMode, OutboundSa, OutboundState};
+use secgw::esp::{self, DfMode, IvGen, OutboundSa, OutboundState};
 use secgw::io::PktBuf;
 
 const SIZES: [usize; 3] = [64, 512, 1420];
@@ -29,7 +29,7 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("esp_outbound_aes128gcm");
     let dev = SoftDevice::new(1);
     let session = dev
-        .session_create(&SymXform { algorithm: AeadAlgorithm::Aes128Gcm, direction: CipherDirection::Encrypt, key: key.to_vec(), salt: [1, 2, 3, 4], icv_len: 16 })
+        .session_create(&SymXform { algorithm: AeadAlgorithm::Aes128Gcm, direction: CipherDirection::Encrypt, key: key.to_vec(), salt: [1, 2, 3, 4], icv_len: 16, auth_key: Vec::new() })
         .unwrap();
     let sa = OutboundSa {
         spi: 1001,
@@ -39,6 +39,7 @@ fn bench(c: &mut Criterion) {
         outer_ttl: 64,
         df: DfMode::Copy,
         esn: false,
+        iv_gen: IvGen::counter(),
         owner: 0,
     };
     let mut qp: SoftQueuePair<PktBuf> = dev.queue_pair_setup(0, QpConf { nb_descriptors: 64 }).unwrap();

@@ -55,7 +55,7 @@ fn xform(dir: CipherDirection, key: &[u8], salt: [u8; 4]) -> SymXform {
         32 => AeadAlgorithm::Aes256Gcm,
         n => panic!("no AES-GCM with a {n}-byte key here"),
     };
-    SymXform { algorithm, direction: dir, key: key.to_vec(), salt, icv_len: 16 }
+    SymXform { algorithm, direction: dir, key: key.to_vec(), salt, icv_len: 16, auth_key: Vec::new() }
 }
 
 /// Creates a session and, on a device that needs it, attaches it to `qp`
@@ -73,18 +73,14 @@ fn session<D: Dut>(dev: &D, qp: u16, dir: CipherDirection, key: &[u8], salt: [u8
 fn op(s: &Arc<Session>, payload: &[u8], tag: u64) -> CryptoOp<Vec<u8>> {
     let mut buf = payload.to_vec();
     buf.extend_from_slice(&[0; 16]);
-    CryptoOp {
-        session: s.clone(),
-        buf,
-        data_offset: 0,
-        data_len: payload.len() as u32,
-        icv_offset: payload.len() as u32,
-        aad: [0xa5; 16],
-        aad_len: 8,
-        iv: tag.to_be_bytes(),
-        status: OpStatus::NotProcessed,
-        user: [tag, 0],
-    }
+    let mut op = CryptoOp::new(s.clone(), buf);
+    op.data_len = payload.len() as u32;
+    op.icv_offset = payload.len() as u32;
+    op.aad = [0xa5; 16];
+    op.aad_len = 8;
+    op.iv[..8].copy_from_slice(&tag.to_be_bytes());
+    op.user = [tag, 0];
+    op
 }
 
 fn payload(len: usize, seed: u8) -> Vec<u8> {
@@ -285,7 +281,7 @@ fn esp_outbound_matches_vectors<D: Dut>(dev: &D) -> Vec<Vec<u8>> {
         assert!(buf.copy_from(&plain[..plain.len() - 2 - v.pad_length as usize]));
         let seq = h(&v.seq).iter().fold(0u64, |a, b| a << 8 | *b as u64);
         let spi = u32::from_be_bytes(h(&v.spi).try_into().unwrap());
-        let op = esp::outbound::encap(spi, &s, seq, v.esn, h(&v.iv).try_into().unwrap(), v.next_header, buf).map_err(|e| e.0).unwrap();
+        let op = esp::outbound::encap(spi, &s, seq, v.esn, &h(&v.iv), v.next_header, buf).map_err(|e| e.0).unwrap();
         let op = run(&mut qp, vec![op]).pop().unwrap();
         assert_eq!(op.status, OpStatus::Success, "{}", v.name);
         assert_eq!(hex::encode(op.buf.frame()), v.packet, "{}: packet", v.name);

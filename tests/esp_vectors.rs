@@ -79,7 +79,7 @@ fn outbound_reproduces_every_vector() {
     for v in load() {
         let key = h(&v.key);
         let Some(alg) = algorithm(&key) else { continue };
-        let x = SymXform { algorithm: alg, direction: CipherDirection::Encrypt, key, salt: h(&v.salt).try_into().unwrap(), icv_len: 16 };
+        let x = SymXform { algorithm: alg, direction: CipherDirection::Encrypt, key, salt: h(&v.salt).try_into().unwrap(), icv_len: 16, auth_key: Vec::new() };
         let s = dev.session_create(&x).unwrap();
         let plain = h(&v.plaintext);
         let payload = &plain[..plain.len() - 2 - v.pad_length as usize];
@@ -87,7 +87,7 @@ fn outbound_reproduces_every_vector() {
         assert!(buf.copy_from(payload));
         let spi = u32::from_be_bytes(h(&v.spi).try_into().unwrap());
         let iv: [u8; 8] = h(&v.iv).try_into().unwrap();
-        let op = esp::outbound::encap(spi, &s, seq64(&v), v.esn, iv, v.next_header, buf).unwrap();
+        let op = esp::outbound::encap(spi, &s, seq64(&v), v.esn, &iv, v.next_header, buf).unwrap();
         assert_eq!(&op.aad[..op.aad_len as usize], &h(&v.aad)[..], "{}: AAD", v.name);
         let op = run_one(&mut qp, op);
         assert_eq!(op.status, OpStatus::Success);
@@ -105,7 +105,7 @@ fn inbound_opens_every_vector_and_rejects_tampering() {
     for v in load() {
         let key = h(&v.key);
         let Some(alg) = algorithm(&key) else { continue };
-        let x = SymXform { algorithm: alg, direction: CipherDirection::Decrypt, key, salt: h(&v.salt).try_into().unwrap(), icv_len: 16 };
+        let x = SymXform { algorithm: alg, direction: CipherDirection::Decrypt, key, salt: h(&v.salt).try_into().unwrap(), icv_len: 16, auth_key: Vec::new() };
         let sa = InboundSa {
             spi: u32::from_be_bytes(h(&v.spi).try_into().unwrap()),
             session: dev.session_create(&x).unwrap(),

@@ -3,13 +3,21 @@
 use super::binding::Binding;
 use super::ControlError;
 use crate::config::model::{self, Action, Config, Direction};
-use crate::crypto::{AeadAlgorithm, CipherDirection, CryptoDevice, SymXform};
-use crate::esp::{DfMode, InboundSa, OutboundSa};
+use crate::crypto::{Algorithm, CipherDirection, CryptoDevice, SymXform};
+use crate::esp::{DfMode, InboundSa, IvGen, OutboundSa};
 use crate::policy::neighbour::Neighbours;
 use crate::policy::route::{Route, Routes};
 use crate::policy::sad::{InboundEntry, Sad};
 use crate::policy::spd::{Prefix, Selector, Spd, SpdAction, SpdEntry};
 use crate::policy::{PortInfo, Tables};
+
+/// The crypto layer's name for a configured algorithm.
+pub fn crypto_algorithm(a: model::Algorithm) -> Algorithm {
+    match a {
+        model::Algorithm::Aes128Gcm => Algorithm::Aes128Gcm,
+        model::Algorithm::Aes256Gcm => Algorithm::Aes256Gcm,
+    }
+}
 
 fn selector(p: &model::Policy) -> Selector {
     Selector {
@@ -51,21 +59,25 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
     let mut out_idx = std::collections::HashMap::new();
     let mut in_idx = std::collections::HashMap::new();
     for (sa_index, sa) in cfg.sas.iter().enumerate() {
-        let algorithm = match sa.algorithm {
-            model::Algorithm::Aes128Gcm => AeadAlgorithm::Aes128Gcm,
-            model::Algorithm::Aes256Gcm => AeadAlgorithm::Aes256Gcm,
-        };
-        let klen = algorithm.key_len();
-        if sa.key.len() != klen + 4 {
-            return Err(ControlError::Unsupported(format!("SA {}: key is {} bytes, expected {}", sa.spi, sa.key.len(), klen + 4)));
+        let algorithm = crypto_algorithm(sa.algorithm);
+        let (klen, slen) = (algorithm.key_len(), algorithm.salt_len());
+        if sa.key.len() != klen + slen {
+            return Err(ControlError::Unsupported(format!("SA {}: key is {} bytes, expected {}", sa.spi, sa.key.len(), klen + slen)));
         }
         let mut salt = [0u8; 4];
-        salt.copy_from_slice(&sa.key[klen..]);
+        salt[..slen].copy_from_slice(&sa.key[klen..]);
         let direction = match sa.direction {
             Direction::Outbound => CipherDirection::Encrypt,
             Direction::Inbound => CipherDirection::Decrypt,
         };
-        let session = dev.session_create(&SymXform { algorithm, direction, key: sa.key[..klen].to_vec(), salt, icv_len: 16 })?;
+        let session = dev.session_create(&SymXform {
+            algorithm,
+            direction,
+            key: sa.key[..klen].to_vec(),
+            salt,
+            icv_len: 16,
+            auth_key: Vec::new(),
+        })?;
         let owner = binding.owner.get(sa_index).copied().unwrap_or(0);
         match sa.direction {
             Direction::Outbound => {
@@ -82,6 +94,8 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
                         model::DfMode::Clear => DfMode::Clear,
                     },
                     esn: false,
+                    iv_gen: IvGen::for_algorithm(algorithm)
+                        .map_err(|e| ControlError::Unsupported(format!("SA {}: no IV key from the OS random source: {e}", sa.spi)))?,
                     owner,
                 });
             }
