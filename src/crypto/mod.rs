@@ -17,7 +17,7 @@
 //! * Every [`Algorithm`] (AES-GCM, AES-GMAC, ChaCha20-Poly1305, AES-CBC /
 //!   AES-CTR / NULL with HMAC-SHA1-96 or HMAC-SHA-256-128) is one software
 //!   transform (`soft::Transform`) that every backend runs through
-//!   [`process_op`]; [`DeviceInfo::capabilities`] lists each with its sizes
+//!   `process_op`; [`DeviceInfo::capabilities`] lists each with its sizes
 //!   and `session_create` refuses anything not listed.
 //!
 //! * Queue pair life cycle (control thread): [`CryptoDevice::queue_pair_setup`]
