@@ -295,7 +295,7 @@ fn every_algorithm_end_to_end() {
         };
         for size in [0usize, 3, 100, 1400] {
             let frame = from_host_a(0, 64, &vec![0x5a; size]);
-            let out = gw0.push("inside", &[frame.clone()]);
+            let out = gw0.push("inside", std::slice::from_ref(&frame));
             assert_eq!(out.len(), 1, "{}: one ESP frame out of gw0", alg.name());
             let esp = &out[0].1;
             let enc_len = esp.len() - 14 - 20 - 8 - iv_len - icv_len;

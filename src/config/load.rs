@@ -1143,7 +1143,7 @@ impl Checker<'_> {
                 self.problem(&v.span(), field, m);
                 return None;
             }
-        } else if digits.len() % 2 != 0 {
+        } else if !digits.len().is_multiple_of(2) {
             return None;
         }
         hex::decode(&digits).ok()
