@@ -25,22 +25,18 @@ const BURSTS: [usize; 4] = [1, 8, 32, 64];
 const DEPTH: usize = 64;
 
 fn xform() -> SymXform {
-    SymXform { algorithm: AeadAlgorithm::Aes128Gcm, direction: CipherDirection::Encrypt, key: vec![7; 16], salt: [1, 2, 3, 4], icv_len: 16 }
+    SymXform { algorithm: AeadAlgorithm::Aes128Gcm, direction: CipherDirection::Encrypt, key: vec![7; 16], salt: [1, 2, 3, 4], icv_len: 16, auth_key: Vec::new() }
 }
 
 fn ops(s: &Arc<Session>, size: usize, burst: usize) -> Vec<CryptoOp<Vec<u8>>> {
     (0..burst)
-        .map(|i| CryptoOp {
-            session: s.clone(),
-            buf: vec![i as u8; size + 16],
-            data_offset: 0,
-            data_len: size as u32,
-            icv_offset: size as u32,
-            aad: [0; 16],
-            aad_len: 8,
-            iv: (i as u64).to_be_bytes(),
-            status: OpStatus::NotProcessed,
-            user: [0; 2],
+        .map(|i| {
+            let mut op = CryptoOp::new(s.clone(), vec![i as u8; size + 16]);
+            op.data_len = size as u32;
+            op.icv_offset = size as u32;
+            op.aad_len = 8;
+            op.iv[..8].copy_from_slice(&(i as u64).to_be_bytes());
+            op
         })
         .collect()
 }

@@ -5,7 +5,8 @@
 #
 # 1. installs the Debian packages (once; quick when present) and the Python
 #    packages scapy, cryptography, pytest;
-# 2. cargo test --release (every Rust test);
+# 2. cargo test --release (every Rust test), then the independent checks of
+#    the RFC vector files (tests/vectors/check_*.py, pyca/cryptography);
 # 3. cargo build --release, then python3 -m pytest -v tests/e2e (netns
 #    end-to-end tests against target/release/secgw; needs root).
 # Exits non-zero if anything fails; the Rust tests' failure does not stop the
@@ -46,6 +47,12 @@ command -v cargo >/dev/null || { echo "test.sh: cargo not found (a Rust toolchai
 status=0
 echo "== cargo test --release"
 cargo test --release || status=1
+
+echo "== tests/vectors/check_*.py"
+for check in tests/vectors/check_*.py; do
+    echo "-- $check"
+    python3 "$check" || status=1
+done
 
 echo "== cargo build --release"
 if cargo build --release; then

@@ -626,3 +626,118 @@ fn mtu_range_is_checked() {
     let e = config::parse(&text, Path::new(FILE)).unwrap_err().to_string();
     assert!(e.contains(".mtu: expected an integer in 576..=9000, found 100"), "{e}");
 }
+
+/// BASE with SA 1001's algorithm and key lines replaced by `lines`.
+fn with_sa0(lines: &str) -> String {
+    edit("algorithm = \"aes-128-gcm\"\nkey = \"00112233445566778899aabbccddeeff01020304\"", lines)
+}
+
+fn hexkey(bytes: usize) -> String {
+    (0..bytes).map(|i| format!("{:02x}", i as u8 ^ 0x5a)).collect()
+}
+
+#[test]
+fn every_algorithm_loads_with_its_key_format() {
+    for alg in Algorithm::ALL {
+        let mut lines = format!("algorithm = \"{}\"\n", alg.name());
+        if alg.key_len() > 0 {
+            lines += &format!("key = \"{}\"\n", hexkey(alg.key_len()));
+        }
+        if let Some((_, len)) = alg.auth() {
+            lines += &format!("auth_key = \"{}\"\n", hexkey(len));
+        }
+        let text = with_sa0(lines.trim_end());
+        let cfg = config::parse(&text, Path::new(FILE)).unwrap_or_else(|e| panic!("{}: {e}", alg.name()));
+        let sa = &cfg.sas[0];
+        assert_eq!(sa.algorithm, alg);
+        assert_eq!(sa.key.len(), alg.key_len(), "{}", alg.name());
+        assert_eq!(sa.auth_key.len(), alg.auth().map_or(0, |a| a.1), "{}", alg.name());
+        assert_eq!(sa.icv_len, alg.default_icv_len(), "{}", alg.name());
+        let summary = config::summary(&cfg);
+        assert!(summary.contains(alg.name()), "{summary}");
+        for shown in [summary, format!("{cfg:?}")] {
+            if !sa.auth_key.is_empty() {
+                assert!(!shown.contains(&hex::encode(&sa.auth_key)[..16]), "auth key shown: {shown}");
+            }
+        }
+    }
+}
+
+#[test]
+fn key_length_messages_name_what_the_key_holds() {
+    let cases = [
+        ("aes-128-cbc-hmac-sha1", 30, "expected 32 hex digits (AES-128-CBC key), found 30"),
+        ("aes-256-cbc-hmac-sha256", 70, "expected 64 hex digits (AES-256-CBC key), found 70"),
+        ("aes-128-ctr-hmac-sha256", 32, "expected 40 hex digits (AES-128-CTR key ‖ 4-byte nonce), found 32"),
+        ("chacha20-poly1305", 64, "expected 72 hex digits (ChaCha20 key ‖ 4-byte salt), found 64"),
+        ("aes-256-gmac", 40, "expected 72 hex digits (AES-256-GMAC key ‖ 4-byte salt), found 40"),
+    ];
+    for (name, digits, message) in cases {
+        let alg = Algorithm::ALL.into_iter().find(|a| a.name() == name).unwrap();
+        let mut lines = format!("algorithm = \"{name}\"\nkey = \"{}\"", &hexkey(40)[..digits]);
+        if let Some((_, len)) = alg.auth() {
+            lines += &format!("\nauth_key = \"{}\"", hexkey(len));
+        }
+        let text = with_sa0(&lines);
+        assert_one(&text, &format!("key = \"{}", &hexkey(2)), 6, "sa[0].key", message);
+    }
+}
+
+#[test]
+fn auth_key_rules() {
+    // Required for the HMAC algorithms, with its length.
+    let text = with_sa0(&format!("algorithm = \"aes-128-cbc-hmac-sha1\"\nkey = \"{}\"", hexkey(16)));
+    assert_one(&text, "[[sa]]", 0, "sa[0].auth_key", "missing required key `auth_key`");
+    let text = with_sa0(&format!("algorithm = \"aes-128-cbc-hmac-sha1\"\nkey = \"{}\"\nauth_key = \"{}\"", hexkey(16), hexkey(32)));
+    assert_one(&text, "auth_key = ", 11, "sa[0].auth_key", "expected 40 hex digits (HMAC-SHA1-96 key), found 64");
+    let text = with_sa0(&format!("algorithm = \"null-hmac-sha256\"\nauth_key = \"{}\"", hexkey(20)));
+    assert_one(&text, "auth_key = ", 11, "sa[0].auth_key", "expected 64 hex digits (HMAC-SHA-256-128 key), found 40");
+    // Refused for the combined modes.
+    let text = edit("key = \"00112233445566778899aabbccddeeff01020304\"", &format!("key = \"00112233445566778899aabbccddeeff01020304\"\nauth_key = \"{}\"", hexkey(20)));
+    assert_one(&text, "auth_key = ", 11, "sa[0].auth_key", "aes-128-gcm authenticates with its own ICV and takes no auth_key");
+    // NULL encryption takes no key.
+    let text = with_sa0(&format!("algorithm = \"null-hmac-sha1\"\nkey = \"{}\"\nauth_key = \"{}\"", hexkey(16), hexkey(20)));
+    assert_one(&text, "key = ", 6, "sa[0].key", "null-hmac-sha1 uses NULL encryption (RFC 2410) and takes no key");
+    assert!(!error(&text).to_string().contains(&hexkey(16)[..8]), "no key in messages");
+}
+
+#[test]
+fn icv_len_per_sa() {
+    for (alg_line, icv, ok) in [
+        ("", "8", true),
+        ("", "12", true),
+        ("", "16", true),
+        ("", "10", false),
+        ("algorithm = \"chacha20-poly1305\"\n", "8", false),
+    ] {
+        let base = if alg_line.is_empty() {
+            edit("key = \"00112233445566778899aabbccddeeff01020304\"", &format!("key = \"00112233445566778899aabbccddeeff01020304\"\nicv_len = {icv}"))
+        } else {
+            with_sa0(&format!("{alg_line}key = \"{}\"\nicv_len = {icv}", hexkey(36)))
+        };
+        match config::parse(&base, Path::new(FILE)) {
+            Ok(cfg) => {
+                assert!(ok, "icv_len {icv} accepted");
+                assert_eq!(cfg.sas[0].icv_len, icv.parse::<usize>().unwrap());
+                if icv != "16" {
+                    assert!(config::summary(&cfg).contains(&format!("aes-128-gcm icv {icv}")));
+                }
+            }
+            Err(e) => {
+                assert!(!ok, "icv_len {icv}: {e}");
+                let e = e.to_string();
+                let want = if alg_line.is_empty() { "sa[0].icv_len: expected 8 or 12 or 16 for aes-128-gcm (RFC 4106 §6), found 10" } else { "sa[0].icv_len: expected 16 for chacha20-poly1305, found 8" };
+                assert!(e.contains(want), "{e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn unknown_algorithm_lists_every_name() {
+    let text = edit("algorithm = \"aes-128-gcm\"\nkey = \"0011", "algorithm = \"aes-128-ccm\"\nkey = \"0011");
+    let e = error(&text).to_string();
+    for alg in Algorithm::ALL {
+        assert!(e.contains(&format!("\"{}\"", alg.name())), "{e}");
+    }
+}

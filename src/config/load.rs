@@ -36,9 +36,23 @@
 //!                           # (RFC 4303 §2.1), 1..=255 is accepted with a warning
 //! direction = "outbound"    # required: "outbound" (we encrypt) | "inbound" (we decrypt)
 //! mode = "tunnel"           # optional, only "tunnel" for now
-//! algorithm = "aes-128-gcm" # required: "aes-128-gcm" | "aes-256-gcm"
-//! key = "00112233…"         # required: AES key ‖ 4-byte salt (RFC 4106 §8.1) in hex,
-//!                           # 40 hex digits for aes-128-gcm, 72 for aes-256-gcm; ':' separators allowed
+//! algorithm = "aes-128-gcm" # required: "aes-128-gcm" | "aes-256-gcm" (RFC 4106),
+//!                           # "aes-128-gmac" | "aes-256-gmac" (RFC 4543, authentication only),
+//!                           # "chacha20-poly1305" (RFC 7634),
+//!                           # "aes-{128,256}-cbc-hmac-{sha1,sha256}" (RFC 3602 with RFC 2404 / RFC 4868),
+//!                           # "aes-{128,256}-ctr-hmac-{sha1,sha256}" (RFC 3686 with RFC 2404 / RFC 4868),
+//!                           # "null-hmac-sha1" | "null-hmac-sha256" (RFC 2410)
+//! key = "00112233…"         # cipher key material in hex (':' separators allowed):
+//!                           #   GCM, GMAC: AES key ‖ 4-byte salt (RFC 4106 §8.1, RFC 4543 §3.2):
+//!                           #     40 hex digits for 128-bit, 72 for 256-bit keys
+//!                           #   chacha20-poly1305: 256-bit key ‖ 4-byte salt (RFC 7634 §2): 72
+//!                           #   CTR: AES key ‖ 4-byte nonce (RFC 3686 §5.1): 40 / 72
+//!                           #   CBC: the AES key alone: 32 / 64
+//!                           #   null-*: none (an error if given)
+//! auth_key = "…"            # *-hmac-sha1: 40 hex digits (RFC 2404), *-hmac-sha256: 64 (RFC 4868);
+//!                           # required for those, an error for the combined modes above
+//! icv_len = 16              # optional ICV bytes: 8 | 12 | 16 for GCM (RFC 4106 §6), default 16;
+//!                           # others accept only their fixed size (HMAC-SHA1-96: 12, else 16)
 //! tunnel_src = "203.0.113.1"  # required, outer source (unicast IPv4)
 //! tunnel_dst = "203.0.113.2"  # required, outer destination (unicast IPv4), != tunnel_src
 //! replay_window = 64        # inbound only (an error on outbound); 0 = off, max 65536, default 64
@@ -285,6 +299,8 @@ struct RawSa {
     mode: Field,
     algorithm: Field,
     key: Field,
+    auth_key: Field,
+    icv_len: Field,
     tunnel_src: Field,
     tunnel_dst: Field,
     replay_window: Field,
@@ -954,11 +970,11 @@ impl Checker<'_> {
                 ids.insert((spi, dir as u8), line);
             }
             let mode = ck.opt_keyword(&s.mode, &tab.field("mode"), &[("tunnel", SaMode::Tunnel)], SaMode::Tunnel);
-            let algs = &[("aes-128-gcm", Algorithm::Aes128Gcm), ("aes-256-gcm", Algorithm::Aes256Gcm)];
+            let algs: Vec<(&str, Algorithm)> = Algorithm::ALL.iter().map(|a| (a.name(), *a)).collect();
             let algorithm = ck
                 .required(&s.algorithm, tab, "algorithm")
-                .and_then(|v| ck.keyword(v, &tab.field("algorithm"), algs));
-            let key = ck.required(&s.key, tab, "key").and_then(|v| ck.key(v, &tab.field("key"), algorithm));
+                .and_then(|v| ck.keyword(v, &tab.field("algorithm"), &algs));
+            let (key, auth_key, icv_len) = ck.sa_keys(s, tab, algorithm);
             let ip = |ck: &mut Self, f: &Field, key: &str| {
                 ck.required(f, tab, key)
                     .and_then(|v| ck.parsed(v, &tab.field(key), |s| unicast(parse_ipv4(s)?)))
@@ -1009,6 +1025,8 @@ impl Checker<'_> {
                 mode: mode?,
                 algorithm: algorithm?,
                 key: key?,
+                auth_key: auth_key?,
+                icv_len: icv_len?,
                 tunnel_src: tunnel_src?,
                 tunnel_dst: tunnel_dst?,
                 replay_window: replay_window? as u32,
@@ -1032,8 +1050,72 @@ impl Checker<'_> {
         r.map_err(|m| self.problem(&v.span(), field, m)).ok()
     }
 
-    /// Key material; its value never appears in a message.
-    fn key(&mut self, v: &Spanned<Raw>, field: &str, alg: Option<Algorithm>) -> Option<Vec<u8>> {
+    /// `key`, `auth_key` and `icv_len` of an SA, checked against its
+    /// algorithm (not checked for length when the algorithm itself is
+    /// wrong). Returns them as (key, auth_key, icv_len).
+    fn sa_keys(&mut self, s: &RawSa, tab: &Tab, alg: Option<Algorithm>) -> (Option<Vec<u8>>, Option<Vec<u8>>, Option<usize>) {
+        let key = match (alg.map(|a| (a, a.key_description())), &s.key) {
+            (Some((a, None)), Some(v)) => {
+                let m = format!("{} uses NULL encryption (RFC 2410) and takes no key; remove it", a.name());
+                self.problem(&v.span(), &tab.field("key"), m);
+                None
+            }
+            (Some((_, None)), None) => Some(Vec::new()),
+            (Some((a, Some(desc))), _) => {
+                let want = Some((2 * a.key_len(), desc));
+                self.required(&s.key, tab, "key").and_then(|v| self.key(v, &tab.field("key"), want))
+            }
+            (None, Some(v)) => self.key(v, &tab.field("key"), None),
+            (None, None) => None,
+        };
+        let auth_key = match (alg.map(|a| (a, a.auth())), &s.auth_key) {
+            (Some((a, None)), Some(v)) => {
+                let m = format!(
+                    "{} authenticates with its own ICV and takes no auth_key; auth_key is for the *-hmac-* algorithms",
+                    a.name()
+                );
+                self.problem(&v.span(), &tab.field("auth_key"), m);
+                None
+            }
+            (Some((_, None)), None) => Some(Vec::new()),
+            (Some((_, Some((name, len)))), _) => {
+                let desc = match name {
+                    "HMAC-SHA1-96" => "HMAC-SHA1-96 key",
+                    _ => "HMAC-SHA-256-128 key",
+                };
+                self.required(&s.auth_key, tab, "auth_key").and_then(|v| self.key(v, &tab.field("auth_key"), Some((2 * len, desc))))
+            }
+            (None, Some(v)) => self.key(v, &tab.field("auth_key"), None),
+            (None, None) => None,
+        };
+        let icv_len = match (alg, &s.icv_len) {
+            (Some(a), None) => Some(a.default_icv_len()),
+            (Some(a), Some(v)) => {
+                let allowed = a.icv_lens();
+                match v.get_ref() {
+                    Raw::Int(i) if allowed.iter().any(|&l| l as i64 == *i) => Some(*i as usize),
+                    Raw::Int(i) => {
+                        let list: Vec<String> = allowed.iter().map(|l| l.to_string()).collect();
+                        let why = if allowed.len() > 1 { " (RFC 4106 §6)" } else { "" };
+                        let m = format!("expected {} for {}{why}, found {i}", list.join(" or "), a.name());
+                        self.problem(&v.span(), &tab.field("icv_len"), m);
+                        None
+                    }
+                    _ => {
+                        self.wrong_type(v, &tab.field("icv_len"), "an ICV length in bytes");
+                        None
+                    }
+                }
+            }
+            (None, Some(v)) => self.integer(v, &tab.field("icv_len"), 0, 64).map(|i| i as usize),
+            (None, None) => None,
+        };
+        (key, auth_key, icv_len)
+    }
+
+    /// Key material in hex, `want` = (hex digits, what they hold) when the
+    /// algorithm is known; its value never appears in a message.
+    fn key(&mut self, v: &Spanned<Raw>, field: &str, want: Option<(usize, &str)>) -> Option<Vec<u8>> {
         let Raw::Str(s) = v.get_ref() else {
             let found = v.get_ref().describe(true);
             self.problem(
@@ -1055,19 +1137,14 @@ impl Checker<'_> {
             self.problem(&v.span(), field, m);
             return None;
         }
-        if let Some(alg) = alg {
-            let (want, name) = match alg {
-                Algorithm::Aes128Gcm => (40, "AES-128-GCM"),
-                Algorithm::Aes256Gcm => (72, "AES-256-GCM"),
-            };
+        if let Some((want, desc)) = want {
             if digits.len() != want {
-                let m = format!(
-                    "expected {want} hex digits ({name} key ‖ 4-byte salt), found {}",
-                    digits.len()
-                );
+                let m = format!("expected {want} hex digits ({desc}), found {}", digits.len());
                 self.problem(&v.span(), field, m);
                 return None;
             }
+        } else if !digits.len().is_multiple_of(2) {
+            return None;
         }
         hex::decode(&digits).ok()
     }

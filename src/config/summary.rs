@@ -74,9 +74,10 @@ pub fn summary(cfg: &Config) -> String {
         &mut out,
         "SAs",
         cfg.sas.iter().map(|sa| {
-            let alg = match sa.algorithm {
-                Algorithm::Aes128Gcm => "aes-128-gcm",
-                Algorithm::Aes256Gcm => "aes-256-gcm",
+            let alg = if sa.icv_len == sa.algorithm.default_icv_len() {
+                sa.algorithm.name().to_owned()
+            } else {
+                format!("{} icv {}", sa.algorithm.name(), sa.icv_len)
             };
             let mode = match sa.mode {
                 SaMode::Tunnel => "tunnel",
@@ -103,7 +104,7 @@ pub fn summary(cfg: &Config) -> String {
                 format!("SPI {}", sa.spi),
                 format!("{:#010x}", sa.spi),
                 dir(sa.direction).into(),
-                alg.into(),
+                alg,
                 format!("{mode} {} -> {}", sa.tunnel_src, sa.tunnel_dst),
                 window,
                 df.into(),

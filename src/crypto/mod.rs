@@ -9,9 +9,16 @@
 //!   [`QueuePair::enqueue_burst`] and [`QueuePair::dequeue_burst`] are separate
 //!   calls so synchronous (software) and asynchronous (descriptor hardware)
 //!   devices look the same to the worker.
-//! * A [`CryptoOp`] names byte ranges of its buffer: the range to
-//!   encrypt/decrypt, where the ICV goes, the AAD and the IV. ESP framing is
-//!   not known here: `esp/` fills those fields.
+//! * A [`CryptoOp`] names byte ranges of its buffer: the cipher range, the
+//!   auth range, where the ICV goes; and carries the AAD (combined modes),
+//!   the auth trailer (ESN high bits for a separate MAC) and the IV. ESP
+//!   framing is not known here: `esp/` fills those fields
+//!   (`esp::describe_op`).
+//! * Every [`Algorithm`] (AES-GCM, AES-GMAC, ChaCha20-Poly1305, AES-CBC /
+//!   AES-CTR / NULL with HMAC-SHA1-96 or HMAC-SHA-256-128) is one software
+//!   transform (`soft::Transform`) that every backend runs through
+//!   `process_op`; [`DeviceInfo::capabilities`] lists each with its sizes
+//!   and `session_create` refuses anything not listed.
 //!
 //! * Queue pair life cycle (control thread): [`CryptoDevice::queue_pair_setup`]
 //!   hands the queue pair to its worker, started. [`CryptoDevice::queue_pair_stop`]
@@ -36,21 +43,223 @@ pub(crate) use gate::QpGate;
 
 use std::sync::Arc;
 
-/// AEAD algorithms a device may offer.
+/// The ESP transforms a device may offer: each is what one SA selects
+/// (`algorithm = "…"` in the config; [`Algorithm::name`]).
+///
+/// Combined-mode (AEAD) transforms take their associated data from
+/// [`CryptoOp::aad`] (then the op's auth range) and use a 4-byte salt from
+/// the key material with an 8-byte explicit IV as nonce. The others are a
+/// cipher (AES-CBC, AES-CTR or NULL) with a separate HMAC over the op's
+/// auth range followed by its auth trailer, encrypt-then-MAC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AeadAlgorithm {
+pub enum Algorithm {
     /// AES-GCM with a 128-bit key (NIST SP 800-38D; ESP use per RFC 4106).
     Aes128Gcm,
     /// AES-GCM with a 256-bit key.
     Aes256Gcm,
+    /// AES-GMAC with a 128-bit key: authentication only (RFC 4543).
+    Aes128Gmac,
+    /// AES-GMAC with a 256-bit key.
+    Aes256Gmac,
+    /// ChaCha20-Poly1305 (RFC 7634, RFC 8439), 256-bit key.
+    ChaCha20Poly1305,
+    /// AES-128-CBC (RFC 3602) with HMAC-SHA1-96 (RFC 2404).
+    Aes128CbcHmacSha1,
+    /// AES-256-CBC with HMAC-SHA1-96.
+    Aes256CbcHmacSha1,
+    /// AES-128-CBC with HMAC-SHA-256-128 (RFC 4868).
+    Aes128CbcHmacSha256,
+    /// AES-256-CBC with HMAC-SHA-256-128.
+    Aes256CbcHmacSha256,
+    /// AES-128-CTR (RFC 3686) with HMAC-SHA1-96.
+    Aes128CtrHmacSha1,
+    /// AES-256-CTR with HMAC-SHA1-96.
+    Aes256CtrHmacSha1,
+    /// AES-128-CTR with HMAC-SHA-256-128.
+    Aes128CtrHmacSha256,
+    /// AES-256-CTR with HMAC-SHA-256-128.
+    Aes256CtrHmacSha256,
+    /// NULL encryption (RFC 2410) with HMAC-SHA1-96.
+    NullHmacSha1,
+    /// NULL encryption with HMAC-SHA-256-128.
+    NullHmacSha256,
 }
 
-impl AeadAlgorithm {
-    /// AES key length in bytes (without the salt).
+/// Former name of [`Algorithm`], from when only AES-GCM existed.
+pub type AeadAlgorithm = Algorithm;
+
+/// The confidentiality part of an [`Algorithm`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Cipher {
+    /// AES-GCM (combined mode).
+    AesGcm,
+    /// AES-GMAC (combined mode, nothing encrypted).
+    AesGmac,
+    /// ChaCha20-Poly1305 (combined mode).
+    ChaCha20Poly1305,
+    /// AES-CBC, 16-byte explicit IV, whole blocks only.
+    AesCbc,
+    /// AES-CTR: 4-byte nonce from the key material ‖ 8-byte IV ‖ 32-bit
+    /// block counter starting at 1 (RFC 3686 §4).
+    AesCtr,
+    /// No encryption (RFC 2410): the data range is left as it is.
+    Null,
+}
+
+/// The separate integrity algorithm of an [`Algorithm`], if it has one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mac {
+    /// HMAC-SHA-1 truncated to 96 bits (RFC 2404), 160-bit key.
+    HmacSha1_96,
+    /// HMAC-SHA-256 truncated to 128 bits (RFC 4868), 256-bit key.
+    HmacSha256_128,
+}
+
+impl Mac {
+    /// Key length in bytes (RFC 2404 §3, RFC 4868 §2.1.1).
     pub fn key_len(self) -> usize {
         match self {
-            AeadAlgorithm::Aes128Gcm => 16,
-            AeadAlgorithm::Aes256Gcm => 32,
+            Mac::HmacSha1_96 => 20,
+            Mac::HmacSha256_128 => 32,
+        }
+    }
+    /// Truncated output (ICV) length in bytes.
+    pub fn icv_len(self) -> usize {
+        match self {
+            Mac::HmacSha1_96 => 12,
+            Mac::HmacSha256_128 => 16,
+        }
+    }
+}
+
+impl Algorithm {
+    /// Every algorithm, in the order the devices list them.
+    pub const ALL: [Algorithm; 15] = [
+        Algorithm::Aes128Gcm,
+        Algorithm::Aes256Gcm,
+        Algorithm::Aes128Gmac,
+        Algorithm::Aes256Gmac,
+        Algorithm::ChaCha20Poly1305,
+        Algorithm::Aes128CbcHmacSha1,
+        Algorithm::Aes256CbcHmacSha1,
+        Algorithm::Aes128CbcHmacSha256,
+        Algorithm::Aes256CbcHmacSha256,
+        Algorithm::Aes128CtrHmacSha1,
+        Algorithm::Aes256CtrHmacSha1,
+        Algorithm::Aes128CtrHmacSha256,
+        Algorithm::Aes256CtrHmacSha256,
+        Algorithm::NullHmacSha1,
+        Algorithm::NullHmacSha256,
+    ];
+
+    /// The name an SA selects it by in the config (`algorithm = "…"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Aes128Gcm => "aes-128-gcm",
+            Algorithm::Aes256Gcm => "aes-256-gcm",
+            Algorithm::Aes128Gmac => "aes-128-gmac",
+            Algorithm::Aes256Gmac => "aes-256-gmac",
+            Algorithm::ChaCha20Poly1305 => "chacha20-poly1305",
+            Algorithm::Aes128CbcHmacSha1 => "aes-128-cbc-hmac-sha1",
+            Algorithm::Aes256CbcHmacSha1 => "aes-256-cbc-hmac-sha1",
+            Algorithm::Aes128CbcHmacSha256 => "aes-128-cbc-hmac-sha256",
+            Algorithm::Aes256CbcHmacSha256 => "aes-256-cbc-hmac-sha256",
+            Algorithm::Aes128CtrHmacSha1 => "aes-128-ctr-hmac-sha1",
+            Algorithm::Aes256CtrHmacSha1 => "aes-256-ctr-hmac-sha1",
+            Algorithm::Aes128CtrHmacSha256 => "aes-128-ctr-hmac-sha256",
+            Algorithm::Aes256CtrHmacSha256 => "aes-256-ctr-hmac-sha256",
+            Algorithm::NullHmacSha1 => "null-hmac-sha1",
+            Algorithm::NullHmacSha256 => "null-hmac-sha256",
+        }
+    }
+
+    /// The confidentiality part.
+    pub fn cipher(self) -> Cipher {
+        use Algorithm::*;
+        match self {
+            Aes128Gcm | Aes256Gcm => Cipher::AesGcm,
+            Aes128Gmac | Aes256Gmac => Cipher::AesGmac,
+            ChaCha20Poly1305 => Cipher::ChaCha20Poly1305,
+            Aes128CbcHmacSha1 | Aes256CbcHmacSha1 | Aes128CbcHmacSha256 | Aes256CbcHmacSha256 => Cipher::AesCbc,
+            Aes128CtrHmacSha1 | Aes256CtrHmacSha1 | Aes128CtrHmacSha256 | Aes256CtrHmacSha256 => Cipher::AesCtr,
+            NullHmacSha1 | NullHmacSha256 => Cipher::Null,
+        }
+    }
+
+    /// The separate integrity algorithm; `None` for combined modes.
+    pub fn mac(self) -> Option<Mac> {
+        use Algorithm::*;
+        match self {
+            Aes128Gcm | Aes256Gcm | Aes128Gmac | Aes256Gmac | ChaCha20Poly1305 => None,
+            Aes128CbcHmacSha1 | Aes256CbcHmacSha1 | Aes128CtrHmacSha1 | Aes256CtrHmacSha1 | NullHmacSha1 => Some(Mac::HmacSha1_96),
+            _ => Some(Mac::HmacSha256_128),
+        }
+    }
+
+    /// Combined mode (AEAD or GMAC): integrity from the cipher itself.
+    pub fn is_combined(self) -> bool {
+        self.mac().is_none()
+    }
+
+    /// Cipher key length in bytes, without salt or nonce (0 for NULL).
+    pub fn key_len(self) -> usize {
+        use Algorithm::*;
+        match self {
+            Aes128Gcm | Aes128Gmac | Aes128CbcHmacSha1 | Aes128CbcHmacSha256 | Aes128CtrHmacSha1 | Aes128CtrHmacSha256 => 16,
+            Aes256Gcm | Aes256Gmac | Aes256CbcHmacSha1 | Aes256CbcHmacSha256 | Aes256CtrHmacSha1 | Aes256CtrHmacSha256 => 32,
+            ChaCha20Poly1305 => 32,
+            NullHmacSha1 | NullHmacSha256 => 0,
+        }
+    }
+
+    /// Bytes of salt (GCM, GMAC, ChaCha20-Poly1305) or nonce (CTR) taken
+    /// from the end of the key material: 4, or 0 for CBC and NULL.
+    pub fn salt_len(self) -> usize {
+        match self.cipher() {
+            Cipher::AesCbc | Cipher::Null => 0,
+            _ => 4,
+        }
+    }
+
+    /// Integrity key length in bytes (0 for combined modes).
+    pub fn auth_key_len(self) -> usize {
+        self.mac().map_or(0, Mac::key_len)
+    }
+
+    /// Explicit IV length in the packet: 16 for CBC, 0 for NULL, else 8.
+    pub fn iv_len(self) -> usize {
+        match self.cipher() {
+            Cipher::AesCbc => 16,
+            Cipher::Null => 0,
+            _ => 8,
+        }
+    }
+
+    /// What the encrypted part of an ESP packet must be a multiple of
+    /// (RFC 4303 §2.4): the cipher block size of 16 for CBC (RFC 3602
+    /// §2.4), else the 4-byte ESP alignment.
+    pub fn block_size(self) -> usize {
+        match self.cipher() {
+            Cipher::AesCbc => 16,
+            _ => 4,
+        }
+    }
+
+    /// ICV lengths an SA may choose: 8, 12 or 16 for AES-GCM (RFC 4106
+    /// §6), 16 for GMAC and ChaCha20-Poly1305, the MAC's truncation else.
+    pub fn icv_lens(self) -> &'static [usize] {
+        match (self.cipher(), self.mac()) {
+            (Cipher::AesGcm, _) => &[8, 12, 16],
+            (_, Some(Mac::HmacSha1_96)) => &[12],
+            _ => &[16],
+        }
+    }
+
+    /// The ICV length used when the SA does not choose one.
+    pub fn default_icv_len(self) -> usize {
+        match self.mac() {
+            Some(m) => m.icv_len(),
+            None => 16,
         }
     }
 }
@@ -66,34 +275,49 @@ pub enum CipherDirection {
 
 /// What a session does: the transform and its key material.
 ///
-/// The nonce of every op is `salt ‖ op.iv` (RFC 4106 §4: 4-byte salt from the
-/// key material, 8-byte explicit IV from the packet).
+/// Combined modes and AES-CTR build their nonce as `salt ‖ op.iv[..8]`
+/// (RFC 4106 §4, RFC 4543 §3.1, RFC 7634 §2, RFC 3686 §4: the 4-byte salt
+/// or nonce is the end of the key material); CBC takes its IV from
+/// `op.iv[..16]`; NULL has none.
 pub struct SymXform {
     /// Algorithm.
-    pub algorithm: AeadAlgorithm,
+    pub algorithm: Algorithm,
     /// Encrypt or decrypt.
     pub direction: CipherDirection,
-    /// AES key, `algorithm.key_len()` bytes.
+    /// Cipher key, `algorithm.key_len()` bytes (empty for NULL).
     pub key: Vec<u8>,
-    /// 4-byte salt.
+    /// 4-byte salt (GCM, GMAC, ChaCha20-Poly1305) or nonce (CTR); ignored
+    /// by CBC and NULL.
     pub salt: [u8; 4],
-    /// ICV length in bytes (16).
+    /// ICV length in bytes, one of `algorithm.icv_lens()`.
     pub icv_len: usize,
+    /// Integrity key, `algorithm.auth_key_len()` bytes (empty for combined
+    /// modes).
+    pub auth_key: Vec<u8>,
 }
 
 /// One algorithm a device supports, with its sizes in bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Capability {
     /// Algorithm.
-    pub algorithm: AeadAlgorithm,
-    /// Supported key lengths.
+    pub algorithm: Algorithm,
+    /// Cipher key length (without salt or nonce; 0 for NULL).
     pub key_len: usize,
+    /// Salt or nonce length taken from the key material.
+    pub salt_len: usize,
+    /// Integrity key length (0 for combined modes).
+    pub auth_key_len: usize,
     /// Explicit IV length.
     pub iv_len: usize,
     /// Supported ICV lengths.
     pub icv_lens: &'static [usize],
-    /// Maximum AAD length.
+    /// Maximum AAD length carried in the op (`CryptoOp::aad`).
     pub max_aad_len: usize,
+    /// Maximum auth trailer length (`CryptoOp::auth_trailer`; 0 for
+    /// combined modes, which carry ESN high bits in the AAD).
+    pub max_auth_trailer_len: usize,
+    /// The cipher range must be a multiple of this (16 for CBC, else 1).
+    pub data_align: usize,
 }
 
 /// Device feature flags.
@@ -263,41 +487,84 @@ pub enum OpStatus {
 /// One crypto operation on a buffer `B` (the data path uses the gateway's
 /// packet buffer; anything that is `AsMut<[u8]>` works).
 ///
-/// Ranges are byte offsets into `buf.as_mut()`: `[data_offset, data_offset +
-/// data_len)` is encrypted or decrypted in place; the ICV is written to or
-/// read from `[icv_offset, icv_offset + icv_len)`; the AAD is
-/// `aad[..aad_len]`.
+/// Ranges are byte offsets into `buf.as_mut()`:
+/// * cipher range `[data_offset, data_offset + data_len)`: encrypted or
+///   decrypted in place (left as it is by NULL; must be empty for GMAC; a
+///   multiple of 16 for CBC);
+/// * auth range `[auth_offset, auth_offset + auth_len)`: for a separate MAC
+///   the MAC input is `auth range ‖ auth_trailer[..auth_trailer_len]` (ESP:
+///   header to the end of the ciphertext, then the ESN high bits, RFC 4303
+///   §2.2.1), computed over the ciphertext (encrypt-then-MAC) and verified
+///   before anything is decrypted; for combined modes the associated data is
+///   `aad[..aad_len] ‖ auth range` (GMAC: IV and payload, RFC 4543 §3.3;
+///   ChaCha20-Poly1305 takes no auth range);
+/// * the ICV is written to or read from `[icv_offset, icv_offset +
+///   session.icv_len())`, which overlaps neither range.
+///
+/// Nothing is copied: the trailer and AAD travel in the op, the data stay
+/// in the buffer.
 pub struct CryptoOp<B> {
     /// Session to use (its device must be the queue pair's).
     pub session: Arc<Session>,
     /// The buffer, owned by the op while it is in the device.
     pub buf: B,
-    /// Start of the data range.
+    /// Start of the cipher range.
     pub data_offset: u32,
-    /// Length of the data range.
+    /// Length of the cipher range.
     pub data_len: u32,
+    /// Start of the auth range.
+    pub auth_offset: u32,
+    /// Length of the auth range.
+    pub auth_len: u32,
     /// Start of the ICV.
     pub icv_offset: u32,
-    /// AAD bytes (at most 16).
+    /// AAD bytes of combined modes (at most 16).
     pub aad: [u8; 16],
-    /// AAD length.
+    /// AAD length (0 for a separate MAC).
     pub aad_len: u8,
-    /// Explicit 8-byte IV.
-    pub iv: [u8; 8],
+    /// Bytes a separate MAC covers after the auth range (ESN high bits).
+    pub auth_trailer: [u8; 4],
+    /// Auth trailer length, 0 or 4 (0 for combined modes).
+    pub auth_trailer_len: u8,
+    /// Explicit IV: the first `session.algorithm().iv_len()` bytes are used.
+    pub iv: [u8; 16],
     /// Result, set by the device.
     pub status: OpStatus,
     /// Opaque to the device; returned as given.
     pub user: [u64; 2],
 }
 
+impl<B> CryptoOp<B> {
+    /// An op on `buf` with every range empty, no AAD, trailer or IV, not
+    /// processed: the caller fills in what its transform needs.
+    pub fn new(session: Arc<Session>, buf: B) -> CryptoOp<B> {
+        CryptoOp {
+            session,
+            buf,
+            data_offset: 0,
+            data_len: 0,
+            auth_offset: 0,
+            auth_len: 0,
+            icv_offset: 0,
+            aad: [0; 16],
+            aad_len: 0,
+            auth_trailer: [0; 4],
+            auth_trailer_len: 0,
+            iv: [0; 16],
+            status: OpStatus::NotProcessed,
+            user: [0; 2],
+        }
+    }
+}
+
 /// An immutable session: transform and expanded key schedule.
 pub struct Session {
     id: u64,
-    algorithm: AeadAlgorithm,
+    algorithm: Algorithm,
     direction: CipherDirection,
     icv_len: usize,
     salt: [u8; 4],
-    pub(crate) ctx: soft::AeadCtx,
+    pub(crate) ctx: soft::Transform,
 }
 
 impl Session {
@@ -306,7 +573,7 @@ impl Session {
         self.id
     }
     /// Algorithm.
-    pub fn algorithm(&self) -> AeadAlgorithm {
+    pub fn algorithm(&self) -> Algorithm {
         self.algorithm
     }
     /// Encrypt or decrypt.
@@ -405,26 +672,40 @@ pub trait CryptoDevice: Send + Sync {
     }
 }
 
-/// The AES-GCM capabilities of the software transform, offered by every
-/// backend since they all run it.
-pub(crate) fn gcm_capabilities() -> Vec<Capability> {
-    [AeadAlgorithm::Aes128Gcm, AeadAlgorithm::Aes256Gcm]
+/// The capabilities of the software transform (every [`Algorithm`]),
+/// offered by every backend since they all run it.
+pub(crate) fn soft_capabilities() -> Vec<Capability> {
+    Algorithm::ALL
         .into_iter()
-        .map(|a| Capability { algorithm: a, key_len: a.key_len(), iv_len: 8, icv_lens: &[16], max_aad_len: 16 })
+        .map(|a| Capability {
+            algorithm: a,
+            key_len: a.key_len(),
+            salt_len: a.salt_len(),
+            auth_key_len: a.auth_key_len(),
+            iv_len: a.iv_len(),
+            icv_lens: a.icv_lens(),
+            max_aad_len: if a.is_combined() { 16 } else { 0 },
+            max_auth_trailer_len: if a.is_combined() { 0 } else { 4 },
+            data_align: if a.cipher() == Cipher::AesCbc { 16 } else { 1 },
+        })
         .collect()
 }
 
 /// Checks a transform against a capability list; shared by every backend.
 pub(crate) fn check_xform(driver: &'static str, caps: &[Capability], x: &SymXform) -> Result<(), CryptoError> {
-    let ok = caps.iter().any(|c| c.algorithm == x.algorithm && c.key_len == x.key.len() && c.icv_lens.contains(&x.icv_len));
-    if ok {
-        Ok(())
+    let Some(c) = caps.iter().find(|c| c.algorithm == x.algorithm) else {
+        return Err(CryptoError::Unsupported { driver, what: format!("{} is not offered", x.algorithm.name()) });
+    };
+    let what = if c.key_len != x.key.len() {
+        format!("{} with a {}-byte key (expects {})", x.algorithm.name(), x.key.len(), c.key_len)
+    } else if c.auth_key_len != x.auth_key.len() {
+        format!("{} with a {}-byte integrity key (expects {})", x.algorithm.name(), x.auth_key.len(), c.auth_key_len)
+    } else if !c.icv_lens.contains(&x.icv_len) {
+        format!("{} with a {}-byte ICV (offers {:?})", x.algorithm.name(), x.icv_len, c.icv_lens)
     } else {
-        Err(CryptoError::Unsupported {
-            driver,
-            what: format!("{:?} with {}-byte key and {}-byte ICV", x.algorithm, x.key.len(), x.icv_len),
-        })
-    }
+        return Ok(());
+    };
+    Err(CryptoError::Unsupported { driver, what })
 }
 
 /// Builds a session from a checked transform; shared by every backend.
@@ -435,38 +716,84 @@ pub(crate) fn new_session(id: u64, x: &SymXform) -> Session {
         direction: x.direction,
         icv_len: x.icv_len,
         salt: x.salt,
-        ctx: soft::AeadCtx::new(x.algorithm, &x.key),
+        ctx: soft::Transform::new(x.algorithm, &x.key, &x.auth_key),
     }
 }
 
-/// Runs one op synchronously with the software primitives and sets its
-/// status. Shared by every backend (the descriptor device's engines call it
-/// too); never panics on bad ranges.
+/// Runs one op synchronously with the software transform and sets its
+/// status: `InvalidOp` for ranges outside the buffer, an ICV overlapping a
+/// range, AAD or trailer on the wrong kind of transform, a CBC range that is
+/// not whole blocks, a GMAC op with a cipher range or a ChaCha20-Poly1305 op
+/// with an auth range. Shared by every backend (the descriptor device's engines call it
+/// too); never panics on bad ranges. An op that fails leaves its buffer as
+/// it was (a failed ICV check decrypts nothing).
 pub(crate) fn process_op<B: AsMut<[u8]>>(op: &mut CryptoOp<B>) {
     let s = &*op.session;
     let buf = op.buf.as_mut();
-    let d0 = op.data_offset as usize;
-    let d1 = d0 + op.data_len as usize;
-    let i0 = op.icv_offset as usize;
-    let i1 = i0 + s.icv_len;
-    if d1 > buf.len() || i1 > buf.len() || (i0 < d1 && d0 < i1) || op.aad_len as usize > op.aad.len() {
+    let Some(r) = OpRanges::check(op.data_offset, op.data_len, op.auth_offset, op.auth_len, op.icv_offset, s.icv_len, buf.len()) else {
+        op.status = OpStatus::InvalidOp;
+        return;
+    };
+    let alg = s.algorithm;
+    let combined = alg.is_combined();
+    let aad_len = op.aad_len as usize;
+    let trailer_len = op.auth_trailer_len as usize;
+    let shape_ok = aad_len <= op.aad.len()
+        && trailer_len <= op.auth_trailer.len()
+        && (combined || aad_len == 0)
+        && (!combined || trailer_len == 0)
+        && match alg.cipher() {
+            Cipher::AesCbc => r.data.len() % 16 == 0,
+            Cipher::AesGmac => r.data.is_empty(),
+            Cipher::ChaCha20Poly1305 => r.auth.is_empty(),
+            _ => true,
+        };
+    if !shape_ok {
         op.status = OpStatus::InvalidOp;
         return;
     }
     let mut nonce = [0u8; 12];
     nonce[..4].copy_from_slice(&s.salt);
-    nonce[4..].copy_from_slice(&op.iv);
-    let aad = &op.aad[..op.aad_len as usize];
-    // Split so the data and ICV ranges can be borrowed at once.
-    let (data, icv) = if d1 <= i0 {
-        let (a, b) = buf.split_at_mut(i0);
-        (&mut a[d0..d1], &mut b[..s.icv_len])
-    } else {
-        let (a, b) = buf.split_at_mut(d0);
-        (&mut b[..d1 - d0], &mut a[i0..i1])
+    nonce[4..].copy_from_slice(&op.iv[..8]);
+    let args = soft::OpArgs {
+        nonce: &nonce,
+        iv: &op.iv,
+        aad: &op.aad[..aad_len],
+        trailer: &op.auth_trailer[..trailer_len],
+        icv_len: s.icv_len,
     };
     op.status = match s.direction {
-        CipherDirection::Encrypt => s.ctx.seal(&nonce, aad, data, icv),
-        CipherDirection::Decrypt => s.ctx.open(&nonce, aad, data, icv),
+        CipherDirection::Encrypt => s.ctx.seal(&args, buf, &r),
+        CipherDirection::Decrypt => s.ctx.open(&args, buf, &r),
     };
+}
+
+/// The checked ranges of one op.
+pub(crate) struct OpRanges {
+    /// Cipher range.
+    pub(crate) data: std::ops::Range<usize>,
+    /// Auth range.
+    pub(crate) auth: std::ops::Range<usize>,
+    /// ICV.
+    pub(crate) icv: std::ops::Range<usize>,
+}
+
+impl OpRanges {
+    /// All three ranges inside a buffer of `len` bytes, the ICV overlapping
+    /// neither other range; `None` otherwise.
+    fn check(d0: u32, dl: u32, a0: u32, al: u32, i0: u32, il: usize, len: usize) -> Option<OpRanges> {
+        let range = |o: u32, l: usize| {
+            let o = o as usize;
+            let end = o.checked_add(l)?;
+            (end <= len).then_some(o..end)
+        };
+        let data = range(d0, dl as usize)?;
+        let auth = range(a0, al as usize)?;
+        let icv = range(i0, il)?;
+        let overlaps = |r: &std::ops::Range<usize>| !r.is_empty() && r.start < icv.end && icv.start < r.end;
+        if overlaps(&data) || overlaps(&auth) {
+            return None;
+        }
+        Some(OpRanges { data, auth, icv })
+    }
 }

@@ -17,7 +17,8 @@ const TAG_INBOUND: u64 = 1 << 63;
 /// Packs what the owner and `finish` need into a handoff tag / an op's
 /// `user[1]`: direction (bit 63), SA index (bits 32..63), a 16-bit auxiliary
 /// value (bits 16..32: inner length for outbound ops, ESP offset for handed
-/// inbound packets), receive port (bits 0..16).
+/// inbound packets, outer DS + ECN byte for inbound ops), receive port
+/// (bits 0..16).
 #[inline]
 fn tag(inbound: bool, sa: usize, aux: usize, port: u16) -> u64 {
     (if inbound { TAG_INBOUND } else { 0 }) | ((sa as u64 & 0x7fff_ffff) << 32) | ((aux as u64 & 0xffff) << 16) | port as u64
@@ -347,9 +348,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let Some(e) = t.sad.inbound.get(i) else {
             return self.drop_buf(port, DropReason::NoSa, buf);
         };
+        // The frame still starts with Ethernet + the outer IPv4 header.
+        let outer_tos = buf.frame().get(ethernet::HEADER_LEN + ipv4::TOS).copied().unwrap_or(0);
         match inbound::prepare(&e.sa, &self.in_state[i], buf, aux as usize) {
             Ok(mut op) => {
-                op.user[1] = tag(true, i, 0, port as u16);
+                op.user[1] = tag(true, i, outer_tos as usize, port as u16);
                 self.ops.push(op);
             }
             Err((err, b)) => {
@@ -511,7 +514,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let (Some(e), Some(st)) = (t.sad.inbound.get(i), self.in_state.get_mut(i)) else {
             return self.drop_buf(port, DropReason::NoSa, op.buf);
         };
-        let mut buf = match inbound::finish(st, op) {
+        // For inbound ops the tag's aux field is the outer DS + ECN byte.
+        let outer_tos = inner_len as u8;
+        let mut buf = match inbound::finish(st, op, outer_tos) {
             Ok(b) => b,
             Err((err, b)) => {
                 self.counters.sa_in[i].errors.add(1);

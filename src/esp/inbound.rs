@@ -2,31 +2,37 @@
 //! §3.4), with the anti-replay check before crypto and the window update
 //! after the ICV verified (§3.4.3).
 
-use super::{gcm_aad, parse_trailer, EspError, InboundSa, InboundState, ESP_HEADER_LEN, GCM_ALIGN, GCM_IV_LEN};
+use super::{describe_op, encrypted_part, front_len, parse_trailer, EspError, InboundSa, InboundState, ESP_HEADER_LEN};
 use crate::crypto::{CryptoOp, OpStatus};
 use crate::esp::replay::ReplayError;
 use crate::io::PktBuf;
 use crate::wire::{ethernet, ipv4};
 
 /// Checks the ESP packet at `esp_offset` in `buf` (a frame already trimmed
-/// to the outer IPv4 total length) and describes the op that opens it.
+/// to the outer IPv4 total length) and describes the op that opens it
+/// ([`super::describe_op`]: with a separate MAC the ICV is verified before
+/// anything is decrypted, RFC 4303 §3.4.4).
 ///
-/// Checks, in order: long enough for header + IV + a 4-byte encrypted part +
-/// ICV and the encrypted part a multiple of 4 (RFC 4303 §2.4) → `BadLength`;
-/// sequence number not 0, not left of the window and not already seen
-/// (RFC 4303 §3.4.3, ESN high bits inferred per Appendix A2.2) →
-/// `SeqZero`/`Replay`. The window is not changed here.
+/// Checks, in order: long enough for header + the algorithm's IV + ICV,
+/// with an encrypted part that is not empty and a multiple of the
+/// algorithm's block size (4, or 16 for AES-CBC; RFC 4303 §2.4, RFC 3602
+/// §2.4) → `BadLength`; sequence number not 0, not left of the window and
+/// not already seen (RFC 4303 §3.4.3, ESN high bits inferred per Appendix
+/// A2.2) → `SeqZero`/`Replay`. The window is not changed here.
 pub fn prepare(sa: &InboundSa, st: &InboundState, buf: PktBuf, esp_offset: usize) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+    let alg = sa.session.algorithm();
     let icv_len = sa.session.icv_len();
-    let front = ESP_HEADER_LEN + GCM_IV_LEN;
+    let front = front_len(alg);
     let f = buf.frame();
     let Some(esp) = f.get(esp_offset..) else {
         return Err((EspError::BadLength, buf));
     };
-    if esp.len() < front + GCM_ALIGN + icv_len || !(esp.len() - front - icv_len).is_multiple_of(GCM_ALIGN) {
+    let Some(enc_len) = esp.len().checked_sub(front + icv_len) else {
+        return Err((EspError::BadLength, buf));
+    };
+    if enc_len == 0 || !enc_len.is_multiple_of(alg.block_size()) {
         return Err((EspError::BadLength, buf));
     }
-    let ct_len = esp.len() - front - icv_len;
     let seq_lo = u32::from_be_bytes([esp[4], esp[5], esp[6], esp[7]]);
     let seq = if sa.esn { st.window.infer_esn(seq_lo) } else { seq_lo as u64 };
     match st.window.check(seq) {
@@ -34,32 +40,23 @@ pub fn prepare(sa: &InboundSa, st: &InboundState, buf: PktBuf, esp_offset: usize
         Err(ReplayError::Zero) => return Err((EspError::SeqZero, buf)),
         Err(_) => return Err((EspError::Replay, buf)),
     }
-    let mut iv = [0u8; 8];
-    iv.copy_from_slice(&esp[ESP_HEADER_LEN..front]);
-    let (aad, aad_len) = gcm_aad(sa.spi, seq, sa.esn);
-    let data_offset = (esp_offset + front) as u32;
-    Ok(CryptoOp {
-        session: sa.session.clone(),
-        buf,
-        data_offset,
-        data_len: ct_len as u32,
-        icv_offset: data_offset + ct_len as u32,
-        aad,
-        aad_len,
-        iv,
-        status: OpStatus::NotProcessed,
-        user: [seq, esp_offset as u64],
-    })
+    let mut iv = [0u8; 16];
+    iv[..front - ESP_HEADER_LEN].copy_from_slice(&esp[ESP_HEADER_LEN..front]);
+    let mut op = CryptoOp::new(sa.session.clone(), buf);
+    op.iv = iv;
+    describe_op(&mut op, esp_offset, enc_len, sa.spi, seq, sa.esn);
+    op.user = [seq, esp_offset as u64];
+    Ok(op)
 }
 
 /// Completes an inbound op: ICV verified → window updated → trailer checked
 /// (pad length, padding 1, 2, 3, …) → next header 4 (59 = dummy) → inner
 /// IPv4 checked, TFC padding after its total length discarded (RFC 4303
 /// §2.7) → outer ECN folded into the inner header (RFC 6040 §4.2; outer CE
-/// over inner Not-ECT is `EcnDrop`). The buffer must still hold the outer
-/// Ethernet and IPv4 headers at its front (as `prepare` left it). On success the frame is 14 bytes of Ethernet header (to be filled
+/// over inner Not-ECT is `EcnDrop`). `outer_tos` is the outer header's DS +
+/// ECN byte as received (0 when there is none). On success the frame is 14 bytes of Ethernet header (to be filled
 /// by routing) followed by the inner packet exactly as it was sent.
-pub fn finish(st: &mut InboundState, op: CryptoOp<PktBuf>) -> Result<PktBuf, (EspError, PktBuf)> {
+pub fn finish(st: &mut InboundState, op: CryptoOp<PktBuf>, outer_tos: u8) -> Result<PktBuf, (EspError, PktBuf)> {
     match op.status {
         OpStatus::Success => {}
         OpStatus::AuthFailed => return Err((EspError::AuthFailed, op.buf)),
@@ -67,13 +64,13 @@ pub fn finish(st: &mut InboundState, op: CryptoOp<PktBuf>) -> Result<PktBuf, (Es
         _ => return Err((EspError::CryptoError, op.buf)),
     }
     let seq = op.user[0];
+    let enc = encrypted_part(&op);
     let mut buf = op.buf;
     if st.window.commit(seq).is_err() {
         return Err((EspError::Replay, buf));
     }
-    let d0 = op.data_offset as usize;
-    let d1 = d0 + op.data_len as usize;
-    let Some(plain) = buf.frame().get(d0..d1) else {
+    let d0 = enc.start;
+    let Some(plain) = buf.frame().get(enc) else {
         return Err((EspError::BadLength, buf));
     };
     let (payload_len, next_header) = match parse_trailer(plain) {
@@ -92,7 +89,6 @@ pub fn finish(st: &mut InboundState, op: CryptoOp<PktBuf>) -> Result<PktBuf, (Es
     };
     // RFC 6040 §4.2: fold the outer ECN field into the inner one; the DS
     // field is not copied back (RFC 4301 §5.1.2.1).
-    let outer_tos = buf.frame().get(ethernet::HEADER_LEN + ipv4::TOS).copied().unwrap_or(0);
     let Some(ecn) = super::ecn::decap(outer_tos, inner_tos) else {
         return Err((EspError::EcnDrop, buf));
     };

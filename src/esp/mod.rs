@@ -10,21 +10,34 @@
 
 pub mod ecn;
 pub mod inbound;
+pub mod iv;
 pub mod outbound;
 pub mod replay;
 pub mod sa;
 
+pub use iv::IvGen;
 pub use sa::{DfMode, InboundSa, InboundState, OutboundSa, OutboundState};
+
+use crate::crypto::{Algorithm, Cipher, CryptoOp};
 
 /// ESP header length: SPI + sequence number (RFC 4303 §2).
 pub const ESP_HEADER_LEN: usize = 8;
-/// Explicit IV length for AES-GCM (RFC 4106 §3.1).
+/// Explicit IV length for AES-GCM (RFC 4106 §3.1); other algorithms:
+/// [`Algorithm::iv_len`].
 pub const GCM_IV_LEN: usize = 8;
 /// Pad Length + Next Header.
 pub const TRAILER_LEN: usize = 2;
 /// Alignment of the encrypted part (RFC 4303 §2.4); GCM is a stream mode, so
-/// 4 bytes is the only constraint.
+/// 4 bytes is the only constraint. Other algorithms: [`Algorithm::block_size`]
+/// (16 for AES-CBC).
 pub const GCM_ALIGN: usize = 4;
+
+/// Bytes between the start of the ESP header and the encrypted part: SPI,
+/// sequence number and the algorithm's explicit IV.
+#[inline]
+pub fn front_len(alg: Algorithm) -> usize {
+    ESP_HEADER_LEN + alg.iv_len()
+}
 
 /// Why ESP processing refused a packet. Each maps to a counted drop reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,8 +113,10 @@ pub fn parse_trailer(plain: &[u8]) -> Result<(usize, u8), EspError> {
     Ok((payload_len, next_header))
 }
 
-/// AAD for ESP with AES-GCM (RFC 4106 §5): SPI ‖ seq (8 bytes), or with ESN
-/// SPI ‖ seq_hi ‖ seq_lo (12 bytes). Returns the AAD buffer and its length.
+/// AAD of the combined modes: SPI ‖ seq (8 bytes), or with ESN
+/// SPI ‖ seq_hi ‖ seq_lo (12 bytes) — AES-GCM (RFC 4106 §5), the part of
+/// AES-GMAC's AAD before the IV (RFC 4543 §3.3) and ChaCha20-Poly1305
+/// (RFC 7634 §2.1). Returns the AAD buffer and its length.
 #[inline]
 pub fn gcm_aad(spi: u32, seq: u64, esn: bool) -> ([u8; 16], u8) {
     let mut aad = [0u8; 16];
@@ -114,6 +129,57 @@ pub fn gcm_aad(spi: u32, seq: u64, esn: bool) -> ([u8; 16], u8) {
         aad[4..8].copy_from_slice(&(seq as u32).to_be_bytes());
         (aad, 8)
     }
+}
+
+/// Describes the crypto of an ESP packet in `op` (whose session, buffer
+/// and IV are already set): the ESP header starts at `esp`, the encrypted
+/// part (payload, padding, Pad Length, Next Header) of `enc_len` bytes
+/// follows the IV, and the ICV follows it. This is the one place that maps
+/// ESP framing to op ranges:
+///
+/// * AES-GCM, ChaCha20-Poly1305: cipher range = encrypted part; AAD =
+///   SPI ‖ (seq_hi) ‖ seq_lo (RFC 4106 §5, RFC 7634 §2.1).
+/// * AES-GMAC: nothing encrypted; AAD = SPI ‖ (seq_hi) ‖ seq_lo, then the
+///   auth range IV ‖ payload ‖ trailer (RFC 4543 §3.3).
+/// * Cipher + HMAC (CBC, CTR, NULL): cipher range = encrypted part (left as
+///   it is by NULL); auth range = ESP header to the end of the ciphertext;
+///   with ESN the auth trailer is seq_hi, appended to the ICV input without
+///   being sent (RFC 4303 §2.2.1, §3.3.2.1).
+pub fn describe_op<B>(op: &mut CryptoOp<B>, esp: usize, enc_len: usize, spi: u32, seq: u64, esn: bool) {
+    let alg = op.session.algorithm();
+    let p0 = (esp + front_len(alg)) as u32;
+    let enc = enc_len as u32;
+    op.icv_offset = p0 + enc;
+    op.data_offset = p0;
+    op.data_len = enc;
+    op.auth_offset = p0;
+    op.auth_len = 0;
+    op.aad_len = 0;
+    op.auth_trailer_len = 0;
+    if alg.is_combined() {
+        (op.aad, op.aad_len) = gcm_aad(spi, seq, esn);
+        if alg.cipher() == Cipher::AesGmac {
+            op.data_len = 0;
+            op.auth_offset = (esp + ESP_HEADER_LEN) as u32;
+            op.auth_len = p0 + enc - op.auth_offset;
+        }
+    } else {
+        op.auth_offset = esp as u32;
+        op.auth_len = p0 + enc - esp as u32;
+        if esn {
+            op.auth_trailer = ((seq >> 32) as u32).to_be_bytes();
+            op.auth_trailer_len = 4;
+        }
+    }
+}
+
+/// The encrypted part of the ESP packet an op describes (after open: the
+/// plaintext payload, padding, Pad Length and Next Header), as a range of
+/// its buffer.
+pub fn encrypted_part<B>(op: &CryptoOp<B>) -> std::ops::Range<usize> {
+    let alg = op.session.algorithm();
+    let start = if alg.cipher() == Cipher::AesGmac { op.auth_offset as usize + alg.iv_len() } else { op.data_offset as usize };
+    start..op.icv_offset as usize
 }
 
 #[cfg(test)]

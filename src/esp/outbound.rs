@@ -1,34 +1,44 @@
 //! Outbound ESP: encapsulation in tunnel mode, IPv4 in IPv4 (RFC 4303
-//! §3.1.2, RFC 4106 for AES-GCM, header rules of RFC 4301 §5.1.2.1).
+//! §3.1.2; algorithms per [`crate::crypto::Algorithm`]; header rules of
+//! RFC 4301 §5.1.2.1).
 
-use super::{gcm_aad, pad_len, write_trailer, EspError, OutboundSa, OutboundState, ESP_HEADER_LEN, GCM_ALIGN, GCM_IV_LEN, TRAILER_LEN};
+use super::{describe_op, front_len, pad_len, write_trailer, EspError, OutboundSa, OutboundState, ESP_HEADER_LEN, GCM_IV_LEN, TRAILER_LEN};
 use crate::crypto::{CryptoOp, OpStatus, Session};
 use crate::io::PktBuf;
 use crate::wire::{esp as esp_hdr, ethernet, ipv4};
 use std::sync::Arc;
 
-/// Bytes tunnel mode adds in front of the inner packet: outer IPv4 (20) +
-/// ESP header (8) + IV (8).
+/// Bytes tunnel mode adds in front of the inner packet with AES-GCM: outer
+/// IPv4 (20) + ESP header (8) + IV (8). Other algorithms: outer IPv4 +
+/// [`super::front_len`].
 pub const TUNNEL_OVERHEAD_FRONT: usize = ipv4::MIN_HEADER_LEN + ESP_HEADER_LEN + GCM_IV_LEN;
 
-/// Frames `buf` (whose frame is the payload) as ESP: appends padding 1, 2,
-/// 3, …, Pad Length, `next_header` and room for the ICV; prepends SPI,
-/// sequence number (low 32 bits) and `iv`; returns the op that seals it.
-/// Offsets in the op are relative to the new frame start (the ESP header).
-/// On error the buffer comes back unchanged.
+/// Frames `buf` (whose frame is the payload) as ESP for `session`'s
+/// algorithm: appends padding 1, 2, 3, … to the algorithm's block size
+/// (16 for AES-CBC, else 4; RFC 4303 §2.4), Pad Length, `next_header` and
+/// room for the ICV; prepends SPI, sequence number (low 32 bits) and `iv`
+/// (`algorithm.iv_len()` bytes: 8, 16 for CBC, none for NULL); returns the
+/// op that seals it ([`super::describe_op`]). Offsets in the op are relative
+/// to the new frame start (the ESP header). On error (`NoRoom`, or
+/// `CryptoError` for an IV of the wrong length) the buffer comes back
+/// unchanged.
 pub fn encap(
     spi: u32,
     session: &Arc<Session>,
     seq: u64,
     esn: bool,
-    iv: [u8; 8],
+    iv: &[u8],
     next_header: u8,
     mut buf: PktBuf,
 ) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+    let alg = session.algorithm();
+    if iv.len() != alg.iv_len() {
+        return Err((EspError::CryptoError, buf));
+    }
     let payload_len = buf.len();
-    let pad = pad_len(payload_len, GCM_ALIGN);
+    let pad = pad_len(payload_len, alg.block_size());
     let icv_len = session.icv_len();
-    let front = ESP_HEADER_LEN + GCM_IV_LEN;
+    let front = front_len(alg);
     if buf.tailroom() < pad + TRAILER_LEN + icv_len || buf.headroom() < front {
         return Err((EspError::NoRoom, buf));
     }
@@ -37,21 +47,13 @@ pub fn encap(
     buf.prepend(front);
     let f = buf.frame_mut();
     esp_hdr::write_header(f, spi, seq as u32);
-    f[ESP_HEADER_LEN..front].copy_from_slice(&iv);
-    let data_len = (payload_len + pad + TRAILER_LEN) as u32;
-    let (aad, aad_len) = gcm_aad(spi, seq, esn);
-    Ok(CryptoOp {
-        session: session.clone(),
-        buf,
-        data_offset: front as u32,
-        data_len,
-        icv_offset: front as u32 + data_len,
-        aad,
-        aad_len,
-        iv,
-        status: OpStatus::NotProcessed,
-        user: [seq, 0],
-    })
+    f[ESP_HEADER_LEN..front].copy_from_slice(iv);
+    let enc_len = payload_len + pad + TRAILER_LEN;
+    let mut op = CryptoOp::new(session.clone(), buf);
+    op.iv[..iv.len()].copy_from_slice(iv);
+    describe_op(&mut op, 0, enc_len, spi, seq, esn);
+    op.user = [seq, 0];
+    Ok(op)
 }
 
 /// Encapsulates the Ethernet + IPv4 frame in `buf` with tunnel-mode SA `sa`.
@@ -61,9 +63,12 @@ pub fn encap(
 /// Ethernet (14 bytes, addresses filled in later by routing) + outer IPv4
 /// (TTL `sa.outer_ttl`, DS field and ECN copied from the inner header, DF
 /// per `sa.df`, protocol 50) + ESP + IV + inner packet + trailer + ICV room,
-/// and the op that seals it. The explicit IV is the 64-bit sequence number,
-/// unique for the key (RFC 4106 §3.1). Errors: `SeqExhausted` when the
-/// counter would cycle, `BadInner`/`NoRoom` on a frame that does not fit.
+/// and the op that seals it. The explicit IV comes from `sa.iv_gen`
+/// ([`super::iv`]): the 64-bit sequence number for counter modes (unique
+/// for the key, RFC 4106 §3.1, RFC 3686 §3.1), AES of it under the SA's IV
+/// key for CBC (unpredictable, RFC 3602 §3). Errors: `SeqExhausted` when the
+/// counter would cycle, `BadInner`/`NoRoom` on a frame that does not fit,
+/// `CryptoError` for a CBC SA built without an IV key.
 pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
     let (tos, inner_df, total) = {
         let f = buf.frame();
@@ -80,9 +85,14 @@ pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Resu
     let Some(seq) = st.next_seq(sa.esn) else {
         return Err((EspError::SeqExhausted, buf));
     };
+    let alg = sa.session.algorithm();
+    let mut iv = [0u8; 16];
+    if !sa.iv_gen.write(alg, seq, &mut iv) {
+        return Err((EspError::CryptoError, buf));
+    }
     buf.adj(ethernet::HEADER_LEN);
     buf.trim_to(total);
-    let mut op = match encap(sa.spi, &sa.session, seq, sa.esn, seq.to_be_bytes(), ipv4::PROTO_IPIP, buf) {
+    let mut op = match encap(sa.spi, &sa.session, seq, sa.esn, &iv[..alg.iv_len()], ipv4::PROTO_IPIP, buf) {
         Ok(op) => op,
         Err((e, mut b)) => {
             // Give the frame back as it came (Ethernet header still in front).
@@ -113,6 +123,7 @@ pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Resu
         sa.tunnel_dst,
     );
     op.data_offset += outer as u32;
+    op.auth_offset += outer as u32;
     op.icv_offset += outer as u32;
     Ok(op)
 }

@@ -1,6 +1,7 @@
 //! Security associations: the immutable part shared by every thread (cold)
 //! and the mutable part owned by the SA's worker (hot).
 
+use super::iv::IvGen;
 use super::replay::ReplayWindow;
 use crate::crypto::Session;
 use std::net::Ipv4Addr;
@@ -34,6 +35,9 @@ pub struct OutboundSa {
     pub df: DfMode,
     /// Extended sequence numbers (RFC 4303 §2.2.1).
     pub esn: bool,
+    /// Where the explicit IVs come from ([`IvGen::for_algorithm`] of the
+    /// session's algorithm: an IV key for AES-CBC).
+    pub iv_gen: IvGen,
     /// Worker that owns the SA's sequence counter.
     pub owner: usize,
 }

@@ -2,6 +2,8 @@
 //! `secgw::testkit::MemGateway`.
 #![allow(dead_code)]
 
+pub mod vectors;
+
 use secgw::control::stats;
 use secgw::crypto::soft::SoftQueuePair;
 use secgw::dataplane::Worker;

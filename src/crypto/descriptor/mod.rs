@@ -36,7 +36,7 @@ mod ring;
 mod sessions;
 
 use super::{
-    check_xform, gcm_capabilities, new_session, CryptoDevice, CryptoError, CryptoOp, DeviceFlags, DeviceInfo, QpConf, QpGate, QueuePair,
+    check_xform, new_session, soft_capabilities, CryptoDevice, CryptoError, CryptoOp, DeviceFlags, DeviceInfo, QpConf, QpGate, QueuePair,
     Session, SymXform,
 };
 use engine::Engines;
@@ -265,13 +265,13 @@ impl CryptoDevice for DescriptorDevice {
             driver: DRIVER,
             nb_queue_pairs: self.cfg.nb_queue_pairs,
             max_sessions_per_qp: self.cfg.max_sessions_per_qp,
-            capabilities: gcm_capabilities(),
+            capabilities: soft_capabilities(),
             flags: DeviceFlags { sync: false, hardware: true, attach_sessions: true },
         }
     }
 
     fn session_create(&self, xform: &SymXform) -> Result<Arc<Session>, CryptoError> {
-        check_xform(DRIVER, &gcm_capabilities(), xform)?;
+        check_xform(DRIVER, &soft_capabilities(), xform)?;
         Ok(Arc::new(new_session(self.next_session.fetch_add(1, Ordering::Relaxed), xform)))
     }
 

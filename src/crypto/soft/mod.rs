@@ -1,73 +1,27 @@
-//! The software crypto device: synchronous, in the worker, on RustCrypto's
-//! `aes-gcm`. Unlimited sessions per queue pair; no attach needed
+//! The software crypto device: synchronous, in the worker, on RustCrypto
+//! primitives (`transform.rs`: AES-GCM/GMAC from `aes` + `ctr` + `ghash`,
+//! ChaCha20-Poly1305, AES-CBC/CTR/NULL with HMAC-SHA1/SHA-256). Unlimited
+//! sessions per queue pair; no attach needed
 //! (`DeviceInfo::max_sessions_per_qp` 0, `flags.attach_sessions` false: the
 //! attach calls return `AttachNotSupported`). Queue pairs can be stopped and
 //! started like the descriptor device's; ops complete at enqueue, so a stop
 //! never leaves work in flight beyond the completions not yet dequeued.
 
+mod cipher_mac;
+mod gcm;
+mod transform;
+
+pub(crate) use transform::{OpArgs, Transform};
+
 use super::{
-    check_xform, gcm_capabilities, new_session, process_op, AeadAlgorithm, CryptoDevice, CryptoError, CryptoOp, DeviceFlags,
-    DeviceInfo, OpStatus, QpConf, QpGate, QueuePair, Session, SymXform,
+    check_xform, new_session, process_op, soft_capabilities, CryptoDevice, CryptoError, CryptoOp, DeviceFlags, DeviceInfo, QpConf,
+    QpGate, QueuePair, Session, SymXform,
 };
-use aes_gcm::aead::AeadInPlace;
-use aes_gcm::{Aes128Gcm, Aes256Gcm, KeyInit};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 const DRIVER: &str = "crypto_soft";
-
-/// Expanded AES-GCM key schedule.
-pub(crate) enum AeadCtx {
-    Aes128(Box<Aes128Gcm>),
-    Aes256(Box<Aes256Gcm>),
-}
-
-impl AeadCtx {
-    /// Expands `key` (length already checked against the algorithm).
-    pub(crate) fn new(alg: AeadAlgorithm, key: &[u8]) -> AeadCtx {
-        match alg {
-            AeadAlgorithm::Aes128Gcm => AeadCtx::Aes128(Box::new(Aes128Gcm::new(aes_gcm::Key::<Aes128Gcm>::from_slice(key)))),
-            AeadAlgorithm::Aes256Gcm => AeadCtx::Aes256(Box::new(Aes256Gcm::new(aes_gcm::Key::<Aes256Gcm>::from_slice(key)))),
-        }
-    }
-
-    /// Encrypts `data` in place and writes the 16-byte tag to `icv`.
-    pub(crate) fn seal(&self, nonce: &[u8; 12], aad: &[u8], data: &mut [u8], icv: &mut [u8]) -> OpStatus {
-        let n = aes_gcm::Nonce::from_slice(nonce);
-        let tag = match self {
-            AeadCtx::Aes128(c) => c.encrypt_in_place_detached(n, aad, data),
-            AeadCtx::Aes256(c) => c.encrypt_in_place_detached(n, aad, data),
-        };
-        match tag {
-            Ok(t) if icv.len() == t.len() => {
-                icv.copy_from_slice(&t);
-                OpStatus::Success
-            }
-            Ok(_) => OpStatus::InvalidOp,
-            Err(_) => OpStatus::DeviceError,
-        }
-    }
-
-    /// Verifies the tag in `icv` (constant time, inside `aes-gcm`) and
-    /// decrypts `data` in place; on failure `data` is unchanged.
-    pub(crate) fn open(&self, nonce: &[u8; 12], aad: &[u8], data: &mut [u8], icv: &[u8]) -> OpStatus {
-        if icv.len() != 16 {
-            return OpStatus::InvalidOp;
-        }
-        let n = aes_gcm::Nonce::from_slice(nonce);
-        let tag = aes_gcm::Tag::from_slice(icv);
-        let r = match self {
-            AeadCtx::Aes128(c) => c.decrypt_in_place_detached(n, aad, data, tag),
-            AeadCtx::Aes256(c) => c.decrypt_in_place_detached(n, aad, data, tag),
-        };
-        if r.is_ok() {
-            OpStatus::Success
-        } else {
-            OpStatus::AuthFailed
-        }
-    }
-}
 
 /// The software device.
 pub struct SoftDevice {
@@ -134,13 +88,13 @@ impl CryptoDevice for SoftDevice {
             driver: DRIVER,
             nb_queue_pairs: self.nb_queue_pairs,
             max_sessions_per_qp: 0,
-            capabilities: gcm_capabilities(),
+            capabilities: soft_capabilities(),
             flags: DeviceFlags { sync: true, hardware: false, attach_sessions: false },
         }
     }
 
     fn session_create(&self, xform: &SymXform) -> Result<Arc<Session>, CryptoError> {
-        check_xform(DRIVER, &gcm_capabilities(), xform)?;
+        check_xform(DRIVER, &soft_capabilities(), xform)?;
         Ok(Arc::new(new_session(self.next_session.fetch_add(1, Ordering::Relaxed), xform)))
     }
 
@@ -177,25 +131,21 @@ impl CryptoDevice for SoftDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crypto::CipherDirection;
+    use crate::crypto::{Algorithm, CipherDirection, OpStatus};
 
     fn xform(dir: CipherDirection) -> SymXform {
-        SymXform { algorithm: AeadAlgorithm::Aes128Gcm, direction: dir, key: vec![7; 16], salt: [1, 2, 3, 4], icv_len: 16 }
+        SymXform { algorithm: Algorithm::Aes128Gcm, direction: dir, key: vec![7; 16], salt: [1, 2, 3, 4], icv_len: 16, auth_key: Vec::new() }
     }
 
     fn op(s: &Arc<Session>, buf: Vec<u8>) -> CryptoOp<Vec<u8>> {
-        CryptoOp {
-            session: s.clone(),
-            buf,
-            data_offset: 8,
-            data_len: 32,
-            icv_offset: 40,
-            aad: [9; 16],
-            aad_len: 8,
-            iv: [5; 8],
-            status: OpStatus::NotProcessed,
-            user: [0; 2],
-        }
+        let mut op = CryptoOp::new(s.clone(), buf);
+        op.data_offset = 8;
+        op.data_len = 32;
+        op.icv_offset = 40;
+        op.aad = [9; 16];
+        op.aad_len = 8;
+        op.iv[..8].copy_from_slice(&[5; 8]);
+        op
     }
 
     #[test]

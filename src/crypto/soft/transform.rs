@@ -1,0 +1,103 @@
+//! The software transform of a session: one expanded key schedule per
+//! algorithm family, run on the ranges of an op. Shared by every backend
+//! through `crypto::process_op`.
+//!
+//! Contract of [`Transform::seal`] / [`Transform::open`]: the ranges were
+//! checked by the caller (inside the buffer, the ICV overlapping neither
+//! the cipher nor the auth range, CBC ranges whole blocks, GMAC's cipher
+//! range and ChaCha20-Poly1305's auth range empty). `open` verifies the ICV
+//! in constant time before it decrypts anything, so a failed op leaves the
+//! buffer as it was (RFC 4303 §3.4.4).
+
+use super::cipher_mac::CipherMac;
+use super::gcm::Gcm;
+use crate::crypto::{Algorithm, Cipher, OpRanges, OpStatus};
+use aes::{Aes128, Aes256};
+use chacha20poly1305::aead::AeadInPlace;
+use chacha20poly1305::{ChaCha20Poly1305, KeyInit};
+
+/// Per-op inputs besides the buffer.
+pub(crate) struct OpArgs<'a> {
+    /// `salt ‖ iv[..8]`: GCM, GMAC, ChaCha20-Poly1305, and CTR (whose
+    /// counter block is this nonce ‖ 32-bit counter).
+    pub(crate) nonce: &'a [u8; 12],
+    /// The op's IV (CBC uses all 16 bytes).
+    pub(crate) iv: &'a [u8; 16],
+    /// Combined modes: AAD that precedes the auth range.
+    pub(crate) aad: &'a [u8],
+    /// Separate MAC: bytes after the auth range (ESN high bits).
+    pub(crate) trailer: &'a [u8],
+    /// ICV length (the session's).
+    pub(crate) icv_len: usize,
+}
+
+/// Expanded keys of one session.
+pub(crate) enum Transform {
+    /// AES-128-GCM and AES-128-GMAC.
+    Gcm128(Box<Gcm<Aes128>>),
+    /// AES-256-GCM and AES-256-GMAC.
+    Gcm256(Box<Gcm<Aes256>>),
+    /// ChaCha20-Poly1305.
+    ChaCha(Box<ChaCha20Poly1305>),
+    /// AES-CBC, AES-CTR or NULL with an HMAC.
+    CipherMac(Box<CipherMac>),
+}
+
+impl Transform {
+    /// Expands `key` and `auth_key` (lengths already checked against the
+    /// algorithm by `check_xform`).
+    pub(crate) fn new(alg: Algorithm, key: &[u8], auth_key: &[u8]) -> Transform {
+        match alg.cipher() {
+            Cipher::AesGcm | Cipher::AesGmac if key.len() == 16 => Transform::Gcm128(Box::new(Gcm::new(key))),
+            Cipher::AesGcm | Cipher::AesGmac => Transform::Gcm256(Box::new(Gcm::new(key))),
+            Cipher::ChaCha20Poly1305 => Transform::ChaCha(Box::new(ChaCha20Poly1305::new(chacha20poly1305::Key::from_slice(key)))),
+            Cipher::AesCbc | Cipher::AesCtr | Cipher::Null => Transform::CipherMac(Box::new(CipherMac::new(alg, key, auth_key))),
+        }
+    }
+
+    /// Encrypts the cipher range and writes the ICV.
+    pub(crate) fn seal(&self, a: &OpArgs<'_>, buf: &mut [u8], r: &OpRanges) -> OpStatus {
+        match self {
+            Transform::Gcm128(g) => g.seal(a, buf, r),
+            Transform::Gcm256(g) => g.seal(a, buf, r),
+            Transform::ChaCha(c) => {
+                if a.icv_len != 16 {
+                    return OpStatus::InvalidOp;
+                }
+                let n = chacha20poly1305::Nonce::from_slice(a.nonce);
+                match c.encrypt_in_place_detached(n, a.aad, &mut buf[r.data.clone()]) {
+                    Ok(tag) => {
+                        buf[r.icv.clone()].copy_from_slice(&tag);
+                        OpStatus::Success
+                    }
+                    Err(_) => OpStatus::DeviceError,
+                }
+            }
+            Transform::CipherMac(c) => c.seal(a, buf, r),
+        }
+    }
+
+    /// Verifies the ICV (constant time) and, only if it matches, decrypts
+    /// the cipher range.
+    pub(crate) fn open(&self, a: &OpArgs<'_>, buf: &mut [u8], r: &OpRanges) -> OpStatus {
+        match self {
+            Transform::Gcm128(g) => g.open(a, buf, r),
+            Transform::Gcm256(g) => g.open(a, buf, r),
+            Transform::ChaCha(c) => {
+                if a.icv_len != 16 {
+                    return OpStatus::InvalidOp;
+                }
+                let n = chacha20poly1305::Nonce::from_slice(a.nonce);
+                let mut tag = chacha20poly1305::Tag::default();
+                tag.copy_from_slice(&buf[r.icv.clone()]);
+                // The crate checks the tag over the ciphertext (constant
+                // time) before it decrypts.
+                match c.decrypt_in_place_detached(n, a.aad, &mut buf[r.data.clone()], &tag) {
+                    Ok(()) => OpStatus::Success,
+                    Err(_) => OpStatus::AuthFailed,
+                }
+            }
+            Transform::CipherMac(c) => c.open(a, buf, r),
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! Packet-level ESP vectors of the algorithms beyond AES-GCM, loaded from
+//! tests/vectors/ (each file cross-checked by its check_*.py), shared by
+//! `esp_vectors` and `crypto_conformance`.
+
+use secgw::crypto::{Algorithm, CipherDirection, SymXform};
+
+fn h(s: &str) -> Vec<u8> {
+    hex::decode(s).expect("hex")
+}
+
+pub fn json(name: &str) -> serde_json::Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors").join(name);
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+pub fn hv(v: &serde_json::Value, k: &str) -> Vec<u8> {
+    h(v[k].as_str().unwrap_or_else(|| panic!("{k}")))
+}
+
+fn u32_of(v: &serde_json::Value, k: &str) -> u32 {
+    u32::from_be_bytes(hv(v, k).try_into().unwrap())
+}
+
+/// One SA's worth of a packet vector.
+pub struct PacketCase {
+    pub name: String,
+    pub alg: Algorithm,
+    pub key: Vec<u8>,
+    pub salt: [u8; 4],
+    pub auth_key: Vec<u8>,
+    pub spi: u32,
+    pub seq: u64,
+    pub iv: Vec<u8>,
+    pub payload: Vec<u8>,
+    pub next_header: u8,
+    /// The encrypted part after opening: payload ‖ padding ‖ pad length ‖ next header.
+    pub plaintext: Vec<u8>,
+    pub packet: Vec<u8>,
+}
+
+impl PacketCase {
+    /// The transform of this case's SA.
+    pub fn xform(&self, direction: CipherDirection) -> SymXform {
+        SymXform {
+            algorithm: self.alg,
+            direction,
+            key: self.key.clone(),
+            salt: self.salt,
+            icv_len: self.alg.default_icv_len(),
+            auth_key: self.auth_key.clone(),
+        }
+    }
+}
+
+/// RFC 3602 §4 Cases #5-#8 with each MAC, RFC 7634 Appendix A and the
+/// RFC 4543 GMAC case.
+pub fn packet_cases() -> Vec<PacketCase> {
+    let mut out = Vec::new();
+    let cbc = json("cbc_esp.json");
+    for v in cbc["esp_vectors"].as_array().unwrap() {
+        for (alg, key_field, icv_field) in [
+            (Algorithm::Aes128CbcHmacSha1, "auth_key_sha1", "icv_hmac_sha1_96"),
+            (Algorithm::Aes128CbcHmacSha256, "auth_key_sha256", "icv_hmac_sha256_128"),
+        ] {
+            out.push(PacketCase {
+                name: format!("RFC 3602 {} with {}", v["name"].as_str().unwrap(), alg.name()),
+                alg,
+                key: hv(v, "key"),
+                salt: [0; 4],
+                auth_key: hv(&cbc, key_field),
+                spi: u32_of(v, "spi"),
+                seq: u32_of(v, "seq") as u64,
+                iv: hv(v, "iv"),
+                payload: hv(v, "payload"),
+                next_header: v["next_header"].as_u64().unwrap() as u8,
+                plaintext: hv(v, "plaintext"),
+                packet: [hv(v, "packet"), hv(v, icv_field)].concat(),
+            });
+        }
+    }
+    for v in json("chacha_esp.json")["vectors"].as_array().unwrap() {
+        let plaintext = hv(v, "plaintext");
+        let pad = v["pad_length"].as_u64().unwrap() as usize;
+        out.push(PacketCase {
+            name: v["name"].as_str().unwrap().to_owned(),
+            alg: Algorithm::ChaCha20Poly1305,
+            key: hv(v, "key"),
+            salt: hv(v, "salt").try_into().unwrap(),
+            auth_key: Vec::new(),
+            spi: u32_of(v, "spi"),
+            seq: u32_of(v, "seq") as u64,
+            iv: hv(v, "iv"),
+            payload: plaintext[..plaintext.len() - 2 - pad].to_vec(),
+            next_header: v["next_header"].as_u64().unwrap() as u8,
+            plaintext,
+            packet: hv(v, "packet"),
+        });
+    }
+    for v in json("gcm_esp.json")["gmac_vectors"].as_array().unwrap() {
+        let plaintext = hv(v, "authenticated_payload");
+        let pad = v["pad_length"].as_u64().unwrap() as usize;
+        let (spi, seq, iv, icv) = (hv(v, "spi"), hv(v, "seq"), hv(v, "iv"), hv(v, "icv"));
+        let key = hv(v, "key");
+        out.push(PacketCase {
+            name: format!("RFC 4543 GMAC {}", v["name"].as_str().unwrap()),
+            alg: if key.len() == 16 { Algorithm::Aes128Gmac } else { Algorithm::Aes256Gmac },
+            key,
+            salt: hv(v, "salt").try_into().unwrap(),
+            auth_key: Vec::new(),
+            spi: u32::from_be_bytes(spi.clone().try_into().unwrap()),
+            seq: u32::from_be_bytes(seq.clone().try_into().unwrap()) as u64,
+            payload: plaintext[..plaintext.len() - 2 - pad].to_vec(),
+            next_header: v["next_header"].as_u64().unwrap() as u8,
+            packet: [spi, seq, iv.clone(), plaintext.clone(), icv].concat(),
+            iv,
+            plaintext,
+        });
+    }
+    out
+}
+

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Independently verify tests/vectors/hmac.json with pyca/cryptography.
+
+  hmac_sha1 (RFC 2202):        HMAC-SHA1(key, data) == digest, digest_96 == digest[:12]
+  hmac_sha256 (RFC 4231):      HMAC-SHA256(key, data) starts with digest (Test Case 5
+                               is published truncated), digest_128 == its first 16 octets
+  hmac_sha256_128 (RFC 4868):  HMAC-SHA256(key, data)[:16] == digest_128, 32-octet keys
+
+Prints "N passed, M failed" and exits non-zero if anything fails.
+Usage: python3 check_hmac.py [path/to/hmac.json]
+"""
+import json
+import os
+import sys
+
+from cryptography.hazmat.primitives import hashes, hmac
+
+
+def h(s):
+    return bytes.fromhex(s)
+
+
+def mac(alg, key, data):
+    m = hmac.HMAC(key, alg)
+    m.update(data)
+    return m.finalize()
+
+
+def check(v, kind):
+    errs = []
+    key, data = h(v["key"]), h(v["data"])
+    if kind == "hmac_sha1":
+        out = mac(hashes.SHA1(), key, data)
+        if out != h(v["digest"]):
+            errs.append(f"HMAC-SHA1 mismatch: {out.hex()}")
+        if h(v["digest_96"]) != out[:12]:
+            errs.append("digest_96")
+    elif kind == "hmac_sha256":
+        out = mac(hashes.SHA256(), key, data)
+        d = h(v["digest"])
+        if len(d) not in (16, 32) or out[:len(d)] != d:
+            errs.append(f"HMAC-SHA256 mismatch: {out.hex()}")
+        if h(v["digest_128"]) != out[:16]:
+            errs.append("digest_128")
+    else:
+        out = mac(hashes.SHA256(), key, data)
+        if len(key) != 32:
+            errs.append("RFC 4868 keys are 32 octets")
+        if h(v["digest_128"]) != out[:16]:
+            errs.append(f"HMAC-SHA-256-128 mismatch: {out[:16].hex()}")
+    return errs
+
+
+def main():
+    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "hmac.json")
+    with open(path) as fh:
+        doc = json.load(fh)
+    passed = failed = 0
+    for kind in ("hmac_sha1", "hmac_sha256", "hmac_sha256_128"):
+        for v in doc[kind]:
+            try:
+                errs = check(v, kind)
+            except Exception as e:  # malformed entry
+                errs = [f"exception: {e!r}"]
+            if errs:
+                failed += 1
+                print(f"FAIL {kind} {v.get('name')}: " + "; ".join(errs))
+            else:
+                passed += 1
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed or not passed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
