@@ -51,6 +51,8 @@
 //!                           #   null-*: none (an error if given)
 //! auth_key = "…"            # *-hmac-sha1: 40 hex digits (RFC 2404), *-hmac-sha256: 64 (RFC 4868);
 //!                           # required for those, an error for the combined modes above
+//! esn = false               # extended sequence numbers (RFC 4303 §2.2.1): 64-bit counter,
+//!                           # high half in the ICV/AAD only; both ends must agree
 //! icv_len = 16              # optional ICV bytes: 8 | 12 | 16 for GCM (RFC 4106 §6), default 16;
 //!                           # others accept only their fixed size (HMAC-SHA1-96: 12, else 16)
 //! tunnel_src = "203.0.113.1"  # required, outer source (unicast IPv4)
@@ -307,6 +309,7 @@ struct RawSa {
     outer_ttl: Field,
     df: Field,
     worker: Field,
+    esn: Field,
 }
 
 #[derive(Deserialize)]
@@ -1001,6 +1004,16 @@ impl Checker<'_> {
                 None => Some(None),
                 Some(v) => ck.integer(v, &tab.field("outer_ttl"), 1, 255).map(|t| Some(t as u8)),
             };
+            let esn = match &s.esn {
+                None => Some(false),
+                Some(v) => match v.get_ref() {
+                    Raw::Bool(b) => Some(*b),
+                    _ => {
+                        ck.wrong_type(v, &tab.field("esn"), "a boolean");
+                        None
+                    }
+                },
+            };
             let dfs = &[("copy", DfMode::Copy), ("set", DfMode::Set), ("clear", DfMode::Clear)];
             let df = ck.opt_keyword(&s.df, &tab.field("df"), dfs, DfMode::Copy);
             let worker = match (&s.worker, workers) {
@@ -1033,6 +1046,7 @@ impl Checker<'_> {
                 outer_ttl: outer_ttl?,
                 df: df?,
                 worker: worker?,
+                esn: esn?,
             })
         });
         Sas { list, ids }

@@ -318,6 +318,8 @@ pub struct Sa {
     pub df: DfMode,
     /// Worker that owns this SA; `None` = let the control thread balance.
     pub worker: Option<usize>,
+    /// Extended sequence numbers (RFC 4303 §2.2.1, default false).
+    pub esn: bool,
 }
 
 impl std::fmt::Debug for Sa {
@@ -337,6 +339,7 @@ impl std::fmt::Debug for Sa {
             .field("outer_ttl", &self.outer_ttl)
             .field("df", &self.df)
             .field("worker", &self.worker)
+            .field("esn", &self.esn)
             .finish()
     }
 }

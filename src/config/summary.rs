@@ -110,6 +110,7 @@ pub fn summary(cfg: &Config) -> String {
                 df.into(),
                 ttl,
                 worker,
+                if sa.esn { "esn".into() } else { "no-esn".into() },
             ]
         }),
     );

@@ -107,7 +107,7 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
                         model::DfMode::Set => DfMode::Set,
                         model::DfMode::Clear => DfMode::Clear,
                     },
-                    esn: false,
+                    esn: sa.esn,
                     iv_gen: IvGen::for_algorithm(algorithm)
                         .map_err(|e| ControlError::Unsupported(format!("SA {}: no IV key from the OS random source: {e}", sa.spi)))?,
                     owner,
@@ -121,7 +121,7 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
                         session,
                         tunnel_src: sa.tunnel_src,
                         tunnel_dst: sa.tunnel_dst,
-                        esn: false,
+                        esn: sa.esn,
                         replay_window: sa.replay_window,
                         owner,
                     },
