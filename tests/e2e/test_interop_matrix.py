@@ -18,7 +18,9 @@ bytes for that algorithm):
   implementation (pyca `cryptography` ciphers + stdlib hmac) that also checks
   the trailer (padding 1, 2, 3, …, next header 4, alignment), the sequence
   numbers (1, 2, 3, … on the fresh SA) and the outer length (<= 1500). Both
-  must give exactly the packet hostA sent, TTL−1 and checksum aside.
+  must give exactly the packet hostA sent, TTL−1 and checksum aside. A
+  datagram one byte over the maximum must be dropped by gw0 (mtu_exceeded,
+  one per cell, the only drops allowed on either gateway).
 - gw0→gw1: the same ESP is decrypted by gw1 and must reach hostB (b0) as hostA
   sent it, TTL−2 aside.
 - scapy→gw1: scapy encrypts (random IVs), the frames are injected on the wan
@@ -42,7 +44,6 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 
 import e2elib as L
 
@@ -308,7 +309,7 @@ def test_interop_matrix(testbed, start_gws, artifacts):
     for c in CELLS:
         for s in c.sizes:
             assert esp_len(c.alg, s) <= MTU, (c.label, s)
-        assert esp_len(c.alg, c.max_payload + c.alg.align) > MTU, (c.label, "max_payload is not the maximum")
+        assert esp_len(c.alg, c.max_payload + 1) > MTU, (c.label, "max_payload is not the maximum")
     configs = write_configs(artifacts, CELLS)
     check_configs(testbed["binary"], configs)
     gws = start_gws(configs)
@@ -320,6 +321,9 @@ def test_interop_matrix(testbed, start_gws, artifacts):
     cap_w = L.Capture("wan", "br0", f"ip proto 50 and src host {L.GW0_OUT_IP}", artifacts / "wan-gw0")
     cap_b = L.Capture("hostB", "b0", f"udp and src host {L.A_IP} and dst host {L.B_IP}", artifacts / "b0-gw0")
     dgrams = [{"sport": SPORT, "dport": c.port, "payload": payload(c, s, 0), "gap": 0.004} for c, s in plan]
+    # one byte more than the maximum: gw0 must drop it (mtu_exceeded), not send a 1501+ byte packet
+    dgrams += [{"sport": SPORT, "dport": c.port, "payload": payload(c, c.max_payload + 1, 0), "gap": 0.004}
+               for c in CELLS]
     for i in range(0, len(dgrams), 30):  # send_udp passes them in argv (ARG_MAX per argument: 128 KiB)
         L.send_udp("hostA", L.A_IP, L.B_IP, dgrams[i:i + 30])
     sent = {udp_key(ip_bytes(raw(f))): ip_bytes(raw(f)) for f in cap_a.stop(settle=0.5)}
@@ -328,7 +332,10 @@ def test_interop_matrix(testbed, start_gws, artifacts):
     for f in cap_b.stop(settle=0.2):
         ip = ip_bytes(raw(f))
         at_b.setdefault(udp_key(ip), []).append(ip)
-    assert len(sent) == len(plan), f"captured {len(sent)} distinct datagrams on a0, sent {len(plan)}"
+    assert len(sent) == len(plan) + len(CELLS), \
+        f"captured {len(sent)} distinct datagrams on a0, sent {len(plan) + len(CELLS)}"
+    over_b = [k for k in at_b if any(k == (c.port, c.max_payload + 1) for c in CELLS)]
+    assert not over_b, f"datagrams one byte over the ESP MTU limit reached hostB: {over_b}"
 
     by_spi: dict[int, list[bytes]] = {}
     for outer in wan:
@@ -405,4 +412,5 @@ def test_interop_matrix(testbed, start_gws, artifacts):
     assert not fails, f"{len(fails)} failed (algorithm, esn, direction, size):\n" + "\n".join(fails[:60]) + \
         f"\n\n{table}\ngateway drops: {drops}"
     assert not got_b, f"unexpected datagrams on b0 (IP ids): {sorted(got_b)}"
-    assert drops == {"gw0": {}, "gw1": {}}, f"gateway drops: {drops}"
+    assert drops == {"gw0": {"mtu_exceeded": len(CELLS)}, "gw1": {}}, \
+        f"gateway drops: {drops}; want only gw0 mtu_exceeded = {len(CELLS)} (the max+1 datagrams)"
