@@ -89,7 +89,7 @@ fn udp_encapsulated_tunnel_end_to_end_and_wire_format() {
     for (i, size) in [0usize, 1, 3, 100, 1400].into_iter().enumerate() {
         let payload: Vec<u8> = (0..size).map(|b| b as u8).collect();
         let frame = from_host_a(&payload);
-        let out = gw0.push("inside", &[frame.clone()]);
+        let out = gw0.push("inside", std::slice::from_ref(&frame));
         assert_eq!(out.len(), 1, "one ESP-in-UDP frame out of gw0");
         let (port, f) = &out[0];
         assert_eq!(port, "outside");
@@ -111,7 +111,7 @@ fn udp_encapsulated_tunnel_end_to_end_and_wire_format() {
         assert_eq!(enc_len % 4, 0);
         assert!(enc_len >= 28 + size + 2 && enc_len < 28 + size + 6);
 
-        let back = gw1.push("outside", &[f.clone()]);
+        let back = gw1.push("outside", std::slice::from_ref(f));
         assert_eq!(back.len(), 1, "gw1 decrypts (size {size})");
         assert_eq!(back[0].0, "inside");
         let plain = &back[0].1[14..];
@@ -195,7 +195,7 @@ fn encapsulation_must_match_the_sa() {
     let (_, mut gw1) = natt_pair("mismatch");
     let key = gw1.sa_key(1001, true);
     // Plain ESP (protocol 50) for SA 1001, which has udp_encap.
-    let (mut plain_gw0, _) = (Gw::from_config("configs/ep0.toml"), ());
+    let mut plain_gw0 = Gw::from_config("configs/ep0.toml");
     let plain = plain_gw0.push("inside", &[from_host_a(b"p")]).remove(0).1;
     assert_eq!(plain[14 + 9], 50);
     assert!(gw1.push("outside", &[plain]).is_empty());
