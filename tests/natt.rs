@@ -232,3 +232,30 @@ fn custom_udp_ports() {
     assert!(gw1.push("outside", &[to_gw1_udp(4500, 4500, &[0xff]), to_gw1_udp(4500, 14500, &[0xff])]).is_empty());
     assert_eq!(gw1.drop_count("natt_keepalive"), 2);
 }
+
+/// Two workers: an ESP-in-UDP packet received by the worker that does not
+/// own its SA is handed over with the ESP offset after the UDP header.
+#[test]
+fn esp_in_udp_handed_between_workers() {
+    let all = [2001, 2002, 2101, 2102];
+    let mut gw0 = MultiGw::from_config(&config_with("ep0-2w.toml", &all, "udp_encap = true", "2w"));
+    let mut gw1 = MultiGw::from_config(&config_with("ep1-2w.toml", &all, "udp_encap = true", "2w"));
+    let mut sent = 0;
+    for n in 0..8u16 {
+        for w in 0..2 {
+            let f = eth(mac("02:00:00:00:00:01"), mac("02:00:00:00:0a:01"), 0x0800, &udp_packet(HOST_A, HOST_B, 0, 64, 40000, if n % 2 == 0 { 6001 } else { 5001 }, &n.to_be_bytes()));
+            gw0.inject(w, "inside", &f);
+            sent += 1;
+        }
+    }
+    let out = gw0.run();
+    assert_eq!(out.len(), sent);
+    for (i, (_, _, f)) in out.iter().enumerate() {
+        assert_eq!((f[14 + 9], &f[34..38]), (17, &[0x11, 0x94, 0x11, 0x94][..]), "ESP in UDP 4500 -> 4500");
+        gw1.inject(i % 2, "outside", f);
+    }
+    assert_eq!(gw1.run().len(), sent, "all decrypted, whichever worker received them");
+    let s1 = gw1.stats();
+    assert_eq!(s1.drops.values().sum::<u64>(), 0, "{:?}", s1.drops);
+    assert!(s1.workers.iter().map(|w| w.handoff_in).sum::<u64>() > 0, "some crossed workers");
+}
