@@ -42,6 +42,7 @@ fn bench(c: &mut Criterion) {
         df: DfMode::Copy,
         esn: false,
         iv_gen: IvGen::counter(),
+        udp_encap: None,
         owner: 0,
     };
     let mut qp: SoftQueuePair<PktBuf> = dev.queue_pair_setup(0, QpConf { nb_descriptors: 64 }).unwrap();
@@ -104,6 +105,7 @@ fn bench_algorithms(c: &mut Criterion) {
             df: DfMode::Copy,
             esn: false,
             iv_gen: IvGen::for_algorithm(alg).unwrap(),
+            udp_encap: None,
             owner: 0,
         };
         for size in [64usize, 1420] {

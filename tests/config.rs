@@ -741,3 +741,30 @@ fn unknown_algorithm_lists_every_name() {
         assert!(e.contains(&format!("\"{}\"", alg.name())), "{e}");
     }
 }
+
+#[test]
+fn udp_encap_and_ports() {
+    let cfg = config::parse(BASE, Path::new(FILE)).unwrap();
+    assert!(!cfg.sas[0].udp_encap, "udp_encap defaults to false");
+    let key = "tunnel_dst = \"203.0.113.2\"";
+    let with = |lines: &str| edit(key, &format!("{key}\n{lines}"));
+    for (lines, sport, dport) in [
+        ("udp_encap = true", 4500, 4500),
+        ("udp_encap = true\nudp_port = 14500", 14500, 14500),
+        ("udp_encap = true\nudp_dport = 61000", 4500, 61000),
+        ("udp_encap = true\nudp_port = 1000\nudp_sport = 2000", 2000, 1000),
+    ] {
+        let cfg = config::parse(&with(lines), Path::new(FILE)).unwrap_or_else(|e| panic!("{lines}: {e}"));
+        let sa = &cfg.sas[0];
+        assert!(sa.udp_encap);
+        assert_eq!((sa.udp_sport, sa.udp_dport), (sport, dport), "{lines}");
+        assert!(config::summary(&cfg).contains(&format!("udp {sport}->{dport}")), "{lines}");
+    }
+    let text = with("udp_dport = 4501");
+    assert_one(&text, "udp_dport", 12, "sa[0].udp_dport", "applies only with udp_encap = true");
+    let text = with("udp_encap = true\nudp_sport = 0");
+    assert_one(&text, "udp_sport = 0", 12, "sa[0].udp_sport", "expected an integer in 1..=65535, found 0");
+    let text = with("udp_encap = \"yes\"");
+    let e = error(&text).to_string();
+    assert!(e.contains("sa[0].udp_encap") && e.contains("a boolean"), "{e}");
+}

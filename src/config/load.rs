@@ -60,6 +60,12 @@
 //! replay_window = 64        # inbound only (an error on outbound); 0 = off, max 65536, default 64
 //! outer_ttl = 64            # optional 1..=255; default gateway.outer_ttl
 //! df = "copy"               # "copy" | "set" | "clear", default "copy" (RFC 4301 §8.1)
+//! udp_encap = false         # ESP in UDP for NAT traversal (RFC 3948), default false
+//! udp_port = 4500           # with udp_encap: UDP source and destination port, 1..=65535, default 4500
+//! udp_sport = 4500          # with udp_encap: overrides udp_port for the source port
+//! udp_dport = 4500          # with udp_encap: overrides udp_port for the destination port
+//!                           #   (outbound: the peer's port as its NAT maps it; inbound: the
+//!                           #   port we receive on; an inbound SA does not check the source port)
 //! worker = 0                # optional worker index < gateway.workers; default: balanced
 //!
 //! [[policy]]                # SPD entry; lower priority wins, ties by file order
@@ -310,6 +316,10 @@ struct RawSa {
     df: Field,
     worker: Field,
     esn: Field,
+    udp_encap: Field,
+    udp_port: Field,
+    udp_sport: Field,
+    udp_dport: Field,
 }
 
 #[derive(Deserialize)]
@@ -1014,6 +1024,30 @@ impl Checker<'_> {
                     }
                 },
             };
+            let udp_encap = match &s.udp_encap {
+                None => Some(false),
+                Some(v) => match v.get_ref() {
+                    Raw::Bool(b) => Some(*b),
+                    _ => {
+                        ck.wrong_type(v, &tab.field("udp_encap"), "a boolean");
+                        None
+                    }
+                },
+            };
+            let udp_port = |ck: &mut Self, f: &Field, key: &str, default: Option<u16>| match f {
+                None => Some(default),
+                Some(v) => {
+                    if udp_encap == Some(false) {
+                        let m = format!("{key} applies only with udp_encap = true (RFC 3948); add it or remove {key}");
+                        ck.problem(&v.span(), &tab.field(key), m);
+                        return None;
+                    }
+                    ck.integer(v, &tab.field(key), 1, 65535).map(|p| Some(p as u16))
+                }
+            };
+            let both = udp_port(ck, &s.udp_port, "udp_port", Some(crate::wire::udp::NATT_PORT)).flatten();
+            let udp_sport = udp_port(ck, &s.udp_sport, "udp_sport", both).flatten();
+            let udp_dport = udp_port(ck, &s.udp_dport, "udp_dport", both).flatten();
             let dfs = &[("copy", DfMode::Copy), ("set", DfMode::Set), ("clear", DfMode::Clear)];
             let df = ck.opt_keyword(&s.df, &tab.field("df"), dfs, DfMode::Copy);
             let worker = match (&s.worker, workers) {
@@ -1047,6 +1081,9 @@ impl Checker<'_> {
                 df: df?,
                 worker: worker?,
                 esn: esn?,
+                udp_encap: udp_encap?,
+                udp_sport: udp_sport?,
+                udp_dport: udp_dport?,
             })
         });
         Sas { list, ids }

@@ -320,6 +320,15 @@ pub struct Sa {
     pub worker: Option<usize>,
     /// Extended sequence numbers (RFC 4303 §2.2.1, default false).
     pub esn: bool,
+    /// UDP encapsulation of ESP for NAT traversal (RFC 3948, default false).
+    pub udp_encap: bool,
+    /// UDP source port with `udp_encap` (default 4500). Outbound: the port
+    /// we send from. Inbound: the peer's, informational only (a NAT may
+    /// change it, so it is not checked).
+    pub udp_sport: u16,
+    /// UDP destination port with `udp_encap` (default 4500). Outbound: the
+    /// peer's port (as its NAT maps it). Inbound: the port we receive on.
+    pub udp_dport: u16,
 }
 
 impl std::fmt::Debug for Sa {
@@ -340,6 +349,9 @@ impl std::fmt::Debug for Sa {
             .field("df", &self.df)
             .field("worker", &self.worker)
             .field("esn", &self.esn)
+            .field("udp_encap", &self.udp_encap)
+            .field("udp_sport", &self.udp_sport)
+            .field("udp_dport", &self.udp_dport)
             .finish()
     }
 }

@@ -111,6 +111,7 @@ pub fn summary(cfg: &Config) -> String {
                 ttl,
                 worker,
                 if sa.esn { "esn".into() } else { "no-esn".into() },
+                if sa.udp_encap { format!("udp {}->{}", sa.udp_sport, sa.udp_dport) } else { "esp".into() },
             ]
         }),
     );

@@ -4,7 +4,7 @@ use super::binding::Binding;
 use super::ControlError;
 use crate::config::model::{self, Action, Config, Direction};
 use crate::crypto::{Algorithm, CipherDirection, CryptoDevice, SymXform};
-use crate::esp::{DfMode, InboundSa, IvGen, OutboundSa};
+use crate::esp::{DfMode, InboundSa, IvGen, OutboundSa, UdpEncap};
 use crate::policy::neighbour::Neighbours;
 use crate::policy::route::{Route, Routes};
 use crate::policy::sad::{InboundEntry, Sad};
@@ -108,6 +108,7 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
                         model::DfMode::Clear => DfMode::Clear,
                     },
                     esn: sa.esn,
+                    udp_encap: sa.udp_encap.then_some(UdpEncap { sport: sa.udp_sport, dport: sa.udp_dport }),
                     iv_gen: IvGen::for_algorithm(algorithm)
                         .map_err(|e| ControlError::Unsupported(format!("SA {}: no IV key from the OS random source: {e}", sa.spi)))?,
                     owner,
@@ -126,6 +127,7 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
                         owner,
                     },
                     selectors: Vec::new(),
+                    udp_dport: sa.udp_encap.then_some(sa.udp_dport),
                 });
             }
         }
@@ -155,6 +157,14 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
         list.push(SpdEntry { selector: sel, priority: p.priority, action });
     }
 
+    let mut natt_ports = vec![crate::wire::udp::NATT_PORT];
+    for e in &inbound {
+        if let Some(p) = e.udp_dport {
+            if !natt_ports.contains(&p) {
+                natt_ports.push(p);
+            }
+        }
+    }
     let routes = cfg.routes.iter().map(|r| Route { prefix: Prefix::new(r.prefix.0, r.prefix.1), port: r.port, via: r.via }).collect();
     Ok(Tables {
         ports,
@@ -163,6 +173,7 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
         sad: Sad::new(outbound, inbound),
         routes: Routes::new(routes),
         neighbours: Neighbours::new(cfg.neighbours.iter().map(|n| (n.ip, n.mac))),
+        natt_ports,
     })
 }
 

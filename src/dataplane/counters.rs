@@ -71,11 +71,20 @@ pub enum DropReason {
     /// Larger than the egress port's MTU (fragmentation and ICMP "too big"
     /// are not built yet).
     MtuExceeded,
+    /// A NAT keepalive (RFC 3948 §2.3: one 0xFF byte on a NAT-T port):
+    /// ignored, counted here.
+    NattKeepalive,
+    /// IKE on a NAT-T port (RFC 3948 §2.2: non-ESP marker, four zero
+    /// bytes): the gateway runs no IKE, so it is counted and dropped.
+    NattIke,
+    /// ESP-in-UDP (RFC 3948) for an SA without `udp_encap`, or plain ESP
+    /// for an SA with it.
+    EncapMismatch,
 }
 
 impl DropReason {
     /// Every reason, in counter-index order.
-    pub const ALL: [DropReason; 30] = [
+    pub const ALL: [DropReason; 33] = [
         DropReason::Malformed,
         DropReason::UnsupportedEthertype,
         DropReason::NotForUs,
@@ -106,6 +115,9 @@ impl DropReason {
         DropReason::HandoffFull,
         DropReason::SessionNotAttached,
         DropReason::MtuExceeded,
+        DropReason::NattKeepalive,
+        DropReason::NattIke,
+        DropReason::EncapMismatch,
     ];
 
     /// Number of reasons.
@@ -144,6 +156,9 @@ impl DropReason {
             DropReason::HandoffFull => "handoff_full",
             DropReason::SessionNotAttached => "session_not_attached",
             DropReason::MtuExceeded => "mtu_exceeded",
+            DropReason::NattKeepalive => "natt_keepalive",
+            DropReason::NattIke => "natt_ike",
+            DropReason::EncapMismatch => "encap_mismatch",
         }
     }
 }

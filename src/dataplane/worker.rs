@@ -6,7 +6,7 @@ use crate::esp::{inbound, outbound, InboundState, OutboundState};
 use crate::io::{PktBuf, Port};
 use crate::policy::spd::{FlowKey, SpdAction};
 use crate::policy::Tables;
-use crate::wire::{arp, esp as esp_hdr, ethernet, ipv4};
+use crate::wire::{arp, esp as esp_hdr, ethernet, ipv4, udp};
 use arc_swap::ArcSwap;
 use crossbeam_queue::ArrayQueue;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -450,16 +450,38 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         self.hand_to_owner(t, owner, port, buf, tag(false, i, 0, port as u16))
     }
 
-    /// A frame from an unprotected port: ESP to us → SAD → decrypt;
-    /// anything else → inbound SPD (BYPASS or drop).
+    /// A frame from an unprotected port: ESP to us, or UDP to us on a NAT-T
+    /// port (RFC 3948) → SAD → decrypt; anything else → inbound SPD (BYPASS
+    /// or drop).
     #[allow(clippy::too_many_arguments)]
     fn inbound(&mut self, t: &Tables, port: usize, mut buf: PktBuf, key: FlowKey, ttl: u8, hl: usize, frag: bool) {
         let local = t.is_local(port, key.dst);
-        if key.protocol == ipv4::PROTO_ESP && local {
+        let natt = key.protocol == ipv4::PROTO_UDP && key.ports.is_some_and(|(_, d)| t.is_natt_port(d));
+        if local && (key.protocol == ipv4::PROTO_ESP || natt) {
             if frag {
                 return self.drop_buf(port, DropReason::Fragment, buf);
             }
-            let esp_off = ethernet::HEADER_LEN + hl;
+            let ip_end = ethernet::HEADER_LEN + hl;
+            // `Some(destination port)` for ESP in UDP.
+            let (esp_off, udp_dport) = if natt {
+                let Ok(u) = udp::UdpPacket::new_checked(&buf.frame()[ip_end..]) else {
+                    return self.drop_buf(port, DropReason::BadLength, buf);
+                };
+                // RFC 3948 §2.2–2.3: a keepalive is one 0xFF byte; four zero
+                // bytes (the non-ESP marker, where an SPI would be) is IKE;
+                // anything else is ESP. The UDP checksum is never checked
+                // (§3.1.2), and the payload runs to the IP total length.
+                let p = u.payload();
+                if p == [0xff] {
+                    return self.drop_buf(port, DropReason::NattKeepalive, buf);
+                }
+                if p.len() >= 4 && p[..4] == [0; 4] {
+                    return self.drop_buf(port, DropReason::NattIke, buf);
+                }
+                (ip_end + udp::HEADER_LEN, Some(u.dst_port()))
+            } else {
+                (ip_end, None)
+            };
             let Ok(esp) = esp_hdr::EspPacket::new_checked(&buf.frame()[esp_off..]) else {
                 return self.drop_buf(port, DropReason::BadLength, buf);
             };
@@ -469,6 +491,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             let e = &t.sad.inbound[i];
             if e.sa.tunnel_dst != key.dst || e.sa.tunnel_src != key.src {
                 return self.drop_buf(port, DropReason::NoSa, buf);
+            }
+            // ESP in UDP only for an SA with udp_encap, on its port; plain
+            // ESP only for an SA without.
+            if e.udp_dport != udp_dport {
+                return self.drop_buf(port, DropReason::EncapMismatch, buf);
             }
             let owner = e.sa.owner;
             return self.hand_to_owner(t, owner, port, buf, tag(true, i, esp_off, port as u16));

@@ -16,7 +16,7 @@ pub mod replay;
 pub mod sa;
 
 pub use iv::IvGen;
-pub use sa::{DfMode, InboundSa, InboundState, OutboundSa, OutboundState};
+pub use sa::{DfMode, InboundSa, InboundState, OutboundSa, OutboundState, UdpEncap};
 
 use crate::crypto::{Algorithm, Cipher, CryptoOp};
 

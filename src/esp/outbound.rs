@@ -5,7 +5,7 @@
 use super::{describe_op, front_len, pad_len, write_trailer, EspError, OutboundSa, OutboundState, ESP_HEADER_LEN, GCM_IV_LEN, TRAILER_LEN};
 use crate::crypto::{CryptoOp, OpStatus, Session};
 use crate::io::PktBuf;
-use crate::wire::{esp as esp_hdr, ethernet, ipv4};
+use crate::wire::{esp as esp_hdr, ethernet, ipv4, udp};
 use std::sync::Arc;
 
 /// Bytes tunnel mode adds in front of the inner packet with AES-GCM: outer
@@ -56,6 +56,10 @@ pub fn encap(
     Ok(op)
 }
 
+/// Bytes UDP encapsulation (RFC 3948) adds on top of [`TUNNEL_OVERHEAD_FRONT`]:
+/// the 8-byte UDP header between the outer IPv4 header and ESP.
+pub const UDP_ENCAP_OVERHEAD: usize = udp::HEADER_LEN;
+
 /// Encapsulates the Ethernet + IPv4 frame in `buf` with tunnel-mode SA `sa`.
 ///
 /// The caller has checked the inner IPv4 header (`wire::ipv4::Ipv4Packet`)
@@ -63,7 +67,10 @@ pub fn encap(
 /// Ethernet (14 bytes, addresses filled in later by routing) + outer IPv4
 /// (TTL `sa.outer_ttl`, DS field and ECN copied from the inner header, DF
 /// per `sa.df`, protocol 50) + ESP + IV + inner packet + trailer + ICV room,
-/// and the op that seals it. The explicit IV comes from `sa.iv_gen`
+/// and the op that seals it. With `sa.udp_encap` (RFC 3948 §2.1) the outer
+/// protocol is 17 and a UDP header (the SA's ports, length, checksum 0 as
+/// §3.1.2 says a sender SHOULD for IPv4) sits between the outer IPv4 header
+/// and ESP; it grows into the same headroom. The explicit IV comes from `sa.iv_gen`
 /// ([`super::iv`]): the 64-bit sequence number for counter modes (unique
 /// for the key, RFC 4106 §3.1, RFC 3686 §3.1), AES of it under the SA's IV
 /// key for CBC (unpredictable, RFC 3602 §3). Errors: `SeqExhausted` when the
@@ -100,11 +107,20 @@ pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Resu
             return Err((e, b));
         }
     };
-    let outer = ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN;
+    let ip_end = ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN;
+    let outer = ip_end + if sa.udp_encap.is_some() { udp::HEADER_LEN } else { 0 };
     if !op.buf.prepend(outer) {
         return Err((EspError::NoRoom, op.buf));
     }
     let outer_total = (op.buf.len() - ethernet::HEADER_LEN) as u16;
+    let protocol = match sa.udp_encap {
+        Some(u) => {
+            let udp_len = outer_total - ipv4::MIN_HEADER_LEN as u16;
+            udp::write_header(&mut op.buf.frame_mut()[ip_end..outer], u.sport, u.dport, udp_len);
+            ipv4::PROTO_UDP
+        }
+        None => ipv4::PROTO_ESP,
+    };
     let df = match sa.df {
         super::DfMode::Copy => inner_df,
         super::DfMode::Set => true,
@@ -112,13 +128,13 @@ pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Resu
     };
     let flags = if df { ipv4::FLAG_DF } else { 0 };
     ipv4::write_header(
-        &mut op.buf.frame_mut()[ethernet::HEADER_LEN..outer],
+        &mut op.buf.frame_mut()[ethernet::HEADER_LEN..ip_end],
         tos,
         outer_total,
         seq as u16,
         flags,
         sa.outer_ttl,
-        ipv4::PROTO_ESP,
+        protocol,
         sa.tunnel_src,
         sa.tunnel_dst,
     );

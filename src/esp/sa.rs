@@ -18,6 +18,16 @@ pub enum DfMode {
     Clear,
 }
 
+/// UDP encapsulation of ESP (RFC 3948) for an SA behind a NAT: the ports of
+/// the UDP header in front of the ESP header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpEncap {
+    /// UDP source port (ours; 4500 by default).
+    pub sport: u16,
+    /// UDP destination port (the peer's, as the NAT maps it; 4500 by default).
+    pub dport: u16,
+}
+
 /// An outbound tunnel-mode SA (immutable once installed).
 #[derive(Debug, Clone)]
 pub struct OutboundSa {
@@ -38,6 +48,8 @@ pub struct OutboundSa {
     /// Where the explicit IVs come from ([`IvGen::for_algorithm`] of the
     /// session's algorithm: an IV key for AES-CBC).
     pub iv_gen: IvGen,
+    /// ESP in UDP (RFC 3948) with these ports, or plain ESP (`None`).
+    pub udp_encap: Option<UdpEncap>,
     /// Worker that owns the SA's sequence counter.
     pub owner: usize,
 }

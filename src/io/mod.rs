@@ -16,6 +16,7 @@ pub mod mem;
 pub const BUF_SIZE: usize = 2048 + HEADROOM;
 /// Bytes reserved in front of a received frame for the outer headers an
 /// outbound SA prepends (outer IPv4 20 + ESP 8 + IV 8 = 36 for tunnel mode,
+/// 16-byte IV for AES-CBC, 8 more for the UDP header of NAT-T, RFC 3948;
 /// with room to spare for later modes).
 pub const HEADROOM: usize = 128;
 

@@ -38,11 +38,22 @@ pub struct Tables {
     pub routes: route::Routes,
     /// Neighbours.
     pub neighbours: neighbour::Neighbours,
+    /// UDP destination ports on which our addresses take ESP-in-UDP, NAT
+    /// keepalives and (dropped) IKE (RFC 3948): 4500 and every inbound SA's
+    /// `udp_dport`.
+    pub natt_ports: Vec<u16>,
 }
 
 impl Tables {
     /// True if `ip` is one of our addresses on port `port`.
     pub fn is_local(&self, port: usize, ip: Ipv4Addr) -> bool {
         self.ports.get(port).is_some_and(|p| p.addresses.contains(&ip))
+    }
+
+    /// True if UDP to `port` at one of our addresses is NAT traversal
+    /// (RFC 3948) traffic.
+    #[inline]
+    pub fn is_natt_port(&self, port: u16) -> bool {
+        self.natt_ports.contains(&port)
     }
 }

@@ -13,6 +13,9 @@ pub struct InboundEntry {
     pub sa: InboundSa,
     /// Selectors of the inbound policies naming this SA.
     pub selectors: Vec<Selector>,
+    /// `Some(port)`: the SA is UDP-encapsulated (RFC 3948) and its packets
+    /// arrive on this UDP destination port; `None`: plain ESP (protocol 50).
+    pub udp_dport: Option<u16>,
 }
 
 impl InboundEntry {

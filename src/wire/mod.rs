@@ -9,6 +9,7 @@ pub mod checksum;
 pub mod esp;
 pub mod ethernet;
 pub mod ipv4;
+pub mod udp;
 
 /// A header failed its checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
