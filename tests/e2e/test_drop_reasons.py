@@ -1,0 +1,325 @@
+"""Every inbound drop reason of README "Counters", one crafted frame each, at gw1.
+
+With the standard gateways running (configs/ep0.toml, configs/ep1.toml), one
+frame per case is injected from namespace `wan` on `wan1` towards gw1's
+outside port. After each frame gw1's stats file must show exactly that
+case's drop reason up by exactly 1, no other drop counter moved, and the
+outside port's rx_packets up by exactly 1. Nothing may reach hostB (b0 is
+sniffed for the whole test); a valid hand-made ESP packet sent last must
+arrive there exactly once, so the sniffer is known to work and the ESP
+builder is known to be right.
+
+ESP is built by hand (like tests/pipeline.rs `malformed_esp_each_has_its_reason`)
+with pyca/cryptography's AESGCM and the key of inbound SA 1001 read from
+configs/ep1.toml (RFC 4106: nonce = salt ‖ 8-byte IV, AAD = SPI ‖ seq), not
+with scapy's ESP, so padding, pad length and next header can be anything.
+Frames are written to a pcap byte for byte (no scapy re-serialisation) and
+sent with testbed/pcap_send.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+import time
+
+import e2elib as L
+
+SPI = 1001
+UNKNOWN_SPI = 4242
+OTHER_MAC = "02:00:00:00:99:99"    # nobody's MAC in the testbed
+STRANGER_IP = "10.9.9.9"           # outside SA 1001's selectors (192.0.2.0/24 → 198.51.100.0/24)
+CONTROL_DPORT = 47999              # the one packet that must reach hostB
+WAIT_S = 4.0                       # per case: how long to wait for the counter to move
+
+
+# --------------------------------------------------------------------------
+# byte builders
+
+def mac(s: str) -> bytes:
+    return bytes.fromhex(s.replace(":", ""))
+
+
+def ip4(s: str) -> bytes:
+    return bytes(int(x) for x in s.split("."))
+
+
+def csum(b: bytes) -> int:
+    if len(b) % 2:
+        b += b"\0"
+    s = sum(struct.unpack(f"!{len(b) // 2}H", b))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+def ipv4(src: str, dst: str, proto: int, payload: bytes, *, tos=0, ttl=64, ident=0x4242, flags_frag=0,
+         total_len=None, bad_csum=False) -> bytes:
+    total = 20 + len(payload) if total_len is None else total_len
+    h = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, tos, total, ident, flags_frag, ttl, proto, 0,
+                              ip4(src), ip4(dst)))
+    ck = csum(bytes(h))
+    if bad_csum:
+        ck ^= 0x5A5A
+    h[10:12] = struct.pack("!H", ck)
+    return bytes(h) + payload
+
+
+def udp(src: str, dst: str, sport: int, dport: int, payload: bytes) -> bytes:
+    length = 8 + len(payload)
+    pseudo = ip4(src) + ip4(dst) + struct.pack("!BBH", 0, 17, length)
+    ck = csum(pseudo + struct.pack("!HHHH", sport, dport, length, 0) + payload) or 0xFFFF
+    return struct.pack("!HHHH", sport, dport, length, ck) + payload
+
+
+def inner_udp(dport: int, *, src=L.A_IP, ttl=64, tos=0, size=5) -> bytes:
+    """An inner IPv4/UDP packet hostA → hostB (33 bytes with the default size)."""
+    return ipv4(src, L.B_IP, 17, udp(src, L.B_IP, 40000, dport, bytes(range(size))), tos=tos, ttl=ttl)
+
+
+def eth(payload: bytes, *, dst=L.GW1_OUT_MAC, src=L.GW0_OUT_MAC, ethertype=0x0800) -> bytes:
+    return mac(dst) + mac(src) + struct.pack("!H", ethertype) + payload
+
+
+class HandEsp:
+    """AES-GCM ESP (RFC 4106) for one SA, every trailer field chosen by the caller."""
+
+    def __init__(self, info: L.SaInfo):
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        assert info.algorithm in ("aes-128-gcm", "aes-256-gcm"), \
+            f"SA {info.spi} in {L.GW_CONFIG['gw1']} is {info.algorithm!r}; this test builds AES-GCM ESP only"
+        assert len(info.key) in (20, 36), f"SA {info.spi}: key of {len(info.key)} bytes, want AES key ‖ 4-byte salt"
+        self.aead = AESGCM(info.key[:-4])
+        self.salt = info.key[-4:]
+
+    def payload(self, spi: int, seq: int, inner: bytes, *, pad: bytes | None = None, pad_len: int | None = None,
+                nh: int = 4) -> bytes:
+        """SPI ‖ seq ‖ IV ‖ E(inner ‖ pad ‖ pad length ‖ next header) ‖ ICV. Default padding:
+        1, 2, 3, … up to a multiple of 4 (RFC 4303 §2.4)."""
+        if pad is None:
+            pad = bytes(range(1, 1 + (-(len(inner) + 2)) % 4))
+        if pad_len is None:
+            pad_len = len(pad)
+        iv = struct.pack("!Q", seq)  # like secgw: the IV is the 64-bit sequence number
+        aad = struct.pack("!II", spi, seq)
+        sealed = self.aead.encrypt(self.salt + iv, inner + pad + bytes([pad_len, nh]), aad)
+        return aad + iv + sealed
+
+
+def esp_frame(esp: bytes, *, src=L.GW0_OUT_IP, dst=L.GW1_OUT_IP, tos=0, **ip_kw) -> bytes:
+    return eth(ipv4(src, dst, 50, esp, tos=tos, **ip_kw))
+
+
+def write_pcap(path, frames: list[bytes]):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        for fr in frames:
+            f.write(struct.pack("<IIII", 0, 0, len(fr), len(fr)) + fr)
+
+
+def send_raw(frames: list[bytes], path):
+    path = path.with_suffix(".pcap")
+    write_pcap(path, frames)
+    out = L.run_ns("wan", sys.executable, L.TESTBED / "pcap_send.py", "wan1", path, "--gap-ms", 1).stdout
+    assert json.loads(out)["sent"] == len(frames), f"pcap_send: {out}"
+
+
+# --------------------------------------------------------------------------
+# the cases
+
+def build_cases(esp: HandEsp) -> tuple[list[tuple[str, str, bytes]], bytes]:
+    """([(label, expected drop reason, frame)] in sending order, the valid control frame)."""
+    seqs = iter(range(1, 1000))
+    port = iter(range(43100, 43200))
+    inner = lambda **kw: inner_udp(next(port), **kw)  # noqa: E731
+
+    def ok_esp(spi=SPI, **kw):
+        return esp.payload(spi, next(seqs), inner(), **kw)
+
+    cases = []
+    add = lambda label, reason, frame: cases.append((label, reason, frame))  # noqa: E731
+
+    # Link and outer IPv4 layer.
+    add("IPv6 frame (ethertype 0x86dd)", "unsupported_ethertype",
+        eth(struct.pack("!IHBB16s16s", 0x60000000, 8, 17, 64, bytes.fromhex("20010db8" + "00" * 11 + "01"),
+                        bytes.fromhex("20010db8" + "00" * 11 + "02")) + struct.pack("!HHHH", 1, 2, 8, 0),
+            ethertype=0x86DD))
+    add(f"valid ESP unicast to {OTHER_MAC}", "not_for_us", eth(esp_frame(ok_esp())[14:], dst=OTHER_MAC))
+    add("outer IPv4 header checksum wrong", "malformed", esp_frame(ok_esp(), bad_csum=True))
+    add("outer IPv4 total length 16 < header length 20", "malformed", esp_frame(ok_esp(), total_len=16))
+    add("first fragment (MF set) of valid ESP", "fragment", esp_frame(ok_esp(), flags_frag=0x2000))
+
+    # SAD lookup.
+    add(f"SPI {UNKNOWN_SPI} (unknown)", "no_sa", esp_frame(ok_esp(spi=UNKNOWN_SPI)))
+    add("SPI 0", "no_sa", esp_frame(ok_esp(spi=0)))
+    add("SA 1001 from a source other than its tunnel_src", "no_sa", esp_frame(ok_esp(), src="203.0.113.77"))
+
+    # Length checks before any crypto.
+    add("ESP truncated to header + IV + 10 bytes", "bad_length", esp_frame(ok_esp()[:8 + 8 + 10]))
+    inner33 = inner()
+    assert len(inner33) == 33
+    add("encrypted part 37 bytes (not a multiple of 4), valid ICV", "bad_length",
+        esp_frame(esp.payload(SPI, next(seqs), inner33, pad=b"\x01\x02")))
+
+    # ICV.
+    tampered = bytearray(ok_esp())
+    tampered[-1] ^= 0x01
+    add("valid ESP with the last ICV bit flipped", "auth_failed", esp_frame(bytes(tampered)))
+
+    # Trailer, after the ICV verified (each of these moves the replay window).
+    add("padding 7 instead of 1", "bad_padding", esp_frame(ok_esp(pad=b"\x07")))
+    add("pad length 200 beyond the 36-byte payload", "bad_padding", esp_frame(ok_esp(pad=b"\x01", pad_len=200)))
+    add("next header 17 (UDP) in tunnel mode", "bad_next_header", esp_frame(ok_esp(nh=17)))
+    dummy = esp_frame(ok_esp(nh=59))
+    add("next header 59 (dummy packet)", "dummy", dummy)
+    add("the dummy packet again (same sequence number)", "replay", dummy)
+    six = struct.pack("!IHBB16s16s", 0x60000000, 8, 17, 64, bytes(16), bytes(16)) + struct.pack("!HHHH", 1, 2, 8, 0)
+    add("next header 4 but the inner packet is IPv6", "bad_inner", esp_frame(esp.payload(SPI, next(seqs), six)))
+
+    # Inner packet.
+    add(f"inner source {STRANGER_IP}, outside the SA's selectors", "inner_policy_mismatch",
+        esp_frame(esp.payload(SPI, next(seqs), inner(src=STRANGER_IP))))
+    add("outer ECN CE over inner Not-ECT", "ecn_ce_on_not_ect",
+        esp_frame(esp.payload(SPI, next(seqs), inner(tos=0)), tos=0x03))
+    add("inner TTL 1", "ttl_exceeded", esp_frame(esp.payload(SPI, next(seqs), inner(ttl=1))))
+
+    # Cleartext on the unprotected port.
+    add("cleartext hostA → hostB (inbound policy protects it)", "cleartext_protected", eth(inner()))
+
+    control = esp_frame(esp.payload(SPI, next(seqs), inner_udp(CONTROL_DPORT)))
+    return cases, control
+
+
+# --------------------------------------------------------------------------
+# stats
+
+def drops_of(st: dict) -> dict[str, int]:
+    return {k: int(v) for k, v in st.get("drops", {}).items()}
+
+
+def port_rx(st: dict, name: str) -> int:
+    for p in st.get("ports", []):
+        if p.get("name") == name:
+            return int(p.get("rx_packets", 0))
+    raise AssertionError(f"no port {name!r} in gw1's stats: {st.get('ports')}")
+
+
+def sa_in_packets(st: dict, spi: int) -> int:
+    for s in st.get("sas", []):
+        if int(s.get("spi", -1)) == spi and s.get("direction") == "inbound":
+            return int(s.get("packets", 0))
+    raise AssertionError(f"no inbound SA {spi} in gw1's stats: {st.get('sas')}")
+
+
+def diff(a: dict, b: dict) -> dict[str, tuple[int, int]]:
+    return {k: (a.get(k, 0), b.get(k, 0)) for k in sorted(set(a) | set(b)) if a.get(k, 0) != b.get(k, 0)}
+
+
+def stats_version(path) -> tuple:
+    try:
+        s = os.stat(path)
+        return (s.st_ino, s.st_mtime_ns)
+    except FileNotFoundError:
+        return ()
+
+
+def wait_rewrite(gw, timeout=3.0) -> dict:
+    """The stats of the next rewrite of gw's stats file (written every second)."""
+    v0 = stats_version(gw.stats_file)
+    deadline = time.monotonic() + timeout
+    while stats_version(gw.stats_file) == v0:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{gw.name}: stats file {gw.stats_file} not rewritten in {timeout}s\n{gw.logs()}")
+        time.sleep(0.05)
+    return gw.stats()
+
+
+# --------------------------------------------------------------------------
+
+def test_each_inbound_drop_reason_counts_once(gws, artifacts):
+    gw1 = gws["gw1"]
+    cfg = L.load_config("gw1")
+    outside = next((p["name"] for p in cfg["port"] if p["interface"] == L.GW_IFACES["gw1"][0]), None)
+    assert outside, f"no port on {L.GW_IFACES['gw1'][0]} in {L.GW_CONFIG['gw1']}"
+    info = L.load_sa("gw1", SPI)
+    assert info.direction == "inbound" and (info.src, info.dst) == (L.GW0_OUT_IP, L.GW1_OUT_IP), info
+    cases, control = build_cases(HandEsp(info))
+
+    st0 = wait_rewrite(gw1)
+    known = set(drops_of(st0))
+    missing = sorted({r for _, r, _ in cases} - known)
+    assert not missing, f"drop reasons {missing} are not in gw1's stats JSON (has {sorted(known)})"
+    assert not any(drops_of(st0).values()), f"gw1 dropped something before the test: {diff({}, drops_of(st0))}"
+
+    cap = L.Capture("hostB", "b0", f"not ether src {L.B_MAC}", artifacts / "b0")
+    t0 = time.monotonic()
+    rows, problems = [], []
+    prev = drops_of(st0)
+    for n, (label, reason, frame) in enumerate(cases, start=1):
+        st = gw1.stats()
+        before, rx0 = drops_of(st), port_rx(st, outside)
+        if before != prev:
+            problems.append(f"#{n - 1} {cases[n - 2][0] if n > 1 else 'start'}: drop counters moved after it "
+                            f"was counted: {diff(prev, before)}")
+        send_raw([frame], artifacts / f"{n:02d}-{reason}")
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            st = gw1.stats()
+            after, rx1 = drops_of(st), port_rx(st, outside)
+            if (after != before and rx1 > rx0) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        d = diff(before, after)
+        b, a = before.get(reason, 0), after.get(reason, 0)
+        rows.append((n, reason, b, a, rx1 - rx0, label, {k: v for k, v in d.items() if k != reason}))
+        if a != b + 1:
+            problems.append(f"#{n} {label}: drops.{reason} {b} -> {a}, want +1; drop counters that moved: {d or 'none'}; "
+                            f"rx_packets on {outside} +{rx1 - rx0}")
+        elif set(d) != {reason}:
+            problems.append(f"#{n} {label}: drops.{reason} +1 but other drop counters moved too: "
+                            f"{ {k: v for k, v in d.items() if k != reason} }")
+        if rx1 - rx0 != 1:
+            problems.append(f"#{n} {label}: rx_packets on port {outside} went +{rx1 - rx0}, want +1")
+        prev = after
+
+    # Positive control: valid hand-made ESP must cross, with no drop.
+    st = gw1.stats()
+    before, sa0 = drops_of(st), sa_in_packets(st, SPI)
+    if before != prev:
+        problems.append(f"#{len(cases)} {cases[-1][0]}: drop counters moved after it was counted: {diff(prev, before)}")
+    send_raw([control], artifacts / "99-control")
+    st = gw1.wait_stats(lambda s: sa_in_packets(s, SPI) > sa0, timeout=WAIT_S)
+    st = wait_rewrite(gw1)  # one more rewrite: nothing may move late
+    final, sa1 = drops_of(st), sa_in_packets(st, SPI)
+    elapsed = time.monotonic() - t0
+    got = cap.stop(settle=0.5)
+
+    print(f"\ngw1 drop counters, one crafted frame each from wan1 ({len(cases)} cases in {elapsed:.1f}s):")
+    print(f"{'#':>3}  {'reason':<22} {'before':>6} {'after':>5}  {'rx':>3}  frame")
+    for n, reason, b, a, rx, label, others in rows:
+        flag = "" if (a == b + 1 and not others and rx == 1) else f"   <-- FAIL, others {others}"
+        print(f"{n:>3}  {reason:<22} {b:>6} {a:>5}  +{rx:<2}  {label}{flag}")
+    print(f"control: valid ESP, SA {SPI} packets {sa0} -> {sa1}, drops moved {diff(before, final) or 'none'}")
+
+    from scapy.compat import raw
+    delivered, leaked = 0, []
+    for f in got:
+        b = raw(f)
+        if (len(b) >= 14 + 28 and b[12:14] == b"\x08\x00" and b[14 + 9] == 17
+                and struct.unpack("!H", b[14 + 22:14 + 24])[0] == CONTROL_DPORT):
+            delivered += 1
+        elif b[12:14] == b"\x08\x06":
+            pass  # gw1 answering hostB's ARP (hostB replies to the control packet via 198.51.100.1)
+        else:
+            leaked.append(f.summary())
+    if diff(before, final):
+        problems.append(f"control (valid ESP): drop counters moved: {diff(before, final)}")
+    if sa1 != sa0 + 1:
+        problems.append(f"control (valid ESP): SA {SPI} inbound packets {sa0} -> {sa1}, want +1")
+    if delivered != 1:
+        problems.append(f"control (valid ESP): arrived {delivered} times on b0, want 1 "
+                        "(the b0 sniffer or the hand-made ESP is broken)")
+    if leaked:
+        problems.append(f"{len(leaked)} frames reached hostB besides the control packet: {leaked}")
+    assert not problems, "\n".join(problems) + f"\nartifacts: {artifacts}"
