@@ -35,7 +35,9 @@
 //! spi = 1001                # required: integer or string ("1001", "0x3e9"); 0 is an error
 //!                           # (RFC 4303 §2.1), 1..=255 is accepted with a warning
 //! direction = "outbound"    # required: "outbound" (we encrypt) | "inbound" (we decrypt)
-//! mode = "tunnel"           # optional, only "tunnel" for now
+//! mode = "tunnel"           # optional: "tunnel" (default) | "transport" (RFC 4303 §3.1.1: ESP
+//!                           #   inserted after the forwarded packet's own IPv4 header; then
+//!                           #   tunnel_src, tunnel_dst, outer_ttl, df and udp_encap are errors)
 //! algorithm = "aes-128-gcm" # required: "aes-128-gcm" | "aes-256-gcm" (RFC 4106),
 //!                           # "aes-128-gmac" | "aes-256-gmac" (RFC 4543, authentication only),
 //!                           # "chacha20-poly1305" (RFC 7634),
@@ -55,8 +57,8 @@
 //!                           # high half in the ICV/AAD only; both ends must agree
 //! icv_len = 16              # optional ICV bytes: 8 | 12 | 16 for GCM (RFC 4106 §6), default 16;
 //!                           # others accept only their fixed size (HMAC-SHA1-96: 12, else 16)
-//! tunnel_src = "203.0.113.1"  # required, outer source (unicast IPv4)
-//! tunnel_dst = "203.0.113.2"  # required, outer destination (unicast IPv4), != tunnel_src
+//! tunnel_src = "203.0.113.1"  # required in tunnel mode, outer source (unicast IPv4)
+//! tunnel_dst = "203.0.113.2"  # required in tunnel mode, outer destination (unicast IPv4), != tunnel_src
 //! replay_window = 64        # inbound only (an error on outbound); 0 = off, max 65536, default 64
 //! outer_ttl = 64            # optional 1..=255; default gateway.outer_ttl
 //! df = "copy"               # "copy" | "set" | "clear", default "copy" (RFC 4301 §8.1)
@@ -982,7 +984,25 @@ impl Checker<'_> {
                 }
                 ids.insert((spi, dir as u8), line);
             }
-            let mode = ck.opt_keyword(&s.mode, &tab.field("mode"), &[("tunnel", SaMode::Tunnel)], SaMode::Tunnel);
+            let modes = &[("tunnel", SaMode::Tunnel), ("transport", SaMode::Transport)];
+            let mode = ck.opt_keyword(&s.mode, &tab.field("mode"), modes, SaMode::Tunnel);
+            let transport = mode == Some(SaMode::Transport);
+            if transport {
+                // RFC 4303 §3.1.1: the packet's own addresses are the SA's
+                // endpoints; outer-header settings have nothing to apply to.
+                for (f, key) in [
+                    (&s.tunnel_src, "tunnel_src"),
+                    (&s.tunnel_dst, "tunnel_dst"),
+                    (&s.outer_ttl, "outer_ttl"),
+                    (&s.df, "df"),
+                    (&s.udp_encap, "udp_encap"),
+                ] {
+                    if let Some(v) = f {
+                        let m = format!("{key} is not allowed with mode = \"transport\" (the packet's own IPv4 header is kept); remove it");
+                        ck.problem(&v.span(), &tab.field(key), m);
+                    }
+                }
+            }
             let algs: Vec<(&str, Algorithm)> = Algorithm::ALL.iter().map(|a| (a.name(), *a)).collect();
             let algorithm = ck
                 .required(&s.algorithm, tab, "algorithm")
@@ -992,10 +1012,11 @@ impl Checker<'_> {
                 ck.required(f, tab, key)
                     .and_then(|v| ck.parsed(v, &tab.field(key), |s| unicast(parse_ipv4(s)?)))
             };
-            let tunnel_src = ip(ck, &s.tunnel_src, "tunnel_src");
-            let tunnel_dst = ip(ck, &s.tunnel_dst, "tunnel_dst");
+            let unspecified = Some(std::net::Ipv4Addr::UNSPECIFIED);
+            let tunnel_src = if transport { unspecified } else { ip(ck, &s.tunnel_src, "tunnel_src") };
+            let tunnel_dst = if transport { unspecified } else { ip(ck, &s.tunnel_dst, "tunnel_dst") };
             if let (Some(a), Some(b), Some(v)) = (tunnel_src, tunnel_dst, &s.tunnel_dst) {
-                if a == b {
+                if a == b && !transport {
                     let m = format!("expected an address other than tunnel_src, found {b}");
                     ck.problem(&v.span(), &tab.field("tunnel_dst"), m);
                 }

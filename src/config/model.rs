@@ -132,11 +132,15 @@ pub enum Direction {
     Inbound,
 }
 
-/// ESP mode. Only tunnel mode exists so far.
+/// ESP mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SaMode {
     /// RFC 4303 §3.1.2 tunnel mode, IPv4 in IPv4.
     Tunnel,
+    /// RFC 4303 §3.1.1 transport mode, applied to forwarded IPv4 packets
+    /// (ESP inserted after their own header); `tunnel_src`/`tunnel_dst`
+    /// are 0.0.0.0.
+    Transport,
 }
 
 /// ESP transform of an SA (`algorithm = "…"`; [`Algorithm::name`]).
@@ -305,9 +309,9 @@ pub struct Sa {
     pub auth_key: Vec<u8>,
     /// ICV length in bytes, one of [`Algorithm::icv_lens`].
     pub icv_len: usize,
-    /// Outer source address (tunnel mode).
+    /// Outer source address (tunnel mode; 0.0.0.0 in transport mode).
     pub tunnel_src: Ipv4Addr,
-    /// Outer destination address (tunnel mode).
+    /// Outer destination address (tunnel mode; 0.0.0.0 in transport mode).
     pub tunnel_dst: Ipv4Addr,
     /// Anti-replay window in packets (inbound; default 64, 0 = disabled,
     /// at most 65536).

@@ -81,6 +81,7 @@ pub fn summary(cfg: &Config) -> String {
             };
             let mode = match sa.mode {
                 SaMode::Tunnel => "tunnel",
+                SaMode::Transport => "transport",
             };
             let window = match (sa.direction, sa.replay_window) {
                 (Direction::Outbound, _) => "window -".to_owned(),
@@ -105,7 +106,7 @@ pub fn summary(cfg: &Config) -> String {
                 format!("{:#010x}", sa.spi),
                 dir(sa.direction).into(),
                 alg,
-                format!("{mode} {} -> {}", sa.tunnel_src, sa.tunnel_dst),
+                if sa.mode == SaMode::Transport { mode.to_owned() } else { format!("{mode} {} -> {}", sa.tunnel_src, sa.tunnel_dst) },
                 window,
                 df.into(),
                 ttl,

@@ -69,7 +69,7 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             Direction::Outbound => ("tunnel_src", sa.tunnel_src),
             Direction::Inbound => ("tunnel_dst", sa.tunnel_dst),
         };
-        if !own.is_empty() && !own.contains(&ours) {
+        if sa.mode == SaMode::Tunnel && !own.is_empty() && !own.contains(&ours) {
             warn(
                 format!("sa[{i}].{key}"),
                 format!("{ours} is not an address of an unprotected port"),
