@@ -36,6 +36,7 @@ fn bench(c: &mut Criterion) {
     let sa = OutboundSa {
         spi: 1001,
         session,
+        transport: false,
         tunnel_src: "203.0.113.1".parse().unwrap(),
         tunnel_dst: "203.0.113.2".parse().unwrap(),
         outer_ttl: 64,
@@ -99,6 +100,7 @@ fn bench_algorithms(c: &mut Criterion) {
         let sa = OutboundSa {
             spi: 1001,
             session: dev.session_create(&x).unwrap(),
+            transport: false,
             tunnel_src: "203.0.113.1".parse().unwrap(),
             tunnel_dst: "203.0.113.2".parse().unwrap(),
             outer_ttl: 64,

@@ -394,6 +394,7 @@ fn every_algorithm_esp_round_trip<D: Dut>(dev: &D) -> Vec<Vec<u8>> {
             let sa = InboundSa {
                 spi: 0x1000 + icv_len as u32,
                 session: dec.clone(),
+                transport: false,
                 tunnel_src: "0.0.0.0".parse().unwrap(),
                 tunnel_dst: "0.0.0.0".parse().unwrap(),
                 esn,
@@ -465,6 +466,7 @@ fn every_algorithm_rejects_tampering<D: Dut>(dev: &D) {
         let sa = InboundSa {
             spi: 77,
             session: dec.clone(),
+            transport: false,
             tunnel_src: "0.0.0.0".parse().unwrap(),
             tunnel_dst: "0.0.0.0".parse().unwrap(),
             esn: false,

@@ -118,6 +118,7 @@ fn inbound_opens_every_vector_and_rejects_tampering() {
         let sa = InboundSa {
             spi: u32::from_be_bytes(h(&v.spi).try_into().unwrap()),
             session: dev.session_create(&x).unwrap(),
+            transport: false,
             tunnel_src: "0.0.0.0".parse().unwrap(),
             tunnel_dst: "0.0.0.0".parse().unwrap(),
             esn: v.esn,
@@ -198,6 +199,7 @@ fn inbound_opens_cbc_chacha_and_gmac_packets_and_rejects_tampering() {
         let sa = InboundSa {
             spi: c.spi,
             session: session(&dev, &c, CipherDirection::Decrypt),
+            transport: false,
             tunnel_src: "0.0.0.0".parse().unwrap(),
             tunnel_dst: "0.0.0.0".parse().unwrap(),
             esn: false,
@@ -254,6 +256,7 @@ fn cbc_ciphertext_not_whole_blocks_is_bad_length() {
     let sa = InboundSa {
         spi: c.spi,
         session: session(&dev, &c, CipherDirection::Decrypt),
+        transport: false,
         tunnel_src: "0.0.0.0".parse().unwrap(),
         tunnel_dst: "0.0.0.0".parse().unwrap(),
         esn: false,
@@ -306,6 +309,7 @@ fn esn_high_bits_are_in_the_hmac_input() {
     let sa = InboundSa {
         spi: c.spi,
         session: session(&dev, &c, CipherDirection::Decrypt),
+        transport: false,
         tunnel_src: "0.0.0.0".parse().unwrap(),
         tunnel_dst: "0.0.0.0".parse().unwrap(),
         esn: true,

@@ -99,6 +99,7 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
                 outbound.push(OutboundSa {
                     spi: sa.spi,
                     session,
+                    transport: sa.mode == model::SaMode::Transport,
                     tunnel_src: sa.tunnel_src,
                     tunnel_dst: sa.tunnel_dst,
                     outer_ttl: sa.outer_ttl.unwrap_or(cfg.gateway.outer_ttl),
@@ -120,6 +121,7 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
                     sa: InboundSa {
                         spi: sa.spi,
                         session,
+                        transport: sa.mode == model::SaMode::Transport,
                         tunnel_src: sa.tunnel_src,
                         tunnel_dst: sa.tunnel_dst,
                         esn: sa.esn,

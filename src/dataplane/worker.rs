@@ -2,7 +2,7 @@
 
 use super::counters::{DropReason, WorkerCounters};
 use crate::crypto::{CryptoOp, QueuePair};
-use crate::esp::{inbound, outbound, InboundState, OutboundState};
+use crate::esp::{inbound, outbound, transport, InboundState, OutboundState};
 use crate::io::{PktBuf, Port};
 use crate::policy::spd::{FlowKey, SpdAction};
 use crate::policy::Tables;
@@ -28,6 +28,22 @@ fn tag(inbound: bool, sa: usize, aux: usize, port: u16) -> u64 {
 #[inline]
 fn untag(t: u64) -> (bool, usize, u64, usize) {
     (t & TAG_INBOUND != 0, ((t >> 32) & 0x7fff_ffff) as usize, (t >> 16) & 0xffff, (t & 0xffff) as usize)
+}
+
+/// Whether the ESP packet after the IPv4 header (`hl` bytes) has the SPI of
+/// an inbound transport-mode SA.
+fn transport_spi(t: &Tables, buf: &PktBuf, hl: usize) -> bool {
+    let Some(Ok(esp)) = buf.frame().get(ethernet::HEADER_LEN + hl..).map(esp_hdr::EspPacket::new_checked) else {
+        return false;
+    };
+    t.sad.inbound_by_spi(esp.spi()).is_some_and(|i| t.sad.inbound[i].sa.transport)
+}
+
+/// Destination address of the IPv4 header after the Ethernet header.
+fn ip_dst(buf: &PktBuf) -> std::net::Ipv4Addr {
+    let f = buf.frame();
+    let d = ethernet::HEADER_LEN + ipv4::DST;
+    f.get(d..d + 4).map_or(std::net::Ipv4Addr::UNSPECIFIED, |a| std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]))
 }
 
 /// Settings of a worker.
@@ -457,7 +473,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     fn inbound(&mut self, t: &Tables, port: usize, mut buf: PktBuf, key: FlowKey, ttl: u8, hl: usize, frag: bool) {
         let local = t.is_local(port, key.dst);
         let natt = key.protocol == ipv4::PROTO_UDP && key.ports.is_some_and(|(_, d)| t.is_natt_port(d));
-        if local && (key.protocol == ipv4::PROTO_ESP || natt) {
+        let esp_proto = key.protocol == ipv4::PROTO_ESP;
+        // Transport SAs (RFC 4303 §3.1.1, as ipsec-secgw): ESP matched by SPI
+        // whatever its destination, then routed on its own destination.
+        let transport = esp_proto && !local && transport_spi(t, &buf, hl);
+        if (local && (esp_proto || natt)) || transport {
             if frag {
                 return self.drop_buf(port, DropReason::Fragment, buf);
             }
@@ -489,7 +509,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 return self.drop_buf(port, DropReason::NoSa, buf);
             };
             let e = &t.sad.inbound[i];
-            if e.sa.tunnel_dst != key.dst || e.sa.tunnel_src != key.src {
+            if !e.sa.transport && (e.sa.tunnel_dst != key.dst || e.sa.tunnel_src != key.src) {
                 return self.drop_buf(port, DropReason::NoSa, buf);
             }
             // ESP in UDP only for an SA with udp_encap, on its port; plain
@@ -523,7 +543,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             let Some(sa) = t.sad.outbound.get(i) else {
                 return self.drop_buf(port, DropReason::NoSa, op.buf);
             };
-            let dst = sa.tunnel_dst;
+            let dst = if sa.transport { ip_dst(&op.buf) } else { sa.tunnel_dst };
             match outbound::finish(op) {
                 Ok(buf) => {
                     let c = &self.counters.sa_out[i];
@@ -543,7 +563,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         };
         // For inbound ops the tag's aux field is the outer DS + ECN byte.
         let outer_tos = inner_len as u8;
-        let mut buf = match inbound::finish(st, op, outer_tos) {
+        let done = if e.sa.transport { transport::inbound_finish(st, op) } else { inbound::finish(st, op, outer_tos) };
+        let mut buf = match done {
             Ok(b) => b,
             Err((err, b)) => {
                 self.counters.sa_in[i].errors.add(1);

@@ -14,6 +14,7 @@ pub mod iv;
 pub mod outbound;
 pub mod replay;
 pub mod sa;
+pub mod transport;
 
 pub use iv::IvGen;
 pub use sa::{DfMode, InboundSa, InboundState, OutboundSa, OutboundState, UdpEncap};

@@ -76,7 +76,13 @@ pub const UDP_ENCAP_OVERHEAD: usize = udp::HEADER_LEN;
 /// key for CBC (unpredictable, RFC 3602 §3). Errors: `SeqExhausted` when the
 /// counter would cycle, `BadInner`/`NoRoom` on a frame that does not fit,
 /// `CryptoError` for a CBC SA built without an IV key.
+///
+/// A transport-mode SA (`sa.transport`) is dispatched to
+/// [`super::transport::outbound_prepare`].
 pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+    if sa.transport {
+        return super::transport::outbound_prepare(sa, st, buf);
+    }
     let (tos, inner_df, total) = {
         let f = buf.frame();
         let Some(inner) = f.get(ethernet::HEADER_LEN..ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN) else {

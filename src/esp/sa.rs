@@ -28,13 +28,16 @@ pub struct UdpEncap {
     pub dport: u16,
 }
 
-/// An outbound tunnel-mode SA (immutable once installed).
+/// An outbound SA, tunnel or transport mode (immutable once installed).
 #[derive(Debug, Clone)]
 pub struct OutboundSa {
     /// SPI, never 0.
     pub spi: u32,
     /// Encrypt session.
     pub session: Arc<Session>,
+    /// Transport mode (RFC 4303 §3.1.1): the packet's own IPv4 header is
+    /// kept and `tunnel_src`/`tunnel_dst`/`outer_ttl`/`df` are unused.
+    pub transport: bool,
     /// Outer source address.
     pub tunnel_src: Ipv4Addr,
     /// Outer destination address.
@@ -76,13 +79,16 @@ impl OutboundState {
     }
 }
 
-/// An inbound tunnel-mode SA (immutable once installed).
+/// An inbound SA, tunnel or transport mode (immutable once installed).
 #[derive(Debug, Clone)]
 pub struct InboundSa {
     /// SPI, never 0.
     pub spi: u32,
     /// Decrypt session.
     pub session: Arc<Session>,
+    /// Transport mode (RFC 4303 §3.1.1): matched by SPI alone, whatever the
+    /// packet's addresses; `tunnel_src`/`tunnel_dst` are unused.
+    pub transport: bool,
     /// Expected outer source address.
     pub tunnel_src: Ipv4Addr,
     /// Expected outer destination address (one of ours).

@@ -1,0 +1,135 @@
+//! ESP transport mode for IPv4 (RFC 4303 §3.1.1), applied to forwarded
+//! packets as DPDK ipsec-secgw does: the packet's own IPv4 header (options
+//! included) stays in front, the ESP header and IV are inserted after it,
+//! and the trailer's Next Header carries the original protocol.
+//!
+//! Outbound grows the frame into its headroom (the IP header moves forward
+//! by the ESP header + IV), inbound shrinks it the same way; neither
+//! allocates. The crypto op is described by [`super::describe_op`], so every
+//! algorithm works as in tunnel mode.
+
+use super::outbound::encap;
+use super::{encrypted_part, front_len, parse_trailer, EspError, InboundState, OutboundSa, OutboundState};
+use crate::crypto::{CryptoOp, OpStatus};
+use crate::io::PktBuf;
+use crate::wire::{checksum, ethernet, ipv4};
+
+/// Longest IPv4 header (IHL 15).
+const MAX_IP_HEADER: usize = 60;
+
+/// Rewrites protocol and total length of the IPv4 header at the start of
+/// `hdr` (`hl` bytes) and recomputes its checksum.
+fn fix_header(hdr: &mut [u8], hl: usize, protocol: u8, total: u16) {
+    hdr[ipv4::PROTOCOL] = protocol;
+    hdr[ipv4::TOTAL_LEN..ipv4::TOTAL_LEN + 2].copy_from_slice(&total.to_be_bytes());
+    hdr[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].copy_from_slice(&[0, 0]);
+    let ck = checksum::checksum(&hdr[..hl]);
+    hdr[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
+}
+
+/// Encapsulates the Ethernet + IPv4 frame in `buf` with transport-mode SA
+/// `sa` (RFC 4303 §3.1.1). The caller has checked the IPv4 header and
+/// applied the forwarding TTL decrement. Result: Ethernet (filled in by
+/// routing) + the same IPv4 header with protocol 50, new total length and
+/// checksum + ESP header + IV + the original IP payload + trailer (Next
+/// Header = the original protocol) + ICV room, and the op that seals it.
+/// Errors as [`super::outbound::prepare`]; fragments are refused
+/// (`BadInner`: transport mode carries whole datagrams, RFC 4303 §3.1.1).
+pub fn outbound_prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+    let (hl, total, protocol) = match ipv4::Ipv4Packet::new_checked(buf.frame().get(ethernet::HEADER_LEN..).unwrap_or(&[])) {
+        Ok(p) if !p.is_fragment() => (p.header_len(), p.total_len(), p.protocol()),
+        _ => return Err((EspError::BadInner, buf)),
+    };
+    let front = ethernet::HEADER_LEN + hl;
+    if total + ethernet::HEADER_LEN > buf.len() || hl > MAX_IP_HEADER {
+        return Err((EspError::BadInner, buf));
+    }
+    let Some(seq) = st.next_seq(sa.esn) else {
+        return Err((EspError::SeqExhausted, buf));
+    };
+    let alg = sa.session.algorithm();
+    let mut iv = [0u8; 16];
+    if !sa.iv_gen.write(alg, seq, &mut iv) {
+        return Err((EspError::CryptoError, buf));
+    }
+    // Keep Ethernet + IP header aside (stack copy), ESP-frame the payload.
+    let mut saved = [0u8; ethernet::HEADER_LEN + MAX_IP_HEADER];
+    saved[..front].copy_from_slice(&buf.frame()[..front]);
+    buf.trim_to(ethernet::HEADER_LEN + total);
+    buf.adj(front);
+    let mut op = match encap(sa.spi, &sa.session, seq, sa.esn, &iv[..alg.iv_len()], protocol, buf) {
+        Ok(op) => op,
+        Err((e, mut b)) => {
+            b.prepend(front);
+            return Err((e, b));
+        }
+    };
+    if !op.buf.prepend(front) {
+        return Err((EspError::NoRoom, op.buf));
+    }
+    let new_total = (op.buf.len() - ethernet::HEADER_LEN) as u16;
+    let f = op.buf.frame_mut();
+    f[..front].copy_from_slice(&saved[..front]);
+    fix_header(&mut f[ethernet::HEADER_LEN..front], hl, ipv4::PROTO_ESP, new_total);
+    op.data_offset += front as u32;
+    op.auth_offset += front as u32;
+    op.icv_offset += front as u32;
+    Ok(op)
+}
+
+/// Completes an inbound transport-mode op: ICV verified → window updated →
+/// trailer checked → Next Header 59 is a dummy (RFC 4303 §2.6), 4 (IPv4)
+/// is refused (`BadNextHeader`: that is tunnel mode) → the ESP header and IV
+/// are removed, the IPv4 header (options included) moves up to the payload,
+/// its protocol becomes Next Header, total length and checksum are
+/// recomputed. The frame must start with Ethernet + IPv4 + ESP (no UDP
+/// encapsulation). On success: 14 bytes of Ethernet header (filled by
+/// routing) + the packet as the sender's gateway received it.
+pub fn inbound_finish(st: &mut InboundState, op: CryptoOp<PktBuf>) -> Result<PktBuf, (EspError, PktBuf)> {
+    match op.status {
+        OpStatus::Success => {}
+        OpStatus::AuthFailed => return Err((EspError::AuthFailed, op.buf)),
+        OpStatus::SessionNotAttached => return Err((EspError::SessionNotAttached, op.buf)),
+        _ => return Err((EspError::CryptoError, op.buf)),
+    }
+    let seq = op.user[0];
+    let enc = encrypted_part(&op);
+    let alg = op.session.algorithm();
+    let mut buf = op.buf;
+    if st.window.commit(seq).is_err() {
+        return Err((EspError::Replay, buf));
+    }
+    let d0 = enc.start;
+    let Some(plain) = buf.frame().get(enc) else {
+        return Err((EspError::BadLength, buf));
+    };
+    let (payload_len, next_header) = match parse_trailer(plain) {
+        Ok(t) => t,
+        Err(e) => return Err((e, buf)),
+    };
+    if next_header == ipv4::PROTO_NONE {
+        return Err((EspError::Dummy, buf));
+    }
+    if next_header == ipv4::PROTO_IPIP {
+        return Err((EspError::BadNextHeader, buf));
+    }
+    let hl = match ipv4::Ipv4Packet::new_checked(buf.frame().get(ethernet::HEADER_LEN..).unwrap_or(&[])) {
+        Ok(p) => p.header_len(),
+        Err(_) => return Err((EspError::BadInner, buf)),
+    };
+    let front = ethernet::HEADER_LEN + hl;
+    // The ESP header must follow the IP header directly.
+    if d0.checked_sub(front_len(alg)) != Some(front) {
+        return Err((EspError::BadInner, buf));
+    }
+    let new_total = hl + payload_len;
+    if new_total > u16::MAX as usize {
+        return Err((EspError::BadLength, buf));
+    }
+    let gap = d0 - front;
+    buf.frame_mut().copy_within(..front, gap);
+    buf.adj(gap);
+    buf.trim_to(front + payload_len);
+    fix_header(&mut buf.frame_mut()[ethernet::HEADER_LEN..front], hl, next_header, new_total as u16);
+    Ok(buf)
+}
