@@ -17,6 +17,12 @@ const HOST_B: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 10);
 /// `configs/<name>` with SAs 1001 and 1002 in transport mode (no
 /// tunnel_src/tunnel_dst), written to a temp file.
 fn transport_config(name: &str) -> String {
+    transport_config_with(name, None)
+}
+
+/// As [`transport_config`], SA 1001 with `alg` = (algorithm line, key
+/// lines) instead of its own algorithm and key.
+fn transport_config_with(name: &str, alg: Option<&str>) -> String {
     let text = std::fs::read_to_string(format!("configs/{name}")).unwrap();
     let mut out = String::new();
     for (i, block) in text.split("[[sa]]").enumerate() {
@@ -25,14 +31,26 @@ fn transport_config(name: &str) -> String {
         }
         if block.contains("spi = 1001\n") || block.contains("spi = 1002\n") {
             let b = block.replacen("mode = \"tunnel\"", "mode = \"transport\"", 1);
-            let kept: Vec<&str> = b.split_inclusive('\n').filter(|l| !l.starts_with("tunnel_src") && !l.starts_with("tunnel_dst")).collect();
-            out.push_str(&kept.concat());
+            let swap = alg.is_some() && block.contains("spi = 1001\n");
+            for l in b.split_inclusive('\n') {
+                if l.starts_with("tunnel_src") || l.starts_with("tunnel_dst") {
+                    continue;
+                }
+                if swap && (l.starts_with("algorithm") || l.starts_with("key")) {
+                    continue;
+                }
+                out.push_str(l);
+                if swap && l == "spi = 1001\n" {
+                    out.push_str(alg.unwrap());
+                }
+            }
         } else {
             out.push_str(block);
         }
     }
     assert_eq!(out.matches("mode = \"transport\"").count(), 2, "{name}: SAs 1001 and 1002 switched");
-    let path = std::env::temp_dir().join(format!("secgw-transport-{}-{name}", std::process::id()));
+    let tag = alg.map_or(0, |a| a.len() * 131 + a.bytes().map(|b| b as usize).sum::<usize>());
+    let path = std::env::temp_dir().join(format!("secgw-transport-{}-{tag}-{name}", std::process::id()));
     std::fs::write(&path, out).unwrap();
     path.to_str().unwrap().to_owned()
 }
@@ -127,7 +145,7 @@ fn transport_end_to_end_udp_tcp_icmp_all_sizes() {
             let pad = plain[plain.len() - 2] as usize;
             assert_eq!(&plain[..plain.len() - 2 - pad], l4, "ESP payload = the transport payload");
 
-            let back = gw1.push("outside", &[f.clone()]);
+            let back = gw1.push("outside", std::slice::from_ref(f));
             assert_eq!(back.len(), 1, "one frame out of gw1 (proto {proto}, size {size})");
             let (port, plain) = &back[0];
             assert_eq!(port, "inside");
@@ -246,4 +264,48 @@ fn transport_config_rejects_tunnel_addresses() {
     let fields: Vec<&str> = err.problems().iter().map(|p| p.field.as_str()).collect();
     assert_eq!(fields, ["sa[0].tunnel_src", "sa[0].tunnel_dst"], "{err}");
     assert!(err.to_string().contains("not allowed with mode = \"transport\""), "{err}");
+}
+
+#[test]
+fn transport_every_algorithm_roundtrips() {
+    let hex = |n: usize, seed: u8| -> String { (0..n / 2).map(|i| format!("{:02x}", (i as u8).wrapping_mul(29).wrapping_add(seed))).collect() };
+    let cases: Vec<(&str, usize, usize)> = vec![
+        ("aes-128-gcm", 40, 0),
+        ("aes-256-gcm", 72, 0),
+        ("aes-128-gmac", 40, 0),
+        ("aes-256-gmac", 72, 0),
+        ("chacha20-poly1305", 72, 0),
+        ("aes-128-cbc-hmac-sha1", 32, 40),
+        ("aes-256-cbc-hmac-sha256", 64, 64),
+        ("aes-128-ctr-hmac-sha256", 40, 64),
+        ("aes-256-ctr-hmac-sha1", 72, 40),
+        ("null-hmac-sha1", 0, 40),
+        ("null-hmac-sha256", 0, 64),
+    ];
+    for (name, klen, alen) in cases {
+        let mut lines = format!("algorithm = \"{name}\"\n");
+        if klen > 0 {
+            lines += &format!("key = \"{}\"\n", hex(klen, 3));
+        }
+        if alen > 0 {
+            lines += &format!("auth_key = \"{}\"\n", hex(alen, 7));
+        }
+        let mut gw0 = Gw::from_config(&transport_config_with("ep0.toml", Some(&lines)));
+        let mut gw1 = Gw::from_config(&transport_config_with("ep1.toml", Some(&lines)));
+        for (proto, size) in [(17u8, 0usize), (6, 33), (1, 1400)] {
+            let payload: Vec<u8> = (0..size).map(|b| b as u8 ^ 0x5a).collect();
+            let ip = packet(proto, 64, &payload);
+            let out = gw0.push("inside", &[from_host_a(&ip)]);
+            assert_eq!(out.len(), 1, "{name}: gw0 drops {:?}", gw0.stats().drops);
+            let f = &out[0].1;
+            assert_eq!((f[14 + 9], ip_checksum(&f[14..34])), (50, 0), "{name}: proto 50, checksum valid");
+            assert_eq!(&f[14 + 12..14 + 20], &ip[12..20], "{name}: addresses kept");
+            if name.starts_with("null") {
+                assert_eq!(&f[34 + 8..34 + 8 + ip.len() - 20], &ip[20..], "{name}: NULL leaves the payload readable");
+            }
+            let back = gw1.push("outside", std::slice::from_ref(f));
+            assert_eq!(back.len(), 1, "{name}: gw1 drops {:?}", gw1.stats().drops);
+            assert_eq!(&back[0].1[14..], &ttl_minus(&ip, 2)[..], "{name} proto {proto} size {size}");
+        }
+    }
 }
