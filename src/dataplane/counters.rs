@@ -68,8 +68,9 @@ pub enum DropReason {
     HandoffFull,
     /// The SA's session was not attached to the worker's queue pair.
     SessionNotAttached,
-    /// Larger than the egress port's MTU (fragmentation and ICMP "too big"
-    /// are not built yet).
+    /// Larger than the egress port's MTU once encapsulated: with DF set on
+    /// the inner packet an ICMP "fragmentation needed" goes back to its
+    /// source (counted under `icmp_sent`); else the packet is dropped.
     MtuExceeded,
     /// A NAT keepalive (RFC 3948 §2.3: one 0xFF byte on a NAT-T port):
     /// ignored, counted here.
@@ -251,6 +252,11 @@ pub struct WorkerCounters {
     pub handoff_out: Counter,
     /// Packets received from other workers for SAs this worker owns.
     pub handoff_in: Counter,
+    /// ICMP "fragmentation needed" errors sent (RFC 792, RFC 1191).
+    pub icmp_sent: Counter,
+    /// ICMP errors not sent because the worker's rate limit was reached
+    /// (the packet that caused them is counted under its drop reason).
+    pub icmp_rate_limited: Counter,
 }
 
 impl WorkerCounters {
@@ -264,6 +270,8 @@ impl WorkerCounters {
             arp_replies: Counter::default(),
             handoff_out: Counter::default(),
             handoff_in: Counter::default(),
+            icmp_sent: Counter::default(),
+            icmp_rate_limited: Counter::default(),
         }
     }
 
