@@ -1,6 +1,6 @@
 //! MTU handling over in-memory ports: ICMP "fragmentation needed" (RFC 792
 //! type 3 code 4, next-hop MTU per RFC 1191) for DF packets too big for the
-//! tunnel.
+//! tunnel; outer IPv4 fragments (RFC 791) for the others.
 
 mod common;
 use common::*;
@@ -96,7 +96,7 @@ fn frag_needed_cbc_rounds_down_to_the_block() {
 #[test]
 fn no_error_without_df_or_about_an_icmp_error() {
     let mut gw0 = Gw::from_config("configs/ep0.toml");
-    // DF clear: no ICMP (the packet is dropped after encryption for now).
+    // DF clear: no ICMP (the packet leaves as outer fragments).
     let mut f = from_host_a(1500);
     f[14 + 6] = 0;
     let ck = ip_checksum(&{
@@ -118,7 +118,7 @@ fn no_error_without_df_or_about_an_icmp_error() {
     p[10..12].copy_from_slice(&ck.to_be_bytes());
     assert!(gw0.push("inside", &[eth(mac("02:00:00:00:00:01"), mac("02:00:00:00:0a:01"), 0x0800, &p)]).is_empty());
     assert_eq!(gw0.stats().icmp_sent, 0);
-    assert_eq!(gw0.drop_count("mtu_exceeded"), 2);
+    assert_eq!(gw0.drop_count("mtu_exceeded"), 1, "only the ICMP error; the DF-clear packet was fragmented");
 }
 
 #[test]
@@ -132,4 +132,63 @@ fn icmp_errors_are_rate_limited() {
     assert_eq!(out.len() as u64, s.icmp_sent);
     // A burst of 100, plus at most a few tokens refilled while the test ran.
     assert!((100..=120).contains(&s.icmp_sent), "{}", s.icmp_sent);
+}
+
+fn clear_df(f: &mut [u8]) {
+    f[14 + 6] = 0;
+    f[14 + 10] = 0;
+    f[14 + 11] = 0;
+    let ck = ip_checksum(&f[14..34]);
+    f[14 + 10..14 + 12].copy_from_slice(&ck.to_be_bytes());
+}
+
+#[test]
+fn df_clear_leaves_as_fragments_that_reassemble_and_decrypt() {
+    let text = std::fs::read_to_string("configs/ep0.toml").unwrap();
+    let text = text.replacen("interface = \"gw0-out\"", "interface = \"gw0-out\"\nmtu = 1000", 1);
+    let path = std::env::temp_dir().join(format!("secgw-mtu-{}-frag.toml", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let mut gw0 = Gw::from_config(path.to_str().unwrap());
+    let mut gw1 = Gw::from_config("configs/ep1.toml");
+    let mut f = from_host_a(1400);
+    clear_df(&mut f);
+    let out = gw0.push("inside", std::slice::from_ref(&f));
+    assert_eq!(out.len(), 2, "two fragments");
+    assert!(out.iter().all(|(p, _)| p == "outside"));
+    let (a, b) = (&out[0].1[14..], &out[1].1[14..]);
+    // 1400 inner + 20 + 8 + 8 + 2 + pad 2 + 16 = 1456: 1436 bytes of
+    // payload, 976 (the largest multiple of 8 ≤ 1000 − 20) + 460.
+    assert_eq!(u16::from_be_bytes([a[2], a[3]]), 996);
+    assert_eq!(u16::from_be_bytes([b[2], b[3]]), 20 + 460);
+    assert_eq!(u16::from_be_bytes([a[6], a[7]]), 0x2000, "MF, offset 0");
+    assert_eq!(u16::from_be_bytes([b[6], b[7]]), 976 / 8, "last: no MF, offset 976/8");
+    assert_eq!(a[4..6], b[4..6], "same identification");
+    assert_eq!((a[9], b[9]), (50, 50));
+    assert_eq!(ip_checksum(&a[..20]), 0);
+    assert_eq!(ip_checksum(&b[..20]), 0);
+    assert_eq!(&out[0].1[..6], &mac("02:00:00:00:01:02"));
+    assert_eq!(&out[1].1[..12], &out[0].1[..12]);
+    assert_eq!(gw0.stats().frags_sent, 2);
+    assert_eq!(gw0.stats().drops.values().sum::<u64>(), 0);
+    // Reassembled by hand (gw1 does not reassemble yet), gw1 decrypts it.
+    let mut whole = a.to_vec();
+    whole.extend_from_slice(&b[20..]);
+    let wl = whole.len() as u16;
+    whole[2..4].copy_from_slice(&wl.to_be_bytes());
+    whole[6] = 0;
+    whole[7] = 0;
+    whole[10] = 0;
+    whole[11] = 0;
+    let ck = ip_checksum(&whole[..20]);
+    whole[10..12].copy_from_slice(&ck.to_be_bytes());
+    let frame = eth(mac("02:00:00:00:01:02"), mac("02:00:00:00:00:02"), 0x0800, &whole);
+    let back = gw1.push("outside", &[frame]);
+    assert_eq!(back.len(), 1, "{:?}", gw1.stats().drops);
+    assert_eq!(back[0].0, "inside");
+    assert_eq!(back[0].1.len(), 14 + 1400);
+    assert_eq!(&back[0].1[14 + 28..], &f[14 + 28..], "payload intact");
+    // The fragments as they are: gw1 drops them (no reassembly yet).
+    assert!(gw1.push("outside", &[out[0].1.clone(), out[1].1.clone()]).is_empty());
+    assert_eq!(gw1.drop_count("fragment"), 2);
+    let _ = std::fs::remove_file(path);
 }

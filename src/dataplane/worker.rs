@@ -678,11 +678,74 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let Some(egress) = t.ports.get(out) else {
             return self.drop_buf(rx_port, DropReason::NoRoute, buf);
         };
-        if buf.len() - ethernet::HEADER_LEN > egress.mtu as usize {
-            return self.drop_buf(rx_port, DropReason::MtuExceeded, buf);
-        }
         let src = egress.mac;
+        if buf.len() - ethernet::HEADER_LEN > egress.mtu as usize {
+            return self.fragment(rx_port, out, (mac, src), buf, egress.mtu as usize);
+        }
         ethernet::write_header(buf.frame_mut(), &mac, &src, ethernet::ETHERTYPE_IPV4);
         self.tx[out].push(buf);
     }
+
+    /// Splits the IPv4 packet in `buf`, too big for `mtu`, into fragments
+    /// (RFC 791 §3.2: payload offsets in 8-byte units, MF on all but the
+    /// last, the same identification, a header checksum per fragment) and
+    /// stages them on port `out`. The first fragment reuses `buf`, the
+    /// others take buffers from the worker's pool. DF set or an options
+    /// header → `mtu_exceeded`; too few pool buffers → `frag_no_buffer`.
+    fn fragment(&mut self, rx_port: usize, out: usize, (dst_mac, src_mac): ([u8; 6], [u8; 6]), mut buf: PktBuf, mtu: usize) {
+        const ETH: usize = ethernet::HEADER_LEN;
+        const HL: usize = ipv4::MIN_HEADER_LEN;
+        let (ff, total) = {
+            let ip = &buf.frame()[ETH..];
+            if ip.len() < HL || ip[ipv4::VER_IHL] != 0x45 {
+                return self.drop_buf(rx_port, DropReason::MtuExceeded, buf);
+            }
+            (u16::from_be_bytes([ip[ipv4::FLAGS_FRAG], ip[ipv4::FLAGS_FRAG + 1]]), buf.len() - ETH)
+        };
+        let chunk = mtu.saturating_sub(HL) / 8 * 8;
+        if ff & ipv4::FLAG_DF != 0 || chunk == 0 {
+            return self.drop_buf(rx_port, DropReason::MtuExceeded, buf);
+        }
+        let payload = total - HL;
+        let extra = payload.div_ceil(chunk) - 1;
+        if self.pool.len() < extra {
+            return self.drop_buf(rx_port, DropReason::FragNoBuffer, buf);
+        }
+        // An already fragmented packet keeps its offset and its MF on the last piece.
+        let base = (ff & 0x1fff) as usize;
+        let last_mf = ff & ipv4::FLAG_MF;
+        // The first fragment goes out first: it takes this place in the queue.
+        let first_at = self.tx[out].len();
+        let mut off = chunk;
+        while off < payload {
+            let n = chunk.min(payload - off);
+            let Some(mut f) = self.pool.pop() else { break };
+            let area = f.reset();
+            area[..ETH + HL].copy_from_slice(&buf.frame()[..ETH + HL]);
+            area[ETH + HL..ETH + HL + n].copy_from_slice(&buf.frame()[ETH + HL + off..ETH + HL + off + n]);
+            f.set_len(ETH + HL + n);
+            f.port = buf.port;
+            let mf = if off + n < payload { ipv4::FLAG_MF } else { last_mf };
+            finish_fragment(f.frame_mut(), (HL + n) as u16, mf | (base + off / 8) as u16, &dst_mac, &src_mac);
+            self.counters.frags_sent.add(1);
+            self.tx[out].push(f);
+            off += n;
+        }
+        buf.trim_to(ETH + HL + chunk);
+        finish_fragment(buf.frame_mut(), (HL + chunk) as u16, ipv4::FLAG_MF | base as u16, &dst_mac, &src_mac);
+        self.counters.frags_sent.add(1);
+        self.tx[out].insert(first_at, buf);
+    }
+}
+
+/// Writes a fragment's total length, flags + offset, header checksum and
+/// Ethernet header (`frame` = Ethernet + a 20-byte IPv4 header + data).
+fn finish_fragment(frame: &mut [u8], total: u16, flags_frag: u16, dst: &[u8; 6], src: &[u8; 6]) {
+    let ip = &mut frame[ethernet::HEADER_LEN..ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN];
+    ip[ipv4::TOTAL_LEN..ipv4::TOTAL_LEN + 2].copy_from_slice(&total.to_be_bytes());
+    ip[ipv4::FLAGS_FRAG..ipv4::FLAGS_FRAG + 2].copy_from_slice(&flags_frag.to_be_bytes());
+    ip[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].copy_from_slice(&[0, 0]);
+    let ck = crate::wire::checksum::checksum(ip);
+    ip[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
+    ethernet::write_header(frame, dst, src, ethernet::ETHERTYPE_IPV4);
 }
