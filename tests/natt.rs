@@ -135,8 +135,13 @@ fn mtu_counts_the_udp_header() {
     // UDP adds 8 more: an inner packet of 1446 bytes (pad 0) gives 1500
     // without UDP and 1508 with it.
     let inner_payload = vec![0u8; 1446 - 28];
-    assert!(gw0.push("inside", &[from_host_a(&inner_payload)]).is_empty());
+    let icmp = gw0.push("inside", &[from_host_a(&inner_payload)]);
     assert_eq!(gw0.drop_count("mtu_exceeded"), 1);
+    // DF is set: "fragmentation needed" advertises 1438, the UDP header counted.
+    assert_eq!(icmp.len(), 1);
+    assert_eq!(icmp[0].0, "inside");
+    assert_eq!((icmp[0].1[14 + 20], icmp[0].1[14 + 21]), (3, 4));
+    assert_eq!(u16::from_be_bytes([icmp[0].1[14 + 26], icmp[0].1[14 + 27]]), 1438);
     let small = vec![0u8; 1438 - 28];
     let out = gw0.push("inside", &[from_host_a(&small)]);
     assert_eq!(out.len(), 1);

@@ -233,8 +233,13 @@ fn sequence_number_never_cycles() {
 fn oversized_after_encapsulation_is_dropped_and_counted() {
     let mut gw0 = Gw::from_config("configs/ep0.toml");
     // 1472 bytes of UDP payload: a 1500-byte inner packet, 1500 + 56 outer.
-    assert!(gw0.push("inside", &[from_host_a(0, 64, &[0u8; 1472])]).is_empty());
+    // DF is set, so the only thing sent is an ICMP error back inside
+    // (tests/mtu.rs checks it field by field).
+    let out = gw0.push("inside", &[from_host_a(0, 64, &[0u8; 1472])]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, "inside");
     assert_eq!(gw0.drop_count("mtu_exceeded"), 1);
+    assert_eq!(gw0.stats().icmp_sent, 1);
     // 1400 bytes fit.
     assert_eq!(gw0.push("inside", &[from_host_a(0, 64, &[0u8; 1400])]).len(), 1);
 }

@@ -117,7 +117,8 @@ pub struct Port {
     /// Interface queue the AF_XDP socket binds to (default 0).
     pub queue: u32,
     /// Largest IP packet (bytes, without Ethernet) sent on this port
-    /// (default 1500); larger ones are dropped as `mtu_exceeded`.
+    /// (default 1500); larger ones are dropped as `mtu_exceeded` (DF packets
+    /// for a tunnel get ICMP "fragmentation needed" first).
     pub mtu: u16,
     /// XDP attach mode (default skb).
     pub xdp_mode: XdpMode,

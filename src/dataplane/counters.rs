@@ -68,8 +68,10 @@ pub enum DropReason {
     HandoffFull,
     /// The SA's session was not attached to the worker's queue pair.
     SessionNotAttached,
-    /// Larger than the egress port's MTU (fragmentation and ICMP "too big"
-    /// are not built yet).
+    /// Larger than the egress port's MTU once encapsulated with DF set on
+    /// the inner packet (an ICMP "fragmentation needed" goes back to its
+    /// source, counted under `icmp_sent`), or too big with DF set on the
+    /// packet itself (not fragmented).
     MtuExceeded,
     /// A NAT keepalive (RFC 3948 §2.3: one 0xFF byte on a NAT-T port):
     /// ignored, counted here.
@@ -80,11 +82,14 @@ pub enum DropReason {
     /// ESP-in-UDP (RFC 3948) for an SA without `udp_encap`, or plain ESP
     /// for an SA with it.
     EncapMismatch,
+    /// Too big for the egress MTU, DF clear, but the worker's pool had too
+    /// few buffers for the fragments.
+    FragNoBuffer,
 }
 
 impl DropReason {
     /// Every reason, in counter-index order.
-    pub const ALL: [DropReason; 33] = [
+    pub const ALL: [DropReason; 34] = [
         DropReason::Malformed,
         DropReason::UnsupportedEthertype,
         DropReason::NotForUs,
@@ -118,6 +123,7 @@ impl DropReason {
         DropReason::NattKeepalive,
         DropReason::NattIke,
         DropReason::EncapMismatch,
+        DropReason::FragNoBuffer,
     ];
 
     /// Number of reasons.
@@ -159,6 +165,7 @@ impl DropReason {
             DropReason::NattKeepalive => "natt_keepalive",
             DropReason::NattIke => "natt_ike",
             DropReason::EncapMismatch => "encap_mismatch",
+            DropReason::FragNoBuffer => "frag_no_buffer",
         }
     }
 }
@@ -251,6 +258,13 @@ pub struct WorkerCounters {
     pub handoff_out: Counter,
     /// Packets received from other workers for SAs this worker owns.
     pub handoff_in: Counter,
+    /// IPv4 fragments sent (RFC 791), counting the first.
+    pub frags_sent: Counter,
+    /// ICMP "fragmentation needed" errors sent (RFC 792, RFC 1191).
+    pub icmp_sent: Counter,
+    /// ICMP errors not sent because the worker's rate limit was reached
+    /// (the packet that caused them is counted under its drop reason).
+    pub icmp_rate_limited: Counter,
 }
 
 impl WorkerCounters {
@@ -264,6 +278,9 @@ impl WorkerCounters {
             arp_replies: Counter::default(),
             handoff_out: Counter::default(),
             handoff_in: Counter::default(),
+            frags_sent: Counter::default(),
+            icmp_sent: Counter::default(),
+            icmp_rate_limited: Counter::default(),
         }
     }
 

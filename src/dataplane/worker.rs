@@ -6,11 +6,17 @@ use crate::esp::{inbound, outbound, transport, InboundState, OutboundState};
 use crate::io::{PktBuf, Port};
 use crate::policy::spd::{FlowKey, SpdAction};
 use crate::policy::Tables;
-use crate::wire::{arp, esp as esp_hdr, ethernet, ipv4, udp};
+use crate::wire::{arp, esp as esp_hdr, ethernet, icmp, ipv4, udp};
 use arc_swap::ArcSwap;
 use crossbeam_queue::ArrayQueue;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
+
+/// ICMP errors one worker may send per second: a token bucket refilled at
+/// this rate holding at most this many (RFC 1812 §4.3.2.8 asks routers to
+/// limit the rate of ICMP errors).
+pub const ICMP_RATE: u32 = 100;
 
 const TAG_INBOUND: u64 = 1 << 63;
 
@@ -127,6 +133,11 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     ops: Vec<CryptoOp<PktBuf>>,
     done: Vec<CryptoOp<PktBuf>>,
     tx: Vec<Vec<PktBuf>>,
+    /// The clock of the current poll, read at most once per poll.
+    now: Option<Instant>,
+    icmp_tokens: u32,
+    icmp_refill: Instant,
+    icmp_ident: u16,
 }
 
 impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
@@ -171,6 +182,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             out_state,
             in_state,
             counters,
+            now: None,
+            icmp_tokens: ICMP_RATE,
+            icmp_refill: Instant::now(),
+            icmp_ident: 0,
         }
     }
 
@@ -223,6 +238,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     pub fn poll_once(&mut self) -> usize {
         let t = self.tables.load_full();
         let mut received = 0;
+        self.now = None;
         if let Some(r) = self.handoff.returns.get(self.conf.id) {
             while self.pool.len() < self.pool.capacity() {
                 let Some(b) = r.pop() else { break };
@@ -259,6 +275,72 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             self.read_backend_stats();
         }
         received
+    }
+
+    /// The time of this poll: the clock is read once, when first needed
+    /// (no clock read per packet, none at all on polls that need no time).
+    #[inline]
+    fn now(&mut self) -> Instant {
+        *self.now.get_or_insert_with(Instant::now)
+    }
+
+    /// Takes a token from the ICMP bucket; false when the rate is exhausted.
+    fn icmp_allowed(&mut self) -> bool {
+        let now = self.now();
+        let per_token_ms = 1000 / ICMP_RATE as u128;
+        let elapsed = now.saturating_duration_since(self.icmp_refill).as_millis();
+        if elapsed >= per_token_ms {
+            self.icmp_tokens = (self.icmp_tokens as u128 + elapsed / per_token_ms).min(ICMP_RATE as u128) as u32;
+            self.icmp_refill = now;
+        }
+        if self.icmp_tokens == 0 {
+            return false;
+        }
+        self.icmp_tokens -= 1;
+        true
+    }
+
+    /// The packet in `buf` (received on `port`, DF set) is too big for its
+    /// tunnel: counts it under `mtu_exceeded` and turns the buffer into an
+    /// ICMP "fragmentation needed" error (RFC 792 type 3 code 4, next-hop
+    /// MTU `mtu` per RFC 1191) back to its source, from the first address
+    /// of `port`, quoting its header and 8 bytes of payload. No error about
+    /// an ICMP error, a non-first fragment or a non-unicast source (RFC
+    /// 1812 §4.3.2.7), none without an address on `port`, none past the
+    /// rate limit (counted under `icmp_rate_limited`).
+    fn frag_needed(&mut self, t: &Tables, port: usize, mut buf: PktBuf, mtu: usize) {
+        self.counters.count_drop(port, DropReason::MtuExceeded);
+        let (src, quoted) = {
+            let Ok(ip) = ipv4::Ipv4Packet::new_checked(&buf.frame()[ethernet::HEADER_LEN..]) else {
+                return self.recycle(buf);
+            };
+            let src = ip.src();
+            let later_fragment = ip.flags_frag() & 0x1fff != 0;
+            let icmp_error = ip.protocol() == ipv4::PROTO_ICMP && ip.payload().first().is_some_and(|&ty| icmp::is_error_type(ty));
+            if later_fragment || icmp_error || src.is_multicast() || src.is_broadcast() || src.is_unspecified() || src.is_loopback() {
+                return self.recycle(buf);
+            }
+            (src, icmp::quoted_len(ip.header_len(), ip.total_len()))
+        };
+        let Some(&me) = t.ports.get(port).and_then(|p| p.addresses.first()) else {
+            return self.recycle(buf);
+        };
+        if !self.icmp_allowed() {
+            self.counters.icmp_rate_limited.add(1);
+            return self.recycle(buf);
+        }
+        let need = ethernet::HEADER_LEN + icmp::ERROR_FRONT + quoted;
+        if buf.len() < need && !buf.append(need - buf.len()) {
+            return self.recycle(buf);
+        }
+        self.icmp_ident = self.icmp_ident.wrapping_add(1);
+        let mtu = mtu.min(u16::MAX as usize) as u16;
+        let Some(n) = icmp::frag_needed_in_place(&mut buf.frame_mut()[ethernet::HEADER_LEN..], quoted, me, src, mtu, self.icmp_ident) else {
+            return self.recycle(buf);
+        };
+        buf.trim_to(ethernet::HEADER_LEN + n);
+        self.counters.icmp_sent.add(1);
+        self.forward(t, port, buf, src)
     }
 
     fn read_backend_stats(&mut self) {
@@ -455,13 +537,28 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         if ttl <= 1 {
             return self.drop_buf(port, DropReason::TtlExceeded, buf);
         }
-        ipv4::decrement_ttl(&mut buf.frame_mut()[ethernet::HEADER_LEN..]);
         let SpdAction::Protect(i) = action else {
+            ipv4::decrement_ttl(&mut buf.frame_mut()[ethernet::HEADER_LEN..]);
             return self.forward(t, port, buf, key.dst);
         };
         let Some(sa) = t.sad.outbound.get(i) else {
             return self.drop_buf(port, DropReason::NoSa, buf);
         };
+        // RFC 1191: a DF packet too big for the tunnel once encapsulated
+        // gets "fragmentation needed" with the largest inner size that fits
+        // the egress MTU of the route to the tunnel end. Checked before the
+        // TTL decrement so the error quotes the header as the host sent it.
+        let inner_df = buf.frame().get(ethernet::HEADER_LEN + ipv4::FLAGS_FRAG).is_some_and(|&b| u16::from(b) << 8 & ipv4::FLAG_DF != 0);
+        if inner_df {
+            let egress_mtu = t.routes.lookup(sa.tunnel_dst).and_then(|(out, _)| t.ports.get(out)).map(|p| p.mtu as usize);
+            if let Some(mtu) = egress_mtu {
+                if outbound::encapsulated_len(sa, buf.len() - ethernet::HEADER_LEN) > mtu {
+                    let fits = outbound::max_inner_len(sa, mtu);
+                    return self.frag_needed(t, port, buf, fits);
+                }
+            }
+        }
+        ipv4::decrement_ttl(&mut buf.frame_mut()[ethernet::HEADER_LEN..]);
         let owner = sa.owner;
         self.hand_to_owner(t, owner, port, buf, tag(false, i, 0, port as u16))
     }
@@ -602,11 +699,74 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let Some(egress) = t.ports.get(out) else {
             return self.drop_buf(rx_port, DropReason::NoRoute, buf);
         };
-        if buf.len() - ethernet::HEADER_LEN > egress.mtu as usize {
-            return self.drop_buf(rx_port, DropReason::MtuExceeded, buf);
-        }
         let src = egress.mac;
+        if buf.len() - ethernet::HEADER_LEN > egress.mtu as usize {
+            return self.fragment(rx_port, out, (mac, src), buf, egress.mtu as usize);
+        }
         ethernet::write_header(buf.frame_mut(), &mac, &src, ethernet::ETHERTYPE_IPV4);
         self.tx[out].push(buf);
     }
+
+    /// Splits the IPv4 packet in `buf`, too big for `mtu`, into fragments
+    /// (RFC 791 §3.2: payload offsets in 8-byte units, MF on all but the
+    /// last, the same identification, a header checksum per fragment) and
+    /// stages them on port `out`. The first fragment reuses `buf`, the
+    /// others take buffers from the worker's pool. DF set or an options
+    /// header → `mtu_exceeded`; too few pool buffers → `frag_no_buffer`.
+    fn fragment(&mut self, rx_port: usize, out: usize, (dst_mac, src_mac): ([u8; 6], [u8; 6]), mut buf: PktBuf, mtu: usize) {
+        const ETH: usize = ethernet::HEADER_LEN;
+        const HL: usize = ipv4::MIN_HEADER_LEN;
+        let (ff, total) = {
+            let ip = &buf.frame()[ETH..];
+            if ip.len() < HL || ip[ipv4::VER_IHL] != 0x45 {
+                return self.drop_buf(rx_port, DropReason::MtuExceeded, buf);
+            }
+            (u16::from_be_bytes([ip[ipv4::FLAGS_FRAG], ip[ipv4::FLAGS_FRAG + 1]]), buf.len() - ETH)
+        };
+        let chunk = mtu.saturating_sub(HL) / 8 * 8;
+        if ff & ipv4::FLAG_DF != 0 || chunk == 0 {
+            return self.drop_buf(rx_port, DropReason::MtuExceeded, buf);
+        }
+        let payload = total - HL;
+        let extra = payload.div_ceil(chunk) - 1;
+        if self.pool.len() < extra {
+            return self.drop_buf(rx_port, DropReason::FragNoBuffer, buf);
+        }
+        // An already fragmented packet keeps its offset and its MF on the last piece.
+        let base = (ff & 0x1fff) as usize;
+        let last_mf = ff & ipv4::FLAG_MF;
+        // The first fragment goes out first: it takes this place in the queue.
+        let first_at = self.tx[out].len();
+        let mut off = chunk;
+        while off < payload {
+            let n = chunk.min(payload - off);
+            let Some(mut f) = self.pool.pop() else { break };
+            let area = f.reset();
+            area[..ETH + HL].copy_from_slice(&buf.frame()[..ETH + HL]);
+            area[ETH + HL..ETH + HL + n].copy_from_slice(&buf.frame()[ETH + HL + off..ETH + HL + off + n]);
+            f.set_len(ETH + HL + n);
+            f.port = buf.port;
+            let mf = if off + n < payload { ipv4::FLAG_MF } else { last_mf };
+            finish_fragment(f.frame_mut(), (HL + n) as u16, mf | (base + off / 8) as u16, &dst_mac, &src_mac);
+            self.counters.frags_sent.add(1);
+            self.tx[out].push(f);
+            off += n;
+        }
+        buf.trim_to(ETH + HL + chunk);
+        finish_fragment(buf.frame_mut(), (HL + chunk) as u16, ipv4::FLAG_MF | base as u16, &dst_mac, &src_mac);
+        self.counters.frags_sent.add(1);
+        self.tx[out].insert(first_at, buf);
+    }
+}
+
+/// Writes a fragment's total length, flags + offset, header checksum and
+/// Ethernet header (`frame` = Ethernet + a 20-byte IPv4 header + data).
+fn finish_fragment(frame: &mut [u8], total: u16, flags_frag: u16, dst: &[u8; 6], src: &[u8; 6]) {
+    let ip = &mut frame[ethernet::HEADER_LEN..ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN];
+    ip[ipv4::TOTAL_LEN..ipv4::TOTAL_LEN + 2].copy_from_slice(&total.to_be_bytes());
+    ip[ipv4::FLAGS_FRAG..ipv4::FLAGS_FRAG + 2].copy_from_slice(&flags_frag.to_be_bytes());
+    ip[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].copy_from_slice(&[0, 0]);
+    let ck = crate::wire::checksum::checksum(ip);
+    ip[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
+    ethernet::write_header(frame, dst, src, ethernet::ETHERTYPE_IPV4);
 }

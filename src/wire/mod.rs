@@ -8,6 +8,7 @@ pub mod arp;
 pub mod checksum;
 pub mod esp;
 pub mod ethernet;
+pub mod icmp;
 pub mod ipv4;
 pub mod udp;
 
