@@ -3,6 +3,8 @@
 //! tunnel; outer IPv4 fragments (RFC 791) for the others.
 
 mod common;
+/// Tests run in parallel: every temp config gets its own file name.
+static UNIQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 use common::*;
 use std::net::Ipv4Addr;
 
@@ -22,7 +24,7 @@ fn ep0_with(alg_lines: &str, tag: &str) -> String {
     let old = "algorithm = \"aes-128-gcm\"\nkey = \"24d84805d9cc35adcdc5696f6ed3dab836df80aa\"";
     assert!(text.contains(old));
     let text = text.replacen(old, alg_lines, 1);
-    let path = std::env::temp_dir().join(format!("secgw-mtu-{}-{tag}.toml", std::process::id()));
+    let path = std::env::temp_dir().join(format!("secgw-mtu-{}-{}-{tag}.toml", std::process::id(), UNIQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
     std::fs::write(&path, text).unwrap();
     path.to_str().unwrap().to_string()
 }

@@ -4,6 +4,8 @@
 //! with the gateway's ESP code.
 
 mod common;
+/// Tests run in parallel: every temp config gets its own file name.
+static UNIQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 use aes_gcm::aead::AeadInPlace;
 use aes_gcm::{Aes128Gcm, KeyInit};
 use common::*;
@@ -31,7 +33,7 @@ fn config_with(name: &str, spis: &[u32], extra: &str, tag: &str) -> String {
         }
     }
     assert!(out.len() > src.len(), "{name}: no SA {spis:?}");
-    let p = std::env::temp_dir().join(format!("secgw-natt-{}-{tag}-{name}", std::process::id()));
+    let p = std::env::temp_dir().join(format!("secgw-natt-{}-{}-{tag}-{name}", std::process::id(), UNIQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
     std::fs::write(&p, out).unwrap();
     p.to_string_lossy().into_owned()
 }

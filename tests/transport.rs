@@ -50,7 +50,10 @@ fn transport_config_with(name: &str, alg: Option<&str>) -> String {
     }
     assert_eq!(out.matches("mode = \"transport\"").count(), 2, "{name}: SAs 1001 and 1002 switched");
     let tag = alg.map_or(0, |a| a.len() * 131 + a.bytes().map(|b| b as usize).sum::<usize>());
-    let path = std::env::temp_dir().join(format!("secgw-transport-{}-{tag}-{name}", std::process::id()));
+    // Tests run in parallel: every call gets its own file.
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("secgw-transport-{}-{n}-{tag}-{name}", std::process::id()));
     std::fs::write(&path, out).unwrap();
     path.to_str().unwrap().to_owned()
 }

@@ -320,6 +320,10 @@ _UDP_SENDER = textwrap.dedent("""
     for d in spec:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, d.get("tos", 0))
+        if d.get("df_probe"):
+            # IP_PMTUDISC_PROBE (3): DF set, path MTU ignored: the datagram
+            # leaves whole even after an ICMP "fragmentation needed".
+            s.setsockopt(socket.IPPROTO_IP, 10, 3)
         s.bind((src, d["sport"]))
         s.sendto(bytes.fromhex(d["payload"]), (dst, d["dport"]))
         s.close()
@@ -328,7 +332,8 @@ _UDP_SENDER = textwrap.dedent("""
 
 
 def send_udp(nsname: str, src: str, dst: str, datagrams: list[dict]):
-    """Send datagrams from a host's own stack: each {sport, dport, payload: bytes, tos}."""
+    """Send datagrams from a host's own stack: each {sport, dport, payload: bytes, tos,
+    gap, df_probe (DF set and the path MTU ignored)}."""
     spec = [dict(d, payload=d["payload"].hex()) for d in datagrams]
     run_ns(nsname, sys.executable, "-c", _UDP_SENDER, src, dst, json.dumps(spec))
 

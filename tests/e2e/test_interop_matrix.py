@@ -321,9 +321,11 @@ def test_interop_matrix(testbed, start_gws, artifacts):
     cap_w = L.Capture("wan", "br0", f"ip proto 50 and src host {L.GW0_OUT_IP}", artifacts / "wan-gw0")
     cap_b = L.Capture("hostB", "b0", f"udp and src host {L.A_IP} and dst host {L.B_IP}", artifacts / "b0-gw0")
     dgrams = [{"sport": SPORT, "dport": c.port, "payload": payload(c, s, 0), "gap": 0.004} for c, s in plan]
-    # one byte more than the maximum: gw0 must drop it (mtu_exceeded), not send a 1501+ byte packet
-    dgrams += [{"sport": SPORT, "dport": c.port, "payload": payload(c, c.max_payload + 1, 0), "gap": 0.004}
-               for c in CELLS]
+    # one byte more than the maximum, with DF: gw0 must drop it (mtu_exceeded) and answer
+    # ICMP "fragmentation needed", not send a 1501+ byte packet. DF without path-MTU
+    # caching (IP_PMTUDISC_PROBE) so hostA sends each one whole.
+    dgrams += [{"sport": SPORT, "dport": c.port, "payload": payload(c, c.max_payload + 1, 0), "gap": 0.004,
+                "df_probe": True} for c in CELLS]
     for i in range(0, len(dgrams), 30):  # send_udp passes them in argv (ARG_MAX per argument: 128 KiB)
         L.send_udp("hostA", L.A_IP, L.B_IP, dgrams[i:i + 30])
     sent = {udp_key(ip_bytes(raw(f))): ip_bytes(raw(f)) for f in cap_a.stop(settle=0.5)}
@@ -414,3 +416,7 @@ def test_interop_matrix(testbed, start_gws, artifacts):
     assert not got_b, f"unexpected datagrams on b0 (IP ids): {sorted(got_b)}"
     assert drops == {"gw0": {"mtu_exceeded": len(CELLS)}, "gw1": {}}, \
         f"gateway drops: {drops}; want only gw0 mtu_exceeded = {len(CELLS)} (the max+1 datagrams)"
+    assert st0.get("icmp_sent") == len(CELLS), \
+        f"gw0 sent {st0.get('icmp_sent')} ICMP 'fragmentation needed', want {len(CELLS)} (one per max+1 datagram)"
+    # The ICMP errors lowered hostA's path MTU to 198.51.100.10: forget it for later tests.
+    L.run_ns("hostA", "ip", "route", "flush", "cache")
