@@ -640,18 +640,18 @@ fn hexkey(bytes: usize) -> String {
 fn every_algorithm_loads_with_its_key_format() {
     for alg in Algorithm::ALL {
         let mut lines = format!("algorithm = \"{}\"\n", alg.name());
-        if alg.key_len() > 0 {
-            lines += &format!("key = \"{}\"\n", hexkey(alg.key_len()));
+        if secgw::config::model::key_material_len(alg) > 0 {
+            lines += &format!("key = \"{}\"\n", hexkey(secgw::config::model::key_material_len(alg)));
         }
-        if let Some((_, len)) = alg.auth() {
+        if let Some((_, len)) = secgw::config::model::auth(alg) {
             lines += &format!("auth_key = \"{}\"\n", hexkey(len));
         }
         let text = with_sa0(lines.trim_end());
         let cfg = config::parse(&text, Path::new(FILE)).unwrap_or_else(|e| panic!("{}: {e}", alg.name()));
         let sa = &cfg.sas[0];
         assert_eq!(sa.algorithm, alg);
-        assert_eq!(sa.key.len(), alg.key_len(), "{}", alg.name());
-        assert_eq!(sa.auth_key.len(), alg.auth().map_or(0, |a| a.1), "{}", alg.name());
+        assert_eq!(sa.key.len(), secgw::config::model::key_material_len(alg), "{}", alg.name());
+        assert_eq!(sa.auth_key.len(), secgw::config::model::auth(alg).map_or(0, |a| a.1), "{}", alg.name());
         assert_eq!(sa.icv_len, alg.default_icv_len(), "{}", alg.name());
         let summary = config::summary(&cfg);
         assert!(summary.contains(alg.name()), "{summary}");
@@ -675,7 +675,7 @@ fn key_length_messages_name_what_the_key_holds() {
     for (name, digits, message) in cases {
         let alg = Algorithm::ALL.into_iter().find(|a| a.name() == name).unwrap();
         let mut lines = format!("algorithm = \"{name}\"\nkey = \"{}\"", &hexkey(40)[..digits]);
-        if let Some((_, len)) = alg.auth() {
+        if let Some((_, len)) = secgw::config::model::auth(alg) {
             lines += &format!("\nauth_key = \"{}\"", hexkey(len));
         }
         let text = with_sa0(&lines);

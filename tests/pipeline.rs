@@ -321,10 +321,10 @@ fn every_algorithm_end_to_end() {
     let sa_lines = "algorithm = \"aes-128-gcm\"\nkey = \"24d84805d9cc35adcdc5696f6ed3dab836df80aa\"";
     for alg in Algorithm::ALL {
         let mut lines = format!("algorithm = \"{}\"", alg.name());
-        if alg.key_len() > 0 {
-            lines += &format!("\nkey = \"{}\"", hexkey(alg.key_len(), 0x61));
+        if secgw::config::model::key_material_len(alg) > 0 {
+            lines += &format!("\nkey = \"{}\"", hexkey(secgw::config::model::key_material_len(alg), 0x61));
         }
-        if let Some((_, n)) = alg.auth() {
+        if let Some((_, n)) = secgw::config::model::auth(alg) {
             lines += &format!("\nauth_key = \"{}\"", hexkey(n, 0x17));
         }
         let cfg = |file: &str| {

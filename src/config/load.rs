@@ -1126,7 +1126,7 @@ impl Checker<'_> {
     /// algorithm (not checked for length when the algorithm itself is
     /// wrong). Returns them as (key, auth_key, icv_len).
     fn sa_keys(&mut self, s: &RawSa, tab: &Tab, alg: Option<Algorithm>) -> (Option<Vec<u8>>, Option<Vec<u8>>, Option<usize>) {
-        let key = match (alg.map(|a| (a, a.key_description())), &s.key) {
+        let key = match (alg.map(|a| (a, key_description(a))), &s.key) {
             (Some((a, None)), Some(v)) => {
                 let m = format!("{} uses NULL encryption (RFC 2410) and takes no key; remove it", a.name());
                 self.problem(&v.span(), &tab.field("key"), m);
@@ -1134,13 +1134,13 @@ impl Checker<'_> {
             }
             (Some((_, None)), None) => Some(Vec::new()),
             (Some((a, Some(desc))), _) => {
-                let want = Some((2 * a.key_len(), desc));
+                let want = Some((2 * key_material_len(a), desc));
                 self.required(&s.key, tab, "key").and_then(|v| self.key(v, &tab.field("key"), want))
             }
             (None, Some(v)) => self.key(v, &tab.field("key"), None),
             (None, None) => None,
         };
-        let auth_key = match (alg.map(|a| (a, a.auth())), &s.auth_key) {
+        let auth_key = match (alg.map(|a| (a, auth(a))), &s.auth_key) {
             (Some((a, None)), Some(v)) => {
                 let m = format!(
                     "{} authenticates with its own ICV and takes no auth_key; auth_key is for the *-hmac-* algorithms",

@@ -144,139 +144,43 @@ pub enum SaMode {
     Transport,
 }
 
-/// ESP transform of an SA (`algorithm = "…"`; [`Algorithm::name`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Algorithm {
-    /// AES-GCM with a 128-bit key (RFC 4106).
-    Aes128Gcm,
-    /// AES-GCM with a 256-bit key (RFC 4106).
-    Aes256Gcm,
-    /// AES-GMAC with a 128-bit key, authentication only (RFC 4543).
-    Aes128Gmac,
-    /// AES-GMAC with a 256-bit key (RFC 4543).
-    Aes256Gmac,
-    /// ChaCha20-Poly1305 (RFC 7634).
-    ChaCha20Poly1305,
-    /// AES-128-CBC (RFC 3602) with HMAC-SHA1-96 (RFC 2404).
-    Aes128CbcHmacSha1,
-    /// AES-256-CBC with HMAC-SHA1-96.
-    Aes256CbcHmacSha1,
-    /// AES-128-CBC with HMAC-SHA-256-128 (RFC 4868).
-    Aes128CbcHmacSha256,
-    /// AES-256-CBC with HMAC-SHA-256-128.
-    Aes256CbcHmacSha256,
-    /// AES-128-CTR (RFC 3686) with HMAC-SHA1-96.
-    Aes128CtrHmacSha1,
-    /// AES-256-CTR with HMAC-SHA1-96.
-    Aes256CtrHmacSha1,
-    /// AES-128-CTR with HMAC-SHA-256-128.
-    Aes128CtrHmacSha256,
-    /// AES-256-CTR with HMAC-SHA-256-128.
-    Aes256CtrHmacSha256,
-    /// NULL encryption (RFC 2410) with HMAC-SHA1-96.
-    NullHmacSha1,
-    /// NULL encryption with HMAC-SHA-256-128.
-    NullHmacSha256,
+/// ESP transform of an SA (`algorithm = "…"`; [`Algorithm::name`]): the
+/// crypto layer's list, so a config that validates names exactly what the
+/// devices offer.
+pub use crate::crypto::Algorithm;
+
+/// Bytes of an SA's `key`: cipher key plus salt or nonce (RFC 4106 §8.1,
+/// RFC 4543 §3.2, RFC 7634 §2, RFC 3686 §5.1); 0 for NULL.
+pub fn key_material_len(a: Algorithm) -> usize {
+    a.key_len() + a.salt_len()
 }
 
-impl Algorithm {
-    /// Every algorithm, in the order the docs list them.
-    pub const ALL: [Algorithm; 15] = [
-        Algorithm::Aes128Gcm,
-        Algorithm::Aes256Gcm,
-        Algorithm::Aes128Gmac,
-        Algorithm::Aes256Gmac,
-        Algorithm::ChaCha20Poly1305,
-        Algorithm::Aes128CbcHmacSha1,
-        Algorithm::Aes256CbcHmacSha1,
-        Algorithm::Aes128CbcHmacSha256,
-        Algorithm::Aes256CbcHmacSha256,
-        Algorithm::Aes128CtrHmacSha1,
-        Algorithm::Aes256CtrHmacSha1,
-        Algorithm::Aes128CtrHmacSha256,
-        Algorithm::Aes256CtrHmacSha256,
-        Algorithm::NullHmacSha1,
-        Algorithm::NullHmacSha256,
-    ];
+/// What `key` holds, for messages: e.g. "AES-128-GCM key ‖ 4-byte salt";
+/// `None` for NULL encryption, which takes no `key`.
+pub fn key_description(a: Algorithm) -> Option<&'static str> {
+    use Algorithm::*;
+    Some(match a {
+        Aes128Gcm => "AES-128-GCM key ‖ 4-byte salt",
+        Aes256Gcm => "AES-256-GCM key ‖ 4-byte salt",
+        Aes128Gmac => "AES-128-GMAC key ‖ 4-byte salt",
+        Aes256Gmac => "AES-256-GMAC key ‖ 4-byte salt",
+        ChaCha20Poly1305 => "ChaCha20 key ‖ 4-byte salt",
+        Aes128CbcHmacSha1 | Aes128CbcHmacSha256 => "AES-128-CBC key",
+        Aes256CbcHmacSha1 | Aes256CbcHmacSha256 => "AES-256-CBC key",
+        Aes128CtrHmacSha1 | Aes128CtrHmacSha256 => "AES-128-CTR key ‖ 4-byte nonce",
+        Aes256CtrHmacSha1 | Aes256CtrHmacSha256 => "AES-256-CTR key ‖ 4-byte nonce",
+        NullHmacSha1 | NullHmacSha256 => return None,
+    })
+}
 
-    /// The config name.
-    pub fn name(self) -> &'static str {
-        use Algorithm::*;
-        match self {
-            Aes128Gcm => "aes-128-gcm",
-            Aes256Gcm => "aes-256-gcm",
-            Aes128Gmac => "aes-128-gmac",
-            Aes256Gmac => "aes-256-gmac",
-            ChaCha20Poly1305 => "chacha20-poly1305",
-            Aes128CbcHmacSha1 => "aes-128-cbc-hmac-sha1",
-            Aes256CbcHmacSha1 => "aes-256-cbc-hmac-sha1",
-            Aes128CbcHmacSha256 => "aes-128-cbc-hmac-sha256",
-            Aes256CbcHmacSha256 => "aes-256-cbc-hmac-sha256",
-            Aes128CtrHmacSha1 => "aes-128-ctr-hmac-sha1",
-            Aes256CtrHmacSha1 => "aes-256-ctr-hmac-sha1",
-            Aes128CtrHmacSha256 => "aes-128-ctr-hmac-sha256",
-            Aes256CtrHmacSha256 => "aes-256-ctr-hmac-sha256",
-            NullHmacSha1 => "null-hmac-sha1",
-            NullHmacSha256 => "null-hmac-sha256",
-        }
-    }
-
-    /// What `key` holds, for messages: e.g. "AES-128-GCM key ‖ 4-byte salt";
-    /// `None` for NULL encryption, which takes no `key`.
-    pub fn key_description(self) -> Option<&'static str> {
-        use Algorithm::*;
-        Some(match self {
-            Aes128Gcm => "AES-128-GCM key ‖ 4-byte salt",
-            Aes256Gcm => "AES-256-GCM key ‖ 4-byte salt",
-            Aes128Gmac => "AES-128-GMAC key ‖ 4-byte salt",
-            Aes256Gmac => "AES-256-GMAC key ‖ 4-byte salt",
-            ChaCha20Poly1305 => "ChaCha20 key ‖ 4-byte salt",
-            Aes128CbcHmacSha1 | Aes128CbcHmacSha256 => "AES-128-CBC key",
-            Aes256CbcHmacSha1 | Aes256CbcHmacSha256 => "AES-256-CBC key",
-            Aes128CtrHmacSha1 | Aes128CtrHmacSha256 => "AES-128-CTR key ‖ 4-byte nonce",
-            Aes256CtrHmacSha1 | Aes256CtrHmacSha256 => "AES-256-CTR key ‖ 4-byte nonce",
-            NullHmacSha1 | NullHmacSha256 => return None,
-        })
-    }
-
-    /// Bytes of `key`: cipher key plus salt or nonce (RFC 4106 §8.1,
-    /// RFC 4543 §3.2, RFC 7634 §2, RFC 3686 §5.1); 0 for NULL.
-    pub fn key_len(self) -> usize {
-        use Algorithm::*;
-        match self {
-            Aes128Gcm | Aes128Gmac | Aes128CtrHmacSha1 | Aes128CtrHmacSha256 => 20,
-            Aes256Gcm | Aes256Gmac | ChaCha20Poly1305 | Aes256CtrHmacSha1 | Aes256CtrHmacSha256 => 36,
-            Aes128CbcHmacSha1 | Aes128CbcHmacSha256 => 16,
-            Aes256CbcHmacSha1 | Aes256CbcHmacSha256 => 32,
-            NullHmacSha1 | NullHmacSha256 => 0,
-        }
-    }
-
-    /// The integrity algorithm's name and key length in bytes (RFC 2404
-    /// §3: 20, RFC 4868 §2.1.1: 32); `None` for combined modes.
-    pub fn auth(self) -> Option<(&'static str, usize)> {
-        use Algorithm::*;
-        match self {
-            Aes128Gcm | Aes256Gcm | Aes128Gmac | Aes256Gmac | ChaCha20Poly1305 => None,
-            Aes128CbcHmacSha1 | Aes256CbcHmacSha1 | Aes128CtrHmacSha1 | Aes256CtrHmacSha1 | NullHmacSha1 => Some(("HMAC-SHA1-96", 20)),
-            _ => Some(("HMAC-SHA-256-128", 32)),
-        }
-    }
-
-    /// ICV lengths an SA may set with `icv_len` (RFC 4106 §6 for GCM).
-    pub fn icv_lens(self) -> &'static [usize] {
-        use Algorithm::*;
-        match self {
-            Aes128Gcm | Aes256Gcm => &[8, 12, 16],
-            Aes128CbcHmacSha1 | Aes256CbcHmacSha1 | Aes128CtrHmacSha1 | Aes256CtrHmacSha1 | NullHmacSha1 => &[12],
-            _ => &[16],
-        }
-    }
-
-    /// The ICV length when `icv_len` is not given: the largest allowed.
-    pub fn default_icv_len(self) -> usize {
-        self.icv_lens()[self.icv_lens().len() - 1]
-    }
+/// The integrity algorithm's name and key length in bytes (RFC 2404 §3:
+/// 20, RFC 4868 §2.1.1: 32); `None` for combined modes.
+pub fn auth(a: Algorithm) -> Option<(&'static str, usize)> {
+    use crate::crypto::Mac;
+    a.mac().map(|m| match m {
+        Mac::HmacSha1_96 => ("HMAC-SHA1-96", m.key_len()),
+        Mac::HmacSha256_128 => ("HMAC-SHA-256-128", m.key_len()),
+    })
 }
 
 /// Outer DF bit handling (RFC 4301 §8.1).
@@ -301,7 +205,7 @@ pub struct Sa {
     pub mode: SaMode,
     /// The ESP transform.
     pub algorithm: Algorithm,
-    /// Cipher key material, [`Algorithm::key_len`] bytes: the key followed
+    /// Cipher key material, [`key_material_len`] bytes: the key followed
     /// by the 4-byte salt (GCM, GMAC, ChaCha20-Poly1305) or nonce (CTR);
     /// the bare key for CBC; empty for NULL.
     pub key: Vec<u8>,

@@ -3,35 +3,13 @@
 use super::binding::Binding;
 use super::ControlError;
 use crate::config::model::{self, Action, Config, Direction};
-use crate::crypto::{Algorithm, CipherDirection, CryptoDevice, SymXform};
+use crate::crypto::{CipherDirection, CryptoDevice, SymXform};
 use crate::esp::{DfMode, InboundSa, IvGen, OutboundSa, UdpEncap};
 use crate::policy::neighbour::Neighbours;
 use crate::policy::route::{Route, Routes};
 use crate::policy::sad::{InboundEntry, Sad};
 use crate::policy::spd::{Prefix, Selector, Spd, SpdAction, SpdEntry};
 use crate::policy::{PortInfo, Tables};
-
-/// The crypto layer's name for a configured algorithm.
-pub fn crypto_algorithm(a: model::Algorithm) -> Algorithm {
-    use model::Algorithm as M;
-    match a {
-        M::Aes128Gcm => Algorithm::Aes128Gcm,
-        M::Aes256Gcm => Algorithm::Aes256Gcm,
-        M::Aes128Gmac => Algorithm::Aes128Gmac,
-        M::Aes256Gmac => Algorithm::Aes256Gmac,
-        M::ChaCha20Poly1305 => Algorithm::ChaCha20Poly1305,
-        M::Aes128CbcHmacSha1 => Algorithm::Aes128CbcHmacSha1,
-        M::Aes256CbcHmacSha1 => Algorithm::Aes256CbcHmacSha1,
-        M::Aes128CbcHmacSha256 => Algorithm::Aes128CbcHmacSha256,
-        M::Aes256CbcHmacSha256 => Algorithm::Aes256CbcHmacSha256,
-        M::Aes128CtrHmacSha1 => Algorithm::Aes128CtrHmacSha1,
-        M::Aes256CtrHmacSha1 => Algorithm::Aes256CtrHmacSha1,
-        M::Aes128CtrHmacSha256 => Algorithm::Aes128CtrHmacSha256,
-        M::Aes256CtrHmacSha256 => Algorithm::Aes256CtrHmacSha256,
-        M::NullHmacSha1 => Algorithm::NullHmacSha1,
-        M::NullHmacSha256 => Algorithm::NullHmacSha256,
-    }
-}
 
 fn selector(p: &model::Policy) -> Selector {
     Selector {
@@ -73,7 +51,7 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
     let mut out_idx = std::collections::HashMap::new();
     let mut in_idx = std::collections::HashMap::new();
     for (sa_index, sa) in cfg.sas.iter().enumerate() {
-        let algorithm = crypto_algorithm(sa.algorithm);
+        let algorithm = sa.algorithm;
         let (klen, slen) = (algorithm.key_len(), algorithm.salt_len());
         if sa.key.len() != klen + slen {
             return Err(ControlError::Unsupported(format!("SA {}: key is {} bytes, expected {}", sa.spi, sa.key.len(), klen + slen)));
@@ -200,23 +178,3 @@ pub fn install<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]]) -> Resu
     Ok((t, binding))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The config layer's size table and the crypto layer's agree for every
-    /// algorithm, and so do the names: a config that validates builds a
-    /// session.
-    #[test]
-    fn config_and_crypto_agree_on_every_algorithm() {
-        assert_eq!(model::Algorithm::ALL.len(), Algorithm::ALL.len());
-        for m in model::Algorithm::ALL {
-            let a = crypto_algorithm(m);
-            assert_eq!(m.name(), a.name());
-            assert_eq!(m.key_len(), a.key_len() + a.salt_len(), "{}", a.name());
-            assert_eq!(m.auth().map_or(0, |x| x.1), a.auth_key_len(), "{}", a.name());
-            assert_eq!(m.icv_lens(), a.icv_lens(), "{}", a.name());
-            assert_eq!(m.default_icv_len(), a.default_icv_len(), "{}", a.name());
-        }
-    }
-}
