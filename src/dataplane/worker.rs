@@ -36,10 +36,11 @@ fn untag(t: u64) -> (bool, usize, u64, usize) {
     (t & TAG_INBOUND != 0, ((t >> 32) & 0x7fff_ffff) as usize, (t >> 16) & 0xffff, (t & 0xffff) as usize)
 }
 
-/// Whether the ESP packet after the IPv4 header (`hl` bytes) has the SPI of
-/// an inbound transport-mode SA.
-fn transport_spi(t: &Tables, buf: &PktBuf, hl: usize) -> bool {
-    let Some(Ok(esp)) = buf.frame().get(ethernet::HEADER_LEN + hl..).map(esp_hdr::EspPacket::new_checked) else {
+/// Whether the ESP packet `at` bytes after the start of the IPv4 header
+/// (its length, plus the UDP header for ESP in UDP) has the SPI of an
+/// inbound transport-mode SA.
+fn transport_spi(t: &Tables, buf: &PktBuf, at: usize) -> bool {
+    let Some(Ok(esp)) = buf.frame().get(ethernet::HEADER_LEN + at..).map(esp_hdr::EspPacket::new_checked) else {
         return false;
     };
     t.sad.inbound_by_spi(esp.spi()).is_some_and(|i| t.sad.inbound[i].sa.transport)
@@ -550,10 +551,13 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         // TTL decrement so the error quotes the header as the host sent it.
         let inner_df = buf.frame().get(ethernet::HEADER_LEN + ipv4::FLAGS_FRAG).is_some_and(|&b| u16::from(b) << 8 & ipv4::FLAG_DF != 0);
         if inner_df {
-            let egress_mtu = t.routes.lookup(sa.tunnel_dst).and_then(|(out, _)| t.ports.get(out)).map(|p| p.mtu as usize);
+            // Transport mode is routed on the packet's own destination.
+            let via = if sa.transport { key.dst } else { sa.tunnel_dst };
+            let egress_mtu = t.routes.lookup(via).and_then(|(out, _)| t.ports.get(out)).map(|p| p.mtu as usize);
             if let Some(mtu) = egress_mtu {
-                if outbound::encapsulated_len(sa, buf.len() - ethernet::HEADER_LEN) > mtu {
-                    let fits = outbound::max_inner_len(sa, mtu);
+                let hl = buf.frame().get(ethernet::HEADER_LEN).map_or(ipv4::MIN_HEADER_LEN, |&b| (b & 0x0f) as usize * 4);
+                if outbound::encapsulated_len(sa, hl, buf.len() - ethernet::HEADER_LEN) > mtu {
+                    let fits = outbound::max_inner_len(sa, hl, mtu);
                     return self.frag_needed(t, port, buf, fits);
                 }
             }
@@ -571,9 +575,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let local = t.is_local(port, key.dst);
         let natt = key.protocol == ipv4::PROTO_UDP && key.ports.is_some_and(|(_, d)| t.is_natt_port(d));
         let esp_proto = key.protocol == ipv4::PROTO_ESP;
-        // Transport SAs (RFC 4303 §3.1.1, as ipsec-secgw): ESP matched by SPI
-        // whatever its destination, then routed on its own destination.
-        let transport = esp_proto && !local && transport_spi(t, &buf, hl);
+        // Transport SAs (RFC 4303 §3.1.1, as ipsec-secgw): ESP, or ESP in UDP
+        // on a NAT-T port (RFC 3948 §3.3), matched by SPI whatever its
+        // destination, then routed on its own destination.
+        let transport = (esp_proto || natt) && !local && transport_spi(t, &buf, hl + if natt { udp::HEADER_LEN } else { 0 });
         if (local && (esp_proto || natt)) || transport {
             if frag {
                 return self.drop_buf(port, DropReason::Fragment, buf);

@@ -102,3 +102,33 @@ pub fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16, payload: &[u8]) -> Vec<u8
 }
 
 pub type MultiGw = MemGateway;
+
+/// Writes `text` to a fresh temp file named after `prefix` and `name`
+/// (tests run in parallel: every call gets its own file); returns its path.
+pub fn temp_config(prefix: &str, name: &str, text: &str) -> String {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("secgw-{prefix}-{}-{n}-{name}", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// Opens the AES-128-GCM ESP packet `esp` (header ‖ IV ‖ ciphertext ‖
+/// 16-byte ICV) with `key` (AES key ‖ 4-byte salt) using the `aes-gcm`
+/// crate directly (RFC 4106: nonce = salt ‖ IV, AAD = SPI ‖ seq); returns
+/// the payload + padding + trailer. Panics if the ICV does not verify.
+pub fn open_gcm128(key: &[u8], esp: &[u8]) -> Vec<u8> {
+    use aes_gcm::aead::AeadInPlace;
+    use aes_gcm::{Aes128Gcm, KeyInit};
+    let mut nonce = [0u8; 12];
+    nonce[..4].copy_from_slice(&key[16..20]);
+    nonce[4..].copy_from_slice(&esp[8..16]);
+    let n = esp.len();
+    let mut plain = esp[16..n - 16].to_vec();
+    let tag = aes_gcm::Tag::clone_from_slice(&esp[n - 16..]);
+    Aes128Gcm::new_from_slice(&key[..16])
+        .unwrap()
+        .decrypt_in_place_detached((&nonce).into(), &esp[..8], &mut plain, &tag)
+        .expect("ICV verifies with the peer's key");
+    plain
+}
