@@ -32,8 +32,9 @@ import time
 import pytest
 
 import e2elib as L
+from test_natt import NATT, ip_bytes, natt_config, scapy_natt_sa
+from test_transport import transport_config
 
-NATT = 4500
 PRIVATE_A = "10.1.2.3"     # hostA's address behind the NAT
 UDP_PORT = 45100           # hostB's UDP socket
 TCP_PORT = 45200           # hostB's listening TCP socket
@@ -41,27 +42,7 @@ TCP_PORT = 45200           # hostB's listening TCP socket
 
 def natt_transport_config(gw: str, dst_dir) -> "L.Path":
     """The gateway's sample config with SAs 1001 and 1002 in transport mode with udp_encap."""
-    import tomllib
-    out, in_target = [], False
-    for line in (L.CONFIG_DIR / L.GW_CONFIG[gw]).read_text().splitlines():
-        s = line.strip().replace(" ", "")
-        if s.startswith("[["):
-            in_target = False
-        if s in ("spi=1001", "spi=1002"):
-            in_target = True
-        if in_target and s.startswith("mode="):
-            out += ['mode = "transport"', "udp_encap = true"]
-            continue
-        if in_target and (s.startswith("tunnel_src=") or s.startswith("tunnel_dst=")):
-            continue
-        out.append(line)
-    path = dst_dir / f"{gw}-natt-transport.toml"
-    path.write_text("\n".join(out) + "\n")
-    sas = {int(s["spi"]): s for s in tomllib.loads(path.read_text())["sa"]}
-    for spi in (1001, 1002):
-        assert sas[spi].get("mode") == "transport" and sas[spi].get("udp_encap") is True \
-            and "tunnel_src" not in sas[spi], f"{path}: SA {spi} not switched"
-    return path
+    return natt_config(gw, dst_dir, transport_config(gw, dst_dir))
 
 
 @pytest.fixture
@@ -70,16 +51,7 @@ def gws(start_gws, artifacts):
 
 
 def scapy_sa(info):
-    from scapy.layers.inet import UDP
-    from scapy.layers.ipsec import ESP, SecurityAssociation
-    # No tunnel_header: transport mode; nat_t_header: ESP in UDP.
-    return SecurityAssociation(ESP, spi=info.spi, crypt_algo="AES-GCM", crypt_key=info.key, auth_algo="NULL",
-                               nat_t_header=UDP(sport=NATT, dport=NATT))
-
-
-def ip_bytes(frame: bytes) -> bytes:
-    ip = frame[14:]
-    return ip[:struct.unpack("!H", ip[2:4])[0]]
+    return scapy_natt_sa(info, transport=True)
 
 
 def test_gateway_transport_esp_in_udp_decrypts_with_scapy(gws, artifacts):
