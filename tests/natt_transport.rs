@@ -120,15 +120,7 @@ fn sealed(key: &[u8], seq: u32, hdr: &[u8], l4: &[u8], nh: u8, udp_ck: u16) -> V
     udp.extend_from_slice(&((8 + esp.len()) as u16).to_be_bytes());
     udp.extend_from_slice(&udp_ck.to_be_bytes());
     udp.extend_from_slice(&esp);
-    let mut ip = hdr[..20].to_vec();
-    ip.extend_from_slice(&udp);
-    let total = ip.len() as u16;
-    ip[2..4].copy_from_slice(&total.to_be_bytes());
-    ip[9] = 17;
-    ip[10..12].copy_from_slice(&[0, 0]);
-    let ck = ip_checksum(&ip[..20]);
-    ip[10..12].copy_from_slice(&ck.to_be_bytes());
-    eth(mac("02:00:00:00:01:02"), mac("02:00:00:00:00:02"), 0x0800, &ip)
+    to_gw1(hdr, 17, &udp)
 }
 
 #[test]
