@@ -61,14 +61,14 @@ pub fn encap(
 pub const UDP_ENCAP_OVERHEAD: usize = udp::HEADER_LEN;
 
 /// Bytes `sa` adds to an inner packet of `inner_len` bytes, and the size of
-/// the outer packet it becomes (RFC 4303 §2). Tunnel mode: outer IPv4 (20)
-/// + UDP (8, with `udp_encap`) + ESP header (8) + IV + inner packet +
-/// padding to the algorithm's alignment
-/// ([`crate::crypto::Algorithm::block_size`], §2.4) + Pad Length and Next
-/// Header (2) + ICV. Transport mode (§3.1.1): the packet's own IPv4 header
-/// of `hl` bytes stays in front and only what follows it is padded and
-/// encrypted. `hl` is unused in tunnel mode. The one place that knows an
-/// SA's overhead: the MTU check and [`max_inner_len`] both use it.
+/// the outer packet it becomes (RFC 4303 §2). Tunnel mode: outer IPv4 (20),
+/// UDP (8, with `udp_encap`), ESP header (8), IV, the inner packet, padding
+/// to the algorithm's alignment ([`crate::crypto::Algorithm::block_size`],
+/// §2.4), Pad Length and Next Header (2), ICV. Transport mode (§3.1.1): the
+/// packet's own IPv4 header of `hl` bytes stays in front and only what
+/// follows it is padded and encrypted. `hl` is unused in tunnel mode. The
+/// one place that knows an SA's overhead: the MTU check and
+/// [`max_inner_len`] both use it.
 pub fn encapsulated_len(sa: &OutboundSa, hl: usize, inner_len: usize) -> usize {
     let (kept, fixed, align) = layout(sa, hl);
     let enc = (inner_len.saturating_sub(kept) + TRAILER_LEN).div_ceil(align) * align;
