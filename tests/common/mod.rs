@@ -102,3 +102,37 @@ pub fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16, payload: &[u8]) -> Vec<u8
 }
 
 pub type MultiGw = MemGateway;
+
+/// Tests run in parallel: every temp config gets its own file name.
+static TEMP_CONFIGS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// `configs/<base>` with `edit` applied to its text, written to a fresh
+/// temp file; returns its path.
+pub fn temp_config(base: &str, tag: &str, edit: impl FnOnce(String) -> String) -> String {
+    let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs").join(base)).unwrap();
+    let n = TEMP_CONFIGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let p = std::env::temp_dir().join(format!("secgw-{tag}-{}-{n}-{base}", std::process::id()));
+    std::fs::write(&p, edit(text)).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+/// Every frame a gateway received is accounted for: sent, counted under
+/// one drop reason, merged into a reassembled datagram (each datagram
+/// goes on as one frame: `frags_reassembled − reassembled`), or held by
+/// the reassembler (`frags_pending`). For a gateway that fragmented
+/// nothing itself (one packet leaving as several frames breaks the count).
+pub fn assert_accounted(s: &stats::Snapshot, what: &str) {
+    assert_eq!(s.frags_sent, 0, "{what}: the gateway fragmented packets; the frame count does not apply");
+    let rx: u64 = s.ports.iter().map(|p| p.rx_packets).sum();
+    let tx: u64 = s.ports.iter().map(|p| p.tx_packets).sum();
+    let drops: u64 = s.drops.values().sum();
+    assert_eq!(
+        rx + s.reassembled,
+        tx + drops + s.frags_reassembled + s.frags_pending,
+        "{what}: rx {rx} + reassembled {} = tx {tx} + drops {drops} + frags_reassembled {} + pending {} ({:?})",
+        s.reassembled,
+        s.frags_reassembled,
+        s.frags_pending,
+        s.drops.iter().filter(|(_, &v)| v > 0).collect::<Vec<_>>()
+    );
+}
