@@ -28,7 +28,9 @@ pub enum DropReason {
     CleartextProtected,
     /// ESP with no matching SA, or SPI 0 (RFC 4303 §2.1, §3.4.2).
     NoSa,
-    /// An outer IP fragment carrying ESP (RFC 4303 §3.4.1: not reassembled yet).
+    /// An outer IP fragment carrying ESP that is not reassembled: to the
+    /// gateway with reassembly off (`reassembly.contexts = 0`), or for a
+    /// transport-mode SA and not addressed to the gateway (RFC 4303 §3.4.1).
     Fragment,
     /// Replayed or too old (RFC 4303 §3.4.3).
     Replay,
@@ -85,11 +87,36 @@ pub enum DropReason {
     /// Too big for the egress MTU, DF clear, but the worker's pool had too
     /// few buffers for the fragments.
     FragNoBuffer,
+    /// Fragments of a datagram to the gateway not complete within
+    /// `reassembly.timeout_ms` of its first fragment (RFC 791 §3.2); one
+    /// per fragment held.
+    ReasmTimeout,
+    /// A fragment overlapping data already held: the whole datagram is
+    /// dropped, its fragments held, this one and those arriving later
+    /// (RFC 5722's reasoning).
+    ReasmOverlap,
+    /// An exact duplicate of a fragment held (same offset and length):
+    /// the duplicate only.
+    ReasmDuplicate,
+    /// A datagram whose data reaches past one packet buffer (2048 bytes
+    /// after the IP header): all its fragments.
+    ReasmTooBig,
+    /// A datagram of more than `reassembly.max_fragments` fragments: all
+    /// its fragments.
+    ReasmTooMany,
+    /// The reassembly table was full: the oldest datagram was evicted for a
+    /// new one; one per fragment it held.
+    ReasmTableFull,
+    /// A fragment with zero data, a non-last fragment whose data is not a
+    /// multiple of 8 bytes, offset + length past 65535 (RFC 791), or one
+    /// that contradicts its datagram (another end, data past the end,
+    /// Not-ECT mixed with ECT, RFC 3168 §5.3; then the whole datagram).
+    ReasmBadFragment,
 }
 
 impl DropReason {
     /// Every reason, in counter-index order.
-    pub const ALL: [DropReason; 34] = [
+    pub const ALL: [DropReason; 41] = [
         DropReason::Malformed,
         DropReason::UnsupportedEthertype,
         DropReason::NotForUs,
@@ -124,6 +151,13 @@ impl DropReason {
         DropReason::NattIke,
         DropReason::EncapMismatch,
         DropReason::FragNoBuffer,
+        DropReason::ReasmTimeout,
+        DropReason::ReasmOverlap,
+        DropReason::ReasmDuplicate,
+        DropReason::ReasmTooBig,
+        DropReason::ReasmTooMany,
+        DropReason::ReasmTableFull,
+        DropReason::ReasmBadFragment,
     ];
 
     /// Number of reasons.
@@ -166,6 +200,13 @@ impl DropReason {
             DropReason::NattIke => "natt_ike",
             DropReason::EncapMismatch => "encap_mismatch",
             DropReason::FragNoBuffer => "frag_no_buffer",
+            DropReason::ReasmTimeout => "reasm_timeout",
+            DropReason::ReasmOverlap => "reasm_overlap",
+            DropReason::ReasmDuplicate => "reasm_duplicate",
+            DropReason::ReasmTooBig => "reasm_too_big",
+            DropReason::ReasmTooMany => "reasm_too_many",
+            DropReason::ReasmTableFull => "reasm_table_full",
+            DropReason::ReasmBadFragment => "reasm_bad_fragment",
         }
     }
 }
@@ -265,6 +306,16 @@ pub struct WorkerCounters {
     /// ICMP errors not sent because the worker's rate limit was reached
     /// (the packet that caused them is counted under its drop reason).
     pub icmp_rate_limited: Counter,
+    /// IPv4 fragments addressed to the gateway taken by the reassembler.
+    pub frags_received: Counter,
+    /// Datagrams reassembled (each goes on as one received packet).
+    pub reassembled: Counter,
+    /// Fragments that went into reassembled datagrams.
+    pub frags_reassembled: Counter,
+    /// Fragments held right now, waiting for the rest of their datagram (a
+    /// gauge: with it, received = transmitted + dropped + frags_reassembled
+    /// − reassembled + frags_pending at any moment).
+    pub frags_pending: Counter,
 }
 
 impl WorkerCounters {
@@ -281,15 +332,26 @@ impl WorkerCounters {
             frags_sent: Counter::default(),
             icmp_sent: Counter::default(),
             icmp_rate_limited: Counter::default(),
+            frags_received: Counter::default(),
+            reassembled: Counter::default(),
+            frags_reassembled: Counter::default(),
+            frags_pending: Counter::default(),
         }
     }
 
     /// Counts a drop of a frame received on `port`.
     #[inline]
     pub fn count_drop(&self, port: usize, reason: DropReason) {
-        self.drops[reason as usize].add(1);
+        self.count_drops(port, reason, 1);
+    }
+
+    /// Counts `n` drops of frames received on `port` (the fragments of a
+    /// datagram dropped whole).
+    #[inline]
+    pub fn count_drops(&self, port: usize, reason: DropReason, n: u64) {
+        self.drops[reason as usize].add(n);
         if let Some(p) = self.ports.get(port) {
-            p.drops.add(1);
+            p.drops.add(n);
         }
     }
 }

@@ -1,6 +1,7 @@
 //! One data-plane worker.
 
 use super::counters::{DropReason, WorkerCounters};
+use super::reassembly::{ReassemblyConf, Reassembler};
 use crate::crypto::{CryptoOp, QueuePair};
 use crate::esp::{inbound, outbound, transport, InboundState, OutboundState};
 use crate::io::{PktBuf, Port};
@@ -69,6 +70,8 @@ pub struct WorkerConf {
     /// traffic at the cost of up to this much latency for the first packet
     /// after a pause (the AF_XDP rings hold arrivals meanwhile).
     pub idle_sleep_us: u64,
+    /// Reassembly of outer fragments addressed to the gateway.
+    pub reasm: ReassemblyConf,
 }
 
 /// Empty polls in a row before a worker starts sleeping between polls.
@@ -139,6 +142,7 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     icmp_tokens: u32,
     icmp_refill: Instant,
     icmp_ident: u16,
+    reasm: Reassembler,
 }
 
 impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
@@ -187,6 +191,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             icmp_tokens: ICMP_RATE,
             icmp_refill: Instant::now(),
             icmp_ident: 0,
+            reasm: Reassembler::new(conf.reasm),
         }
     }
 
@@ -194,6 +199,12 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// starting an SA at a given sequence number).
     pub fn outbound_state(&mut self, i: usize) -> Option<&mut OutboundState> {
         self.out_state.get_mut(i)
+    }
+
+    /// Buffers in this worker's pool right now (tests: after traffic has
+    /// drained and reassembly has let go, every buffer is back).
+    pub fn free_buffers(&self) -> usize {
+        self.pool.len()
     }
 
     /// Crypto ops this worker has in its queue pair or waiting to enter it.
@@ -245,6 +256,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 let Some(b) = r.pop() else { break };
                 self.pool.push(b);
             }
+        }
+        if self.reasm.pending() {
+            let now = self.now();
+            self.reasm.expire(now, &self.counters);
+            self.reasm_spent();
         }
         for k in 0..self.handoff.from.len() {
             for _ in 0..self.conf.burst {
@@ -401,6 +417,29 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             }
         }
         self.pool.push(buf);
+    }
+
+    /// Returns the buffers the reassembler gave up to their pools.
+    fn reasm_spent(&mut self) {
+        while let Some(b) = self.reasm.take_spent() {
+            self.recycle(b);
+        }
+    }
+
+    /// An outer IPv4 fragment addressed to the gateway: into the
+    /// reassembler; a completed datagram goes on through [`Self::inbound`]
+    /// as if received whole (it is counted once under rx by its fragments).
+    fn reassemble(&mut self, t: &Tables, port: usize, buf: PktBuf) {
+        let now = self.now();
+        let done = self.reasm.push(buf, now, &self.counters);
+        self.reasm_spent();
+        let Some(buf) = done else { return };
+        let Ok(ip) = ipv4::Ipv4Packet::new_checked(&buf.frame()[ethernet::HEADER_LEN..]) else {
+            return self.drop_buf(port, DropReason::Malformed, buf);
+        };
+        let key = FlowKey { src: ip.src(), dst: ip.dst(), protocol: ip.protocol(), ports: ip.ports() };
+        let (ttl, hl) = (ip.ttl(), ip.header_len());
+        self.inbound(t, port, buf, key, ttl, hl, false)
     }
 
     #[inline]
@@ -575,6 +614,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let local = t.is_local(port, key.dst);
         let natt = key.protocol == ipv4::PROTO_UDP && key.ports.is_some_and(|(_, d)| t.is_natt_port(d));
         let esp_proto = key.protocol == ipv4::PROTO_ESP;
+        // A non-first fragment has no UDP header: every UDP fragment to us
+        // may be ESP in UDP (RFC 3948).
+        if frag && local && (esp_proto || key.protocol == ipv4::PROTO_UDP) && self.reasm.enabled() {
+            return self.reassemble(t, port, buf);
+        }
         // Transport SAs (RFC 4303 §3.1.1, as ipsec-secgw): ESP, or ESP in UDP
         // on a NAT-T port (RFC 3948 §3.3), matched by SPI whatever its
         // destination, then routed on its own destination.

@@ -178,3 +178,31 @@ pub fn to_gw1(hdr: &[u8], proto: u8, payload: &[u8]) -> Vec<u8> {
     ip[10..12].copy_from_slice(&ck.to_be_bytes());
     eth(mac("02:00:00:00:01:02"), mac("02:00:00:00:00:02"), 0x0800, &ip)
 }
+
+/// `configs/<base>` with `edit` applied to its text, written to a fresh
+/// temp file ([`temp_config`]); returns its path.
+pub fn edited_config(base: &str, tag: &str, edit: impl FnOnce(String) -> String) -> String {
+    let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs").join(base)).unwrap();
+    temp_config(tag, base, &edit(text))
+}
+
+/// Every frame a gateway received is accounted for: sent, counted under
+/// one drop reason, merged into a reassembled datagram (each datagram
+/// goes on as one frame: `frags_reassembled − reassembled`), or held by
+/// the reassembler (`frags_pending`). For a gateway that fragmented
+/// nothing itself (one packet leaving as several frames breaks the count).
+pub fn assert_accounted(s: &stats::Snapshot, what: &str) {
+    assert_eq!(s.frags_sent, 0, "{what}: the gateway fragmented packets; the frame count does not apply");
+    let rx: u64 = s.ports.iter().map(|p| p.rx_packets).sum();
+    let tx: u64 = s.ports.iter().map(|p| p.tx_packets).sum();
+    let drops: u64 = s.drops.values().sum();
+    assert_eq!(
+        rx + s.reassembled,
+        tx + drops + s.frags_reassembled + s.frags_pending,
+        "{what}: rx {rx} + reassembled {} = tx {tx} + drops {drops} + frags_reassembled {} + pending {} ({:?})",
+        s.reassembled,
+        s.frags_reassembled,
+        s.frags_pending,
+        s.drops.iter().filter(|(_, &v)| v > 0).collect::<Vec<_>>()
+    );
+}

@@ -324,6 +324,10 @@ _UDP_SENDER = textwrap.dedent("""
             # IP_PMTUDISC_PROBE (3): DF set, path MTU ignored: the datagram
             # leaves whole even after an ICMP "fragmentation needed".
             s.setsockopt(socket.IPPROTO_IP, 10, 3)
+        if d.get("no_df"):
+            # IP_PMTUDISC_DONT (0): DF clear (the host itself never
+            # fragments what fits its own link).
+            s.setsockopt(socket.IPPROTO_IP, 10, 0)
         s.bind((src, d["sport"]))
         s.sendto(bytes.fromhex(d["payload"]), (dst, d["dport"]))
         s.close()
@@ -333,7 +337,7 @@ _UDP_SENDER = textwrap.dedent("""
 
 def send_udp(nsname: str, src: str, dst: str, datagrams: list[dict]):
     """Send datagrams from a host's own stack: each {sport, dport, payload: bytes, tos,
-    gap, df_probe (DF set and the path MTU ignored)}."""
+    gap, df_probe (DF set and the path MTU ignored), no_df (DF clear)}."""
     spec = [dict(d, payload=d["payload"].hex()) for d in datagrams]
     run_ns(nsname, sys.executable, "-c", _UDP_SENDER, src, dst, json.dumps(spec))
 

@@ -150,7 +150,11 @@ def build_cases(esp: HandEsp) -> tuple[list[tuple[str, str, bytes]], bytes]:
     add(f"valid ESP unicast to {OTHER_MAC}", "not_for_us", eth(esp_frame(ok_esp())[14:], dst=OTHER_MAC))
     add("outer IPv4 header checksum wrong", "malformed", esp_frame(ok_esp(), bad_csum=True))
     add("outer IPv4 total length 16 < header length 20", "malformed", esp_frame(ok_esp(), total_len=16))
-    add("first fragment (MF set) of valid ESP", "fragment", esp_frame(ok_esp(), flags_frag=0x2000))
+    # Outer fragments to the gateway go to the reassembler; these two are refused at once.
+    add("ESP fragment, MF set, 12 bytes of data (not a multiple of 8)", "reasm_bad_fragment",
+        esp_frame(ok_esp()[:12], flags_frag=0x2000))
+    add("last ESP fragment at offset 2048 (past one buffer)", "reasm_too_big",
+        esp_frame(ok_esp()[:16], flags_frag=2048 // 8, ident=0x4343))
 
     # SAD lookup.
     add(f"SPI {UNKNOWN_SPI} (unknown)", "no_sa", esp_frame(ok_esp(spi=UNKNOWN_SPI)))
