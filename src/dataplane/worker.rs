@@ -9,6 +9,7 @@ use crate::policy::Tables;
 use crate::wire::{arp, esp as esp_hdr, ethernet, icmp, ipv4, udp};
 use arc_swap::ArcSwap;
 use crossbeam_queue::ArrayQueue;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -46,10 +47,10 @@ fn transport_spi(t: &Tables, buf: &PktBuf, hl: usize) -> bool {
 }
 
 /// Destination address of the IPv4 header after the Ethernet header.
-fn ip_dst(buf: &PktBuf) -> std::net::Ipv4Addr {
+fn ip_dst(buf: &PktBuf) -> IpAddr {
     let f = buf.frame();
     let d = ethernet::HEADER_LEN + ipv4::DST;
-    f.get(d..d + 4).map_or(std::net::Ipv4Addr::UNSPECIFIED, |a| std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]))
+    IpAddr::V4(f.get(d..d + 4).map_or(Ipv4Addr::UNSPECIFIED, |a| Ipv4Addr::new(a[0], a[1], a[2], a[3])))
 }
 
 /// Settings of a worker.
@@ -340,7 +341,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         };
         buf.trim_to(ethernet::HEADER_LEN + n);
         self.counters.icmp_sent.add(1);
-        self.forward(t, port, buf, src)
+        self.forward(t, port, buf, IpAddr::V4(src))
     }
 
     fn read_backend_stats(&mut self) {
@@ -482,7 +483,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 let Ok(ip) = ipv4::Ipv4Packet::new_checked(eth.payload()) else {
                     return self.drop_buf(port, DropReason::Malformed, buf);
                 };
-                let key = FlowKey { src: ip.src(), dst: ip.dst(), protocol: ip.protocol(), ports: ip.ports() };
+                let key = FlowKey { src: IpAddr::V4(ip.src()), dst: IpAddr::V4(ip.dst()), protocol: ip.protocol(), ports: ip.ports() };
                 let (ttl, hl, frag, total) = (ip.ttl(), ip.header_len(), ip.is_fragment(), ip.total_len());
                 // Ethernet padding after the IP packet is not part of it.
                 buf.trim_to(ethernet::HEADER_LEN + total);
@@ -502,10 +503,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             // A request for one of our addresses from a unicast sender that
             // does not claim one of our addresses itself.
             Ok(a) if a.operation() == arp::OP_REQUEST
-                && t.is_local(port, a.target_ip())
+                && t.is_local(port, IpAddr::V4(a.target_ip()))
                 && a.sender_mac()[0] & 1 == 0
                 && a.sender_mac() != [0; 6]
-                && !t.is_local(port, a.sender_ip()) =>
+                && !t.is_local(port, IpAddr::V4(a.sender_ip())) =>
             {
                 Some((a.sender_mac(), a.target_ip()))
             }
@@ -672,7 +673,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let Ok(ip) = ipv4::Ipv4Packet::new_checked(&buf.frame()[ethernet::HEADER_LEN..]) else {
             return self.drop_buf(port, DropReason::BadInner, buf);
         };
-        let key = FlowKey { src: ip.src(), dst: ip.dst(), protocol: ip.protocol(), ports: ip.ports() };
+        let key = FlowKey { src: IpAddr::V4(ip.src()), dst: IpAddr::V4(ip.dst()), protocol: ip.protocol(), ports: ip.ports() };
         let (ttl, len) = (ip.ttl(), ip.total_len());
         if !e.admits(&key) {
             self.counters.sa_in[i].errors.add(1);
@@ -689,7 +690,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     }
 
     /// Routes on `dst`, writes the Ethernet header and stages for tx.
-    fn forward(&mut self, t: &Tables, rx_port: usize, mut buf: PktBuf, dst: std::net::Ipv4Addr) {
+    fn forward(&mut self, t: &Tables, rx_port: usize, mut buf: PktBuf, dst: IpAddr) {
         let Some((out, nh)) = t.routes.lookup(dst) else {
             return self.drop_buf(rx_port, DropReason::NoRoute, buf);
         };

@@ -163,17 +163,10 @@ pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Resu
         super::DfMode::Clear => false,
     };
     let flags = if df { ipv4::FLAG_DF } else { 0 };
-    ipv4::write_header(
-        &mut op.buf.frame_mut()[ethernet::HEADER_LEN..ip_end],
-        tos,
-        outer_total,
-        seq as u16,
-        flags,
-        sa.outer_ttl,
-        protocol,
-        sa.tunnel_src,
-        sa.tunnel_dst,
-    );
+    let (std::net::IpAddr::V4(src), std::net::IpAddr::V4(dst)) = (sa.tunnel_src, sa.tunnel_dst) else {
+        return Err((EspError::CryptoError, op.buf));
+    };
+    ipv4::write_header(&mut op.buf.frame_mut()[ethernet::HEADER_LEN..ip_end], tos, outer_total, seq as u16, flags, sa.outer_ttl, protocol, src, dst);
     op.data_offset += outer as u32;
     op.auth_offset += outer as u32;
     op.icv_offset += outer as u32;
