@@ -102,3 +102,27 @@ pub fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16, payload: &[u8]) -> Vec<u8
 }
 
 pub type MultiGw = MemGateway;
+
+/// ESP sealed by hand with AES-128-GCM (RFC 4106), with the `aes-gcm`
+/// crate rather than the gateway's code: SPI ‖ seq ‖ `iv` ‖ ciphertext of
+/// (`payload` ‖ padding 1, 2, … to 4 bytes ‖ pad length ‖ `nh`) ‖ 16-byte
+/// ICV. `key` is the 16-byte AES key followed by the 4-byte salt.
+pub fn seal_gcm_esp(key: &[u8], spi: u32, seq: u32, iv: [u8; 8], payload: &[u8], nh: u8) -> Vec<u8> {
+    use aes_gcm::aead::AeadInPlace;
+    use aes_gcm::KeyInit;
+    let mut plain = payload.to_vec();
+    let pad = (4 - (payload.len() + 2) % 4) % 4;
+    plain.extend((1..=pad).map(|i| i as u8));
+    plain.push(pad as u8);
+    plain.push(nh);
+    let mut nonce = [0u8; 12];
+    nonce[..4].copy_from_slice(&key[16..20]);
+    nonce[4..].copy_from_slice(&iv);
+    let mut esp = spi.to_be_bytes().to_vec();
+    esp.extend_from_slice(&seq.to_be_bytes());
+    let tag = aes_gcm::Aes128Gcm::new_from_slice(&key[..16]).unwrap().encrypt_in_place_detached((&nonce).into(), &esp, &mut plain).unwrap();
+    esp.extend_from_slice(&iv);
+    esp.extend_from_slice(&plain);
+    esp.extend_from_slice(&tag);
+    esp
+}
