@@ -186,7 +186,9 @@ def check_configs(binary: str, configs: dict[str, Path]):
 # --------------------------------------------------------------------------
 # scapy and the by-hand reference
 
-def scapy_sa(cell: Cell, esn_hi: int = 0):
+def scapy_sa(cell: Cell, esn_hi: int = 0, tunnel_header=None):
+    """scapy's SA for `cell`; `tunnel_header` (default IPv4 gw0 → gw1) is the
+    outer header scapy's encrypt() puts on (tests/e2e/test_ipv6.py gives IPv6)."""
     from scapy.layers.inet import IP
     from scapy.layers.ipsec import AUTH_ALGOS, CRYPT_ALGOS, ESP, SecurityAssociation
     a = cell.alg
@@ -198,12 +200,13 @@ def scapy_sa(cell: Cell, esn_hi: int = 0):
         kw["auth_key"] = cell.auth_key
     return SecurityAssociation(ESP, spi=cell.spi, crypt_algo=a.scapy_crypt,
                                crypt_key=cell.key if a.key_len else None, auth_algo=a.scapy_auth,
-                               tunnel_header=IP(src=L.GW0_OUT_IP, dst=L.GW1_OUT_IP),
+                               tunnel_header=tunnel_header or IP(src=L.GW0_OUT_IP, dst=L.GW1_OUT_IP),
                                esn_en=cell.esn, esn=esn_hi, **kw)
 
 
-def ref_open(cell: Cell, esp: bytes, esn_hi: int = 0) -> bytes:
-    """Decrypt and verify one ESP packet (ESP header .. ICV) by hand; returns the inner packet."""
+def ref_open(cell: Cell, esp: bytes, esn_hi: int = 0, next_header: int = 4) -> bytes:
+    """Decrypt and verify one ESP packet (ESP header .. ICV) by hand; returns the inner packet.
+    `next_header`: the trailer's expected next header (4 IPv4, 41 IPv6 inner)."""
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
     a = cell.alg
@@ -236,7 +239,7 @@ def ref_open(cell: Cell, esp: bytes, esn_hi: int = 0) -> bytes:
             pt = body
     assert len(pt) % a.align == 0, f"encrypted part {len(pt)} bytes, not a multiple of {a.align}"
     padlen, nh = pt[-2], pt[-1]
-    assert nh == 4, f"next header {nh}, want 4"
+    assert nh == next_header, f"next header {nh}, want {next_header}"
     assert padlen <= len(pt) - 2, f"pad length {padlen} does not fit"
     assert pt[-2 - padlen:-2] == bytes(range(1, padlen + 1)), f"padding {pt[-2 - padlen:-2].hex()} not 1,2,3,…"
     return pt[:-2 - padlen]
