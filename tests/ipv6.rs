@@ -10,9 +10,6 @@
 //! with the `aes-gcm` crate), never with the gateway's own builders.
 
 mod common;
-use aes_gcm::aead::AeadInPlace;
-use aes_gcm::{Aes128Gcm, KeyInit};
-
 use common::*;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -34,8 +31,6 @@ const GW1_OUT_MAC: &str = "02:00:00:00:01:02";
 const KEY_1101: &str = "6b1f4e0c2d9a8b7c6d5e4f30211203f4a5b6c7d8";
 /// SA 1001's key (v4 outer, hostA → hostB).
 const KEY_1001: &str = "24d84805d9cc35adcdc5696f6ed3dab836df80aa";
-
-static UNIQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 // ---- hand-built packets ------------------------------------------------------
 
@@ -115,15 +110,10 @@ fn udp4(tos: u8, ttl: u8, dport: u16, payload: &[u8], df: bool) -> Vec<u8> {
     p
 }
 
-/// Opens GCM ESP by hand; returns (inner packet, next header).
+/// Opens GCM ESP by hand (`aes-gcm`, common::open_gcm128) and checks the
+/// padding; returns (inner packet, next header).
 fn open_gcm(key_hex: &str, esp: &[u8]) -> (Vec<u8>, u8) {
-    let key = hex::decode(key_hex).unwrap();
-    let mut nonce = [0u8; 12];
-    nonce[..4].copy_from_slice(&key[16..20]);
-    nonce[4..].copy_from_slice(&esp[8..16]);
-    let (body, tag) = esp[16..].split_at(esp.len() - 16 - 16);
-    let mut plain = body.to_vec();
-    Aes128Gcm::new_from_slice(&key[..16]).unwrap().decrypt_in_place_detached((&nonce).into(), &esp[..8], &mut plain, tag.into()).expect("ICV verifies");
+    let mut plain = open_gcm128(&hex::decode(key_hex).unwrap(), esp);
     let nh = plain[plain.len() - 1];
     let pad = plain[plain.len() - 2] as usize;
     assert_eq!(&plain[plain.len() - 2 - pad..plain.len() - 2], &(1..=pad as u8).collect::<Vec<u8>>()[..], "padding 1, 2, …");
@@ -134,15 +124,15 @@ fn open_gcm(key_hex: &str, esp: &[u8]) -> (Vec<u8>, u8) {
 /// SA 1101's ESP (sealed by hand) of `inner` with next header `nh`, in an
 /// IPv6 outer header gw0 → gw1, as it arrives at gw1.
 fn esp6_to_gw1(seq: u32, inner: &[u8], nh: u8) -> Vec<u8> {
-    let esp = seal_gcm_esp(&hex::decode(KEY_1101).unwrap(), 1101, seq, [0x77, 6, 5, 4, 3, 2, 1, seq as u8], inner, nh);
+    let esp = seal_gcm128(&hex::decode(KEY_1101).unwrap(), 1101, seq as u64, false, inner, nh);
     let mut ip = ipv6_header(0, esp.len(), 50, 64, &OUT0_6, &OUT1_6);
     ip.extend_from_slice(&esp);
-    to_gw1(&ip)
+    frame_to_gw1(&ip)
 }
 
-/// The frame `ip` (an ESP packet, v6 outer OUT0_6 → OUT1_6) as it arrives
+/// The frame of `ip` (an IPv4 or IPv6 ESP packet gw0 → gw1) as it arrives
 /// at gw1.
-fn to_gw1(ip: &[u8]) -> Vec<u8> {
+fn frame_to_gw1(ip: &[u8]) -> Vec<u8> {
     let et = if ip[0] >> 4 == 6 { 0x86dd } else { 0x0800 };
     eth(mac(GW1_OUT_MAC), mac(GW0_OUT_MAC), et, ip)
 }
@@ -189,9 +179,7 @@ fn configs_with(alg: &str, extra: &[(&str, &str)]) -> (String, String) {
             assert!(text.contains(from), "{file}: {from}");
             text = text.replacen(from, to, 1);
         }
-        let path = std::env::temp_dir().join(format!("secgw-ipv6-{}-{}-{file}", std::process::id(), UNIQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
-        std::fs::write(&path, text).unwrap();
-        out.push(path.to_str().unwrap().to_string());
+        out.push(temp_config("ipv6", file, &text));
     }
     (out.remove(0), out.remove(0))
 }
@@ -358,10 +346,10 @@ fn handmade_esp_in_ipv6_decrypts_and_wrong_families_are_refused() {
     assert!(gw1.push("outside", &[mk(5, &v6, 6)]).is_empty());
     assert_eq!(gw1.drop_count("bad_next_header"), 1);
     // Outer endpoints must be the SA's: from another IPv6 source → no_sa.
-    let esp = seal_gcm_esp(&hex::decode(KEY_1101).unwrap(), 1101, 6, [0; 8], &v6, 41);
+    let esp = seal_gcm128(&hex::decode(KEY_1101).unwrap(), 1101, 6, false, &v6, 41);
     let mut ip = ipv6_header(0, esp.len(), 50, 64, &Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 9), &OUT1_6);
     ip.extend_from_slice(&esp);
-    assert!(gw1.push("outside", &[to_gw1(&ip)]).is_empty());
+    assert!(gw1.push("outside", &[frame_to_gw1(&ip)]).is_empty());
     assert_eq!(gw1.drop_count("no_sa"), 1);
 }
 
@@ -385,7 +373,7 @@ fn inbound_esp_after_extension_headers() {
         ip[4..6].copy_from_slice(&(plen as u16).to_be_bytes());
         ip.extend_from_slice(ext);
         ip.extend_from_slice(&f[54..]);
-        to_gw1(&ip)
+        frame_to_gw1(&ip)
     };
     // HBH (PadN 6) → DstOpt (PadN 6) → Routing type 0, segments left 0 (one address) → ESP
     let mut chain = vec![60, 0, 1, 4, 0, 0, 0, 0, 43, 0, 1, 4, 0, 0, 0, 0, 50, 2, 0, 0, 0, 0, 0, 0];

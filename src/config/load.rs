@@ -39,7 +39,8 @@
 //! direction = "outbound"    # required: "outbound" (we encrypt) | "inbound" (we decrypt)
 //! mode = "tunnel"           # optional: "tunnel" (default) | "transport" (RFC 4303 §3.1.1: ESP
 //!                           #   inserted after the forwarded packet's own IPv4 header; then
-//!                           #   tunnel_src, tunnel_dst, outer_ttl, df and udp_encap are errors)
+//!                           #   tunnel_src, tunnel_dst, outer_ttl and df are errors; udp_encap
+//!                           #   is allowed: UDP between that header and ESP, RFC 3948 §3.2)
 //! algorithm = "aes-128-gcm" # required: "aes-128-gcm" | "aes-256-gcm" (RFC 4106),
 //!                           # "aes-128-gmac" | "aes-256-gmac" (RFC 4543, authentication only),
 //!                           # "chacha20-poly1305" (RFC 7634),
@@ -1001,7 +1002,6 @@ impl Checker<'_> {
                     (&s.tunnel_dst, "tunnel_dst"),
                     (&s.outer_ttl, "outer_ttl"),
                     (&s.df, "df"),
-                    (&s.udp_encap, "udp_encap"),
                 ] {
                     if let Some(v) = f {
                         let m = format!("{key} is not allowed with mode = \"transport\" (the packet's own IPv4 header is kept); remove it");

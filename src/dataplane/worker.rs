@@ -37,10 +37,11 @@ fn untag(t: u64) -> (bool, usize, u64, usize) {
     (t & TAG_INBOUND != 0, ((t >> 32) & 0x7fff_ffff) as usize, (t >> 16) & 0xffff, (t & 0xffff) as usize)
 }
 
-/// Whether the ESP packet after the IPv4 header (`hl` bytes) has the SPI of
-/// an inbound transport-mode SA.
-fn transport_spi(t: &Tables, buf: &PktBuf, hl: usize) -> bool {
-    let Some(Ok(esp)) = buf.frame().get(ethernet::HEADER_LEN + hl..).map(esp_hdr::EspPacket::new_checked) else {
+/// Whether the ESP packet `at` bytes after the start of the IPv4 header
+/// (its length, plus the UDP header for ESP in UDP) has the SPI of an
+/// inbound transport-mode SA.
+fn transport_spi(t: &Tables, buf: &PktBuf, at: usize) -> bool {
+    let Some(Ok(esp)) = buf.frame().get(ethernet::HEADER_LEN + at..).map(esp_hdr::EspPacket::new_checked) else {
         return false;
     };
     t.sad.inbound_by_spi(esp.spi()).is_some_and(|i| t.sad.inbound[i].sa.transport)
@@ -740,9 +741,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let Some(sa) = t.sad.outbound.get(i) else {
             return self.drop_buf(port, DropReason::NoSa, buf);
         };
-        // Too big for the egress MTU of the route to the tunnel end once
-        // encapsulated (checked before the decrement, so an error quotes
-        // the header as the host sent it):
+        // Too big for the egress MTU of the route to the tunnel end (transport
+        // mode: to the packet's own destination) once encapsulated (checked
+        // before the decrement, so an error quotes the header as the host
+        // sent it):
         // * IPv6 inner: ICMPv6 Packet Too Big (RFC 4443 §3.2; IPv6 is never
         //   fragmented on the way, RFC 8200 §5);
         // * IPv4 inner with DF: ICMP "fragmentation needed" (RFC 1191);
@@ -750,13 +752,16 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         //   packet is fragmented before encapsulation (RFC 4459 §3), each
         //   fragment its own ESP packet (the IPv6 outer header is never
         //   fragmented);
-        // * IPv4 inner without DF into an IPv4 outer header: the outer
-        //   packet is fragmented after encryption (`forward`).
+        // * IPv4 inner without DF into an IPv4 outer header (or transport
+        //   mode): the ESP packet is fragmented after encryption (`forward`).
         // The MTU in the errors is the largest inner packet that fits.
         let inner_v6 = key.dst.is_ipv6();
-        let egress_mtu = t.routes.lookup(sa.tunnel_dst).and_then(|(out, _)| t.ports.get(out)).map(|p| p.mtu as usize);
-        if let Some(mtu) = egress_mtu.filter(|&m| outbound::encapsulated_len(sa, buf.len() - ethernet::HEADER_LEN) > m) {
-            let fits = outbound::max_inner_len(sa, mtu);
+        let via = if sa.transport { key.dst } else { sa.tunnel_dst };
+        let egress_mtu = t.routes.lookup(via).and_then(|(out, _)| t.ports.get(out)).map(|p| p.mtu as usize);
+        // The IPv4 header length counts in transport mode only (kept in front).
+        let hl = buf.frame().get(ethernet::HEADER_LEN).map_or(ipv4::MIN_HEADER_LEN, |&b| (b & 0x0f) as usize * 4);
+        if let Some(mtu) = egress_mtu.filter(|&m| outbound::encapsulated_len(sa, hl, buf.len() - ethernet::HEADER_LEN) > m) {
+            let fits = outbound::max_inner_len(sa, hl, mtu);
             if inner_v6 {
                 return self.packet_too_big(t, port, buf, fits);
             }
@@ -786,10 +791,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let local = t.is_local(port, key.dst);
         let natt = key.protocol == ipv4::PROTO_UDP && key.ports.is_some_and(|(_, d)| t.is_natt_port(d));
         let esp_proto = key.protocol == ipv4::PROTO_ESP;
-        // Transport SAs (RFC 4303 §3.1.1, as ipsec-secgw; IPv4 only): ESP
-        // matched by SPI whatever its destination, then routed on its own
-        // destination.
-        let transport = esp_proto && !local && !key.dst.is_ipv6() && transport_spi(t, &buf, hl);
+        // Transport SAs (RFC 4303 §3.1.1, as ipsec-secgw; IPv4 only): ESP, or
+        // ESP in UDP on a NAT-T port (RFC 3948 §3.3), matched by SPI whatever
+        // its destination, then routed on its own destination.
+        let transport = (esp_proto || natt) && !local && !key.dst.is_ipv6() && transport_spi(t, &buf, hl + if natt { udp::HEADER_LEN } else { 0 });
         if (local && (esp_proto || natt)) || transport {
             if frag {
                 return self.drop_buf(port, DropReason::Fragment, buf);

@@ -63,34 +63,43 @@ pub fn encap(
 pub const UDP_ENCAP_OVERHEAD: usize = udp::HEADER_LEN;
 
 /// Bytes `sa` adds to an inner packet of `inner_len` bytes, and the size of
-/// the outer packet it becomes (RFC 4303 §2): outer IPv4 (20) or IPv6 (40,
-/// when the SA's endpoints are IPv6) + UDP (8, with
-/// `udp_encap`) + ESP header (8) + IV + inner packet + padding to the
-/// algorithm's alignment ([`crate::crypto::Algorithm::block_size`], §2.4) +
-/// Pad Length and Next Header (2) + ICV. The one place that knows an SA's
-/// overhead: the MTU check and [`max_inner_len`] both use it.
-pub fn encapsulated_len(sa: &OutboundSa, inner_len: usize) -> usize {
-    let (fixed, align) = fixed_overhead(sa);
-    let enc = (inner_len + TRAILER_LEN).div_ceil(align) * align;
+/// the outer packet it becomes (RFC 4303 §2). Tunnel mode: outer IPv4 (20)
+/// or IPv6 (40, when the SA's endpoints are IPv6), UDP (8, with
+/// `udp_encap`), ESP header (8), IV, the inner packet, padding to the
+/// algorithm's alignment ([`crate::crypto::Algorithm::block_size`], §2.4),
+/// Pad Length and Next Header (2), ICV. Transport mode (§3.1.1): the
+/// packet's own IPv4 header of `hl` bytes stays in front and only what
+/// follows it is padded and encrypted. `hl` is unused in tunnel mode. The
+/// one place that knows an SA's overhead: the MTU check and
+/// [`max_inner_len`] both use it.
+pub fn encapsulated_len(sa: &OutboundSa, hl: usize, inner_len: usize) -> usize {
+    let (kept, fixed, align) = layout(sa, hl);
+    let enc = (inner_len.saturating_sub(kept) + TRAILER_LEN).div_ceil(align) * align;
     fixed + enc
 }
 
-/// The largest inner packet whose [`encapsulated_len`] is at most `mtu`
-/// (0 if none fits): the next-hop MTU an ICMP "fragmentation needed" error
-/// advertises (RFC 1191). Rounds down to the algorithm's alignment, so a
+/// The largest inner packet (IPv4 header of `hl` bytes, used in transport
+/// mode only) whose [`encapsulated_len`] is at most `mtu` (0 if none
+/// fits): the next-hop MTU an ICMP "fragmentation needed" error advertises
+/// (RFC 1191). Rounds down to the algorithm's alignment, so a
 /// 16-byte-block CBC SA advertises less than the plain overhead suggests.
-pub fn max_inner_len(sa: &OutboundSa, mtu: usize) -> usize {
-    let (fixed, align) = fixed_overhead(sa);
+pub fn max_inner_len(sa: &OutboundSa, hl: usize, mtu: usize) -> usize {
+    let (kept, fixed, align) = layout(sa, hl);
     let room = mtu.saturating_sub(fixed) / align * align;
-    room.saturating_sub(TRAILER_LEN)
+    match room.checked_sub(TRAILER_LEN) {
+        Some(r) => r + kept,
+        None => 0,
+    }
 }
 
-/// (bytes that do not depend on the inner length, alignment of the
-/// encrypted part) for `sa`.
-fn fixed_overhead(sa: &OutboundSa) -> (usize, usize) {
+/// (bytes of the inner packet kept in front of ESP unencrypted: the IPv4
+/// header `hl` in transport mode, 0 in tunnel mode; bytes that do not
+/// depend on the inner length; alignment of the encrypted part) for `sa`.
+fn layout(sa: &OutboundSa, hl: usize) -> (usize, usize, usize) {
     let alg = sa.session.algorithm();
     let udp = if sa.udp_encap.is_some() { UDP_ENCAP_OVERHEAD } else { 0 };
-    (outer_ip_len(sa) + udp + front_len(alg) + sa.session.icv_len(), alg.block_size())
+    let (kept, outer) = if sa.transport { (hl, hl) } else { (0, outer_ip_len(sa)) };
+    (kept, outer + udp + front_len(alg) + sa.session.icv_len(), alg.block_size())
 }
 
 /// Length of `sa`'s outer IP header: 40 for IPv6 endpoints, else 20.

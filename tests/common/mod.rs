@@ -103,26 +103,78 @@ pub fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16, payload: &[u8]) -> Vec<u8
 
 pub type MultiGw = MemGateway;
 
-/// ESP sealed by hand with AES-128-GCM (RFC 4106), with the `aes-gcm`
-/// crate rather than the gateway's code: SPI ‖ seq ‖ `iv` ‖ ciphertext of
-/// (`payload` ‖ padding 1, 2, … to 4 bytes ‖ pad length ‖ `nh`) ‖ 16-byte
-/// ICV. `key` is the 16-byte AES key followed by the 4-byte salt.
-pub fn seal_gcm_esp(key: &[u8], spi: u32, seq: u32, iv: [u8; 8], payload: &[u8], nh: u8) -> Vec<u8> {
+/// Writes `text` to a fresh temp file named after `prefix` and `name`
+/// (tests run in parallel: every call gets its own file); returns its path.
+pub fn temp_config(prefix: &str, name: &str, text: &str) -> String {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("secgw-{prefix}-{}-{n}-{name}", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// Opens the AES-128-GCM ESP packet `esp` (header ‖ IV ‖ ciphertext ‖
+/// 16-byte ICV) with `key` (AES key ‖ 4-byte salt) using the `aes-gcm`
+/// crate directly (RFC 4106: nonce = salt ‖ IV, AAD = SPI ‖ seq); returns
+/// the payload + padding + trailer. Panics if the ICV does not verify.
+pub fn open_gcm128(key: &[u8], esp: &[u8]) -> Vec<u8> {
     use aes_gcm::aead::AeadInPlace;
-    use aes_gcm::KeyInit;
+    use aes_gcm::{Aes128Gcm, KeyInit};
+    let mut nonce = [0u8; 12];
+    nonce[..4].copy_from_slice(&key[16..20]);
+    nonce[4..].copy_from_slice(&esp[8..16]);
+    let n = esp.len();
+    let mut plain = esp[16..n - 16].to_vec();
+    let tag = aes_gcm::Tag::clone_from_slice(&esp[n - 16..]);
+    Aes128Gcm::new_from_slice(&key[..16])
+        .unwrap()
+        .decrypt_in_place_detached((&nonce).into(), &esp[..8], &mut plain, &tag)
+        .expect("ICV verifies with the peer's key");
+    plain
+}
+
+/// Seals `payload` as an AES-128-GCM ESP packet (SPI ‖ seq ‖ IV ‖
+/// ciphertext ‖ 16-byte ICV) with `key` (AES key ‖ salt) using the `aes-gcm`
+/// crate directly: padding 1, 2, 3, … to 4 bytes, Next Header
+/// `next_header`, IV = the 64-bit sequence number, AAD = SPI ‖ seq_lo or,
+/// with `esn`, SPI ‖ seq_hi ‖ seq_lo (RFC 4106 §5). Only the low 32 bits of
+/// `seq` go on the wire.
+pub fn seal_gcm128(key: &[u8], spi: u32, seq: u64, esn: bool, payload: &[u8], next_header: u8) -> Vec<u8> {
+    use aes_gcm::aead::AeadInPlace;
+    use aes_gcm::{Aes128Gcm, KeyInit};
     let mut plain = payload.to_vec();
-    let pad = (4 - (payload.len() + 2) % 4) % 4;
+    let pad = (4 - (plain.len() + 2) % 4) % 4;
     plain.extend((1..=pad).map(|i| i as u8));
-    plain.push(pad as u8);
-    plain.push(nh);
+    plain.extend_from_slice(&[pad as u8, next_header]);
+    let iv = seq.to_be_bytes();
     let mut nonce = [0u8; 12];
     nonce[..4].copy_from_slice(&key[16..20]);
     nonce[4..].copy_from_slice(&iv);
+    let mut aad = spi.to_be_bytes().to_vec();
+    if esn {
+        aad.extend_from_slice(&((seq >> 32) as u32).to_be_bytes());
+    }
+    aad.extend_from_slice(&(seq as u32).to_be_bytes());
+    let tag = Aes128Gcm::new_from_slice(&key[..16]).unwrap().encrypt_in_place_detached((&nonce).into(), &aad, &mut plain).unwrap();
     let mut esp = spi.to_be_bytes().to_vec();
-    esp.extend_from_slice(&seq.to_be_bytes());
-    let tag = aes_gcm::Aes128Gcm::new_from_slice(&key[..16]).unwrap().encrypt_in_place_detached((&nonce).into(), &esp, &mut plain).unwrap();
+    esp.extend_from_slice(&(seq as u32).to_be_bytes());
     esp.extend_from_slice(&iv);
     esp.extend_from_slice(&plain);
     esp.extend_from_slice(&tag);
     esp
+}
+
+/// An Ethernet frame gw0 → gw1's outside port (testbed MACs) carrying the
+/// 20-byte IPv4 header `hdr` with protocol `proto`, total length and
+/// checksum set for `payload`, then `payload`.
+pub fn to_gw1(hdr: &[u8], proto: u8, payload: &[u8]) -> Vec<u8> {
+    let mut ip = hdr[..20].to_vec();
+    ip.extend_from_slice(payload);
+    let total = ip.len() as u16;
+    ip[2..4].copy_from_slice(&total.to_be_bytes());
+    ip[9] = proto;
+    ip[10..12].copy_from_slice(&[0, 0]);
+    let ck = ip_checksum(&ip[..20]);
+    ip[10..12].copy_from_slice(&ck.to_be_bytes());
+    eth(mac("02:00:00:00:01:02"), mac("02:00:00:00:00:02"), 0x0800, &ip)
 }
