@@ -429,7 +429,7 @@ fn bad_prefix() {
         "prefix = ",
         9,
         "route[0].prefix",
-        "expected an IPv4 prefix like \"192.0.2.0/24\", found \"198.51.100/24\"",
+        "expected an IPv4 or IPv6 prefix like \"192.0.2.0/24\" or \"2001:db8::/32\", found \"198.51.100/24\"",
     );
 }
 
@@ -787,4 +787,78 @@ fn reassembly_table_defaults_values_and_ranges() {
     }
     let text = format!("{BASE}\n[reassembly]\ncontext = 8\n");
     assert_one(&text, "context =", 0, "reassembly.context", "did you mean `contexts`?");
+}
+
+// ---- IPv6 in every address field -------------------------------------------
+
+/// BASE with IPv6 everywhere: port addresses, v6 outer tunnel, v6 selectors,
+/// v6 routes and neighbour.
+fn base_v6() -> String {
+    BASE.replace("addresses = [\"203.0.113.1/24\"]", "addresses = [\"203.0.113.1/24\", \"2001:db8:ff::1/64\"]")
+        .replace("tunnel_src = \"203.0.113.1\"\ntunnel_dst = \"203.0.113.2\"", "tunnel_src = \"2001:db8:ff::1\"\ntunnel_dst = \"2001:db8:ff::2\"")
+        .replace("tunnel_src = \"203.0.113.2\"\ntunnel_dst = \"203.0.113.1\"", "tunnel_src = \"2001:db8:ff::2\"\ntunnel_dst = \"2001:db8:ff::1\"")
+        .replace("src = \"192.0.2.0/24\"\ndst = \"198.51.100.0/24\"", "src = \"2001:db8:a::/64\"\ndst = \"2001:db8:b::/64\"")
+        .replace("src = \"198.51.100.0/24\"\ndst = \"192.0.2.0/24\"", "src = \"2001:db8:b::/64\"\ndst = \"2001:db8:a::/64\"")
+        .replace("prefix = \"198.51.100.0/24\"\nport = \"outside\"\nvia = \"203.0.113.2\"", "prefix = \"2001:db8:b::/64\"\nport = \"outside\"\nvia = \"2001:db8:ff::2\"")
+        .replace("ip = \"203.0.113.2\"", "ip = \"2001:db8:ff::2\"")
+}
+
+#[test]
+fn ipv6_everywhere_loads() {
+    let text = base_v6();
+    assert!(text.contains("2001:db8:ff::2\"\nmac"), "{text}");
+    let cfg = config::parse(&text, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}"));
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    assert_eq!(cfg.ports[1].addresses, [(ip("203.0.113.1"), 24), (ip("2001:db8:ff::1"), 64)]);
+    assert_eq!((cfg.sas[0].tunnel_src, cfg.sas[0].tunnel_dst), (ip("2001:db8:ff::1"), ip("2001:db8:ff::2")));
+    assert_eq!(cfg.policies[0].src, (ip("2001:db8:a::"), 64));
+    assert_eq!(cfg.routes[0].via, Some(ip("2001:db8:ff::2")));
+    assert_eq!(cfg.neighbours[0].ip, ip("2001:db8:ff::2"));
+    assert!(config::warnings(&cfg).is_empty(), "{:?}", config::warnings(&cfg));
+    let s = config::summary(&cfg);
+    assert!(s.contains("tunnel ipv6 2001:db8:ff::1 -> 2001:db8:ff::2"), "{s}");
+    assert!(s.contains("2001:db8:a::/64 -> 2001:db8:b::/64"), "{s}");
+    assert!(s.contains("families: addresses 1 IPv4 / 1 IPv6, policies 0 IPv4 / 2 IPv6, routes 0 IPv4 / 1 IPv6, neighbours 0 IPv4 / 1 IPv6"), "{s}");
+    assert!(s.contains("df -"), "no DF on an IPv6 outer header: {s}");
+}
+
+#[test]
+fn ipv6_mistakes_name_their_field() {
+    let v6 = base_v6();
+    // Tunnel endpoints of two families.
+    let t = v6.replacen("tunnel_dst = \"2001:db8:ff::2\"", "tunnel_dst = \"203.0.113.2\"", 1);
+    assert_one(&t, "tunnel_dst = \"203.0.113.2\"", 13, "sa[0].tunnel_dst", "expected an IPv6 address like tunnel_src (2001:db8:ff::1), found 203.0.113.2");
+    // DF on an IPv6 outer header.
+    let t = v6.replacen("tunnel_dst = \"2001:db8:ff::2\"", "tunnel_dst = \"2001:db8:ff::2\"\ndf = \"set\"", 1);
+    assert_one(&t, "df = ", 5, "sa[0].df", "df applies to an IPv4 outer header only");
+    // Multicast / unspecified endpoints.
+    let t = v6.replacen("tunnel_dst = \"2001:db8:ff::2\"", "tunnel_dst = \"ff02::1\"", 1);
+    assert_one(&t, "tunnel_dst = \"ff02", 13, "sa[0].tunnel_dst", "expected a unicast IPv6 address, found ff02::1");
+    // Policy src and dst of two families.
+    let t = v6.replacen("dst = \"2001:db8:b::/64\"", "dst = \"198.51.100.0/24\"", 1);
+    assert_one(&t, "dst = \"198.51", 6, "policy[0].dst", "expected an IPv6 prefix like src (2001:db8:a::), found 198.51.100.0");
+    // Host bits, length past 128.
+    let t = v6.replacen("src = \"2001:db8:a::/64\"", "src = \"2001:db8:a::1/64\"", 1);
+    assert_one(&t, "src = \"2001:db8:a::1", 6, "policy[0].src", "host bits set in 2001:db8:a::1/64 (the network is 2001:db8:a::/64)");
+    let t = v6.replacen("src = \"2001:db8:a::/64\"", "src = \"2001:db8:a::/129\"", 1);
+    assert_one(&t, "src = \"2001:db8:a::/129", 6, "policy[0].src", "prefix length 0..=128");
+    // Route next hop of the other family.
+    let t = v6.replacen("via = \"2001:db8:ff::2\"", "via = \"203.0.113.2\"", 1);
+    assert_one(&t, "via = ", 6, "route[0].via", "expected an IPv6 next hop for prefix 2001:db8:b::, found 203.0.113.2");
+    // Bad address text.
+    let t = v6.replacen("ip = \"2001:db8:ff::2\"", "ip = \"2001:db8:ff:::2\"", 1);
+    assert_one(&t, "ip = ", 5, "neighbour[0].ip", "expected an IPv4 or IPv6 address like");
+    // Duplicate v6 port address.
+    let t = v6.replacen("\"2001:db8:ff::1/64\"]", "\"2001:db8:ff::1/64\", \"2001:db8:ff::1/128\"]", 1);
+    assert_one(&t, "\"2001:db8:ff::1/128", 0, "port[1].addresses[2]", "duplicate address 2001:db8:ff::1");
+}
+
+#[test]
+fn policy_defaults_take_the_other_sides_family() {
+    let one_sided = BASE.replacen("src = \"192.0.2.0/24\"\ndst = \"198.51.100.0/24\"", "dst = \"2001:db8:b::/64\"", 1);
+    let cfg = config::parse(&one_sided, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cfg.policies[0].src, ("::".parse().unwrap(), 0));
+    let none = BASE.replacen("src = \"192.0.2.0/24\"\ndst = \"198.51.100.0/24\"\n", "", 1);
+    let cfg = config::parse(&none, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((cfg.policies[0].src, cfg.policies[0].dst), (("0.0.0.0".parse().unwrap(), 0), ("0.0.0.0".parse().unwrap(), 0)), "IPv4 any when both are missing");
 }

@@ -210,3 +210,93 @@ fn mutated_fragments_never_panic_and_are_all_counted() {
         assert!(s.drops[r] > 0, "{r} exercised: {:?}", s.drops);
     }
 }
+
+/// The same campaign with IPv6 seeds into the dual-stack configs
+/// (ep0-v6/ep1-v6): IPv6 plaintext, its ESP in IPv4 and IPv6 outer
+/// headers, a Neighbor Solicitation, plus mutations of the next-header
+/// chain (random extension headers and next-header values). Never panics;
+/// every frame is sent or dropped, and nothing is sent that was not
+/// received, answered (ND, ICMPv6) or fragmented.
+#[test]
+fn ipv6_random_and_mutated_frames_never_panic_and_are_all_counted() {
+    let mut rng = Rng(0x5eed_1234_abcd_0006);
+    let mut gw0 = MemGateway::from_config("configs/ep0-v6.toml");
+    let mut gw1 = MemGateway::from_config("configs/ep1-v6.toml");
+    let v6 = |dport: u16, n: usize| {
+        let mut ip = vec![0x60, 0, 0, 0, 0, 0, 17, 64];
+        ip[4..6].copy_from_slice(&((8 + n) as u16).to_be_bytes());
+        ip.extend_from_slice(&"2001:db8:a::10".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        ip.extend_from_slice(&"2001:db8:b::10".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        ip.extend_from_slice(&[0x9c, 0x40, (dport >> 8) as u8, dport as u8, 0, (8 + n) as u8, 0, 0]);
+        ip.extend((0..n).map(|i| i as u8));
+        eth(mac("02:00:00:00:00:01"), mac("02:00:00:00:0a:01"), 0x86dd, &ip)
+    };
+    let plains = [v6(5001, 100), v6(4001, 30)];
+    let mut esp_seeds = Vec::new();
+    for p in &plains {
+        for _ in 0..32 {
+            gw0.inject(0, "inside", p);
+        }
+    }
+    for (_, _, f) in gw0.run() {
+        esp_seeds.push(f);
+    }
+    assert_eq!(esp_seeds.len(), 64);
+    let mut ns = vec![0x60, 0, 0, 0, 0, 32, 58, 255];
+    ns.extend_from_slice(&"2001:db8:a::10".parse::<std::net::Ipv6Addr>().unwrap().octets());
+    ns.extend_from_slice(&"ff02::1:ff00:1".parse::<std::net::Ipv6Addr>().unwrap().octets());
+    ns.extend_from_slice(&[135, 0, 0, 0, 0, 0, 0, 0]);
+    ns.extend_from_slice(&"2001:db8:a::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
+    ns.extend_from_slice(&[1, 1, 2, 0, 0, 0, 0x0a, 1]);
+    let ns = eth([0x33, 0x33, 0xff, 0, 0, 1], mac("02:00:00:00:0a:01"), 0x86dd, &ns);
+    for round in 0..500 {
+        for _ in 0..100 {
+            let base = match rng.below(4) {
+                0 => &plains[rng.below(2)],
+                1 => &ns,
+                _ => &esp_seeds[rng.below(esp_seeds.len())],
+            };
+            let mut f = if rng.below(3) == 0 {
+                // Splice random extension-header-looking bytes after the fixed header.
+                let mut f = base.clone();
+                if f.len() >= 54 {
+                    let nh = f[20];
+                    f[20] = [0u8, 43, 44, 60, 50, 17, 58, rng.next() as u8][rng.below(8)];
+                    let len = 8 * (1 + rng.below(3));
+                    let mut ext: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+                    ext[0] = if rng.below(2) == 0 { nh } else { rng.next() as u8 };
+                    ext[1] = if rng.below(3) == 0 { rng.next() as u8 } else { (len / 8 - 1) as u8 };
+                    f.splice(54..54, ext);
+                    let plen = (f.len() - 54) as u16;
+                    f[18..20].copy_from_slice(&plen.to_be_bytes());
+                }
+                f
+            } else {
+                mutate(&mut rng, base)
+            };
+            if f.len() > 13 && rng.below(8) != 0 {
+                f[12..14].copy_from_slice(&[0x86, 0xdd]);
+            }
+            let port = ["inside", "outside"][rng.below(2)];
+            if rng.below(2) == 0 {
+                gw0.inject(0, port, &f);
+            } else {
+                gw1.inject(0, port, &f);
+            }
+        }
+        gw0.run();
+        gw1.run();
+        if round % 100 == 0 {
+            for (gw, name) in [(&gw0, "gw0"), (&gw1, "gw1")] {
+                let s = gw.stats();
+                let rx: u64 = s.ports.iter().map(|p| p.rx_packets).sum();
+                let tx: u64 = s.ports.iter().map(|p| p.tx_packets).sum();
+                let drops: u64 = s.drops.values().sum();
+                assert!(rx <= tx + drops, "{name}: a received frame vanished ({:?})", s.drops);
+                assert!(tx + drops <= rx + s.icmp_sent + s.frags_sent, "{name}: more out than in ({:?})", s.drops);
+            }
+        }
+    }
+    gw0.inject(0, "inside", &plains[0]);
+    assert_eq!(gw0.run().len(), 1, "still forwarding");
+}

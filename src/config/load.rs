@@ -34,7 +34,9 @@
 //! interface = "gw0-in"      # required, unique, 1..=15 bytes (IFNAMSIZ-1), no '/', ':' or spaces
 //! role = "protected"        # required: "protected" (inside, plaintext) | "unprotected" (outside, ESP)
 //! mac = "02:00:00:00:00:01" # optional unicast MAC; default: read from the interface
-//! addresses = ["192.0.2.1/24"]  # optional, the gateway's own IPv4 "a.b.c.d/len" (answers ARP)
+//! addresses = ["192.0.2.1/24", "2001:db8:a::1/64"]  # optional, the gateway's own IPv4
+//!                           # "a.b.c.d/len" (answers ARP) and IPv6 "x::y/len" addresses
+//!                           # (answers Neighbor Solicitations, RFC 4861 §7.2.4)
 //! queue = 0                 # interface queue for the AF_XDP socket, default 0
 //! mtu = 1500                # largest IP packet sent on this port, 576..=9000, default 1500
 //! xdp_mode = "skb"          # "skb" | "native" | "auto", default "skb"
@@ -66,11 +68,13 @@
 //!                           # high half in the ICV/AAD only; both ends must agree
 //! icv_len = 16              # optional ICV bytes: 8 | 12 | 16 for GCM (RFC 4106 §6), default 16;
 //!                           # others accept only their fixed size (HMAC-SHA1-96: 12, else 16)
-//! tunnel_src = "203.0.113.1"  # required in tunnel mode, outer source (unicast IPv4)
-//! tunnel_dst = "203.0.113.2"  # required in tunnel mode, outer destination (unicast IPv4), != tunnel_src
+//! tunnel_src = "203.0.113.1"  # required in tunnel mode, outer source (unicast IPv4 or IPv6)
+//! tunnel_dst = "203.0.113.2"  # required in tunnel mode, outer destination (unicast, the family
+//!                           # of tunnel_src, != tunnel_src); IPv6 endpoints = an IPv6 outer header
 //! replay_window = 64        # inbound only (an error on outbound); 0 = off, max 65536, default 64
 //! outer_ttl = 64            # optional 1..=255; default gateway.outer_ttl
-//! df = "copy"               # "copy" | "set" | "clear", default "copy" (RFC 4301 §8.1)
+//! df = "copy"               # "copy" | "set" | "clear", default "copy" (RFC 4301 §8.1);
+//!                           # IPv4 endpoints only (an IPv6 outer header has no DF bit)
 //! udp_encap = false         # ESP in UDP for NAT traversal (RFC 3948), default false
 //! udp_port = 4500           # with udp_encap: UDP source and destination port, 1..=65535, default 4500
 //! udp_sport = 4500          # with udp_encap: overrides udp_port for the source port
@@ -81,8 +85,10 @@
 //!
 //! [[policy]]                # SPD entry; lower priority wins, ties by file order
 //! direction = "outbound"    # required: "outbound" | "inbound"
-//! src = "192.0.2.0/24"      # default "0.0.0.0/0"; host bits set is an error
-//! dst = "198.51.100.0/24"   # default "0.0.0.0/0"; host bits set is an error
+//! src = "192.0.2.0/24"      # IPv4 or IPv6 prefix; host bits set is an error; src and dst of
+//! dst = "198.51.100.0/24"   #   one family; a missing one is "any" of the other's family
+//!                           #   ("0.0.0.0/0" or "::/0"), both missing = "0.0.0.0/0" (IPv4);
+//!                           #   a policy matches packets of its family only
 //! protocol = "udp"          # "any" (default) | "icmp" | "tcp" | "udp" | integer 0..=255
 //! src_ports = "1000-2000"   # "any" (default) | "N" | "N-M" with N <= M (or an integer);
 //! dst_ports = "any"         #   a range other than "any" needs protocol tcp/udp (6/17)
@@ -91,12 +97,12 @@
 //!                           # the same direction) | "bypass" | "discard"
 //!
 //! [[route]]                 # static route; prefixes unique
-//! prefix = "198.51.100.0/24"  # required; host bits set is an error
+//! prefix = "198.51.100.0/24"  # required, IPv4 or IPv6; host bits set is an error
 //! port = "outside"          # required: a [[port]] name
-//! via = "203.0.113.2"       # optional next hop; default: destination on the link
+//! via = "203.0.113.2"       # optional next hop of the prefix's family; default: on the link
 //!
-//! [[neighbour]]             # static ARP entry; ips unique
-//! ip = "203.0.113.2"        # required, unicast IPv4
+//! [[neighbour]]             # static ARP / IPv6 neighbour entry; ips unique
+//! ip = "203.0.113.2"        # required, unicast IPv4 or IPv6
 //! mac = "02:00:00:00:01:02" # required, unicast MAC
 //! ```
 //!
@@ -112,7 +118,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::ops::Range;
 use std::path::Path;
 
@@ -877,7 +883,7 @@ impl Checker<'_> {
     fn ports(&mut self, raws: &[Spanned<RawPort>]) -> Ports {
         let mut names: HashMap<String, (usize, usize)> = HashMap::new(); // name → (index, line)
         let mut ifaces: HashMap<String, usize> = HashMap::new();
-        let mut addrs: HashMap<Ipv4Addr, usize> = HashMap::new();
+        let mut addrs: HashMap<IpAddr, usize> = HashMap::new();
         let mut index = 0;
         let list = self.all(raws, "port", |ck, p, tab| {
             let i = index;
@@ -977,9 +983,9 @@ impl Checker<'_> {
         &mut self,
         v: &Spanned<Raw>,
         field: &str,
-        seen: &mut HashMap<Ipv4Addr, usize>,
-    ) -> Option<Vec<(Ipv4Addr, u8)>> {
-        let items = self.array(v, field, "IPv4 \"a.b.c.d/len\" strings")?;
+        seen: &mut HashMap<IpAddr, usize>,
+    ) -> Option<Vec<(IpAddr, u8)>> {
+        let items = self.array(v, field, "IPv4 \"a.b.c.d/len\" or IPv6 \"x::y/len\" strings")?;
         let mut out = Some(Vec::new());
         for (i, item) in items.iter().enumerate() {
             let f = format!("{field}[{i}]");
@@ -1054,15 +1060,25 @@ impl Checker<'_> {
             let (key, auth_key, icv_len) = ck.sa_keys(s, tab, algorithm);
             let ip = |ck: &mut Self, f: &Field, key: &str| {
                 ck.required(f, tab, key)
-                    .and_then(|v| ck.parsed(v, &tab.field(key), |s| unicast(parse_ipv4(s)?)))
+                    .and_then(|v| ck.parsed(v, &tab.field(key), |s| unicast(parse_ip(s)?)))
             };
-            let unspecified = Some(std::net::Ipv4Addr::UNSPECIFIED);
+            let unspecified = Some(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
             let tunnel_src = if transport { unspecified } else { ip(ck, &s.tunnel_src, "tunnel_src") };
             let tunnel_dst = if transport { unspecified } else { ip(ck, &s.tunnel_dst, "tunnel_dst") };
             if let (Some(a), Some(b), Some(v)) = (tunnel_src, tunnel_dst, &s.tunnel_dst) {
-                if a == b && !transport {
+                if a.is_ipv6() != b.is_ipv6() && !transport {
+                    // RFC 4303 §3.1.2: one outer header, so one family.
+                    let m = format!("expected an {} address like tunnel_src ({a}), found {b}", family(a));
+                    ck.problem(&v.span(), &tab.field("tunnel_dst"), m);
+                } else if a == b && !transport {
                     let m = format!("expected an address other than tunnel_src, found {b}");
                     ck.problem(&v.span(), &tab.field("tunnel_dst"), m);
+                }
+            }
+            if let (Some(IpAddr::V6(_)), Some(v)) = (tunnel_dst, &s.df) {
+                if !transport {
+                    let m = "df applies to an IPv4 outer header only (tunnel_src/tunnel_dst are IPv6, whose header has no DF bit); remove it";
+                    ck.problem(&v.span(), &tab.field("df"), m);
                 }
             }
             let replay_window = match (&s.replay_window, direction) {
@@ -1276,15 +1292,21 @@ impl Checker<'_> {
         let direction = self
             .required(&p.direction, tab, "direction")
             .and_then(|v| self.keyword(v, &tab.field("direction"), DIRECTIONS));
-        let any = (Ipv4Addr::UNSPECIFIED, 0);
-        let src = match &p.src {
-            None => Some(any),
-            Some(v) => self.parsed(v, &tab.field("src"), |s| parse_prefix(s, true)),
+        let src = p.src.as_ref().map(|v| self.parsed(v, &tab.field("src"), |s| parse_prefix(s, true)));
+        let dst = p.dst.as_ref().map(|v| self.parsed(v, &tab.field("dst"), |s| parse_prefix(s, true)));
+        // A missing side is "any" of the other side's family; both missing:
+        // IPv4 any (a policy matches packets of its own family only).
+        let any = |other: Option<Option<(IpAddr, u8)>>| match other {
+            Some(Some((IpAddr::V6(_), _))) => Some((IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), 0)),
+            _ => Some((IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0)),
         };
-        let dst = match &p.dst {
-            None => Some(any),
-            Some(v) => self.parsed(v, &tab.field("dst"), |s| parse_prefix(s, true)),
-        };
+        let (src, dst) = (src.unwrap_or_else(|| any(dst)), dst.unwrap_or_else(|| any(src)));
+        if let (Some((s, _)), Some((d, _)), Some(v)) = (src, dst, &p.dst) {
+            if s.is_ipv6() != d.is_ipv6() {
+                let m = format!("expected an {} prefix like src ({s}), found {d}", family(s));
+                self.problem(&v.span(), &tab.field("dst"), m);
+            }
+        }
         let protocol = match &p.protocol {
             None => Some(Protocol::Any),
             Some(v) => {
@@ -1424,7 +1446,7 @@ impl Checker<'_> {
         raws: &[Spanned<RawRoute>],
         ports: &HashMap<String, usize>,
     ) -> Option<Vec<Route>> {
-        let mut seen: HashMap<(Ipv4Addr, u8), usize> = HashMap::new();
+        let mut seen: HashMap<(IpAddr, u8), usize> = HashMap::new();
         self.all(raws, "route", |ck, r, tab| {
             let field = tab.field("prefix");
             let prefix = ck.required(&r.prefix, tab, "prefix").and_then(|v| {
@@ -1453,7 +1475,15 @@ impl Checker<'_> {
             let via = match &r.via {
                 None => Some(None),
                 Some(v) => ck
-                    .parsed(v, &tab.field("via"), |s| unicast(parse_ipv4(s)?))
+                    .parsed(v, &tab.field("via"), |s| {
+                        let via = unicast(parse_ip(s)?)?;
+                        match prefix {
+                            Some((p, _)) if p.is_ipv6() != via.is_ipv6() => {
+                                Err(format!("expected an {} next hop for prefix {p}, found {via}", family(p)))
+                            }
+                            _ => Ok(via),
+                        }
+                    })
                     .map(Some),
             };
             Some(Route {
@@ -1465,11 +1495,11 @@ impl Checker<'_> {
     }
 
     fn neighbours(&mut self, raws: &[Spanned<RawNeighbour>]) -> Option<Vec<Neighbour>> {
-        let mut seen: HashMap<Ipv4Addr, usize> = HashMap::new();
+        let mut seen: HashMap<IpAddr, usize> = HashMap::new();
         self.all(raws, "neighbour", |ck, n, tab| {
             let ip = ck.required(&n.ip, tab, "ip").and_then(|v| {
                 let field = tab.field("ip");
-                let ip = ck.parsed(v, &field, |s| unicast(parse_ipv4(s)?))?;
+                let ip = ck.parsed(v, &field, |s| unicast(parse_ip(s)?))?;
                 let line = ck.line_of(&v.span());
                 if let Some(first) = seen.insert(ip, line) {
                     ck.problem(
@@ -1512,33 +1542,47 @@ fn dir_name(d: Direction) -> &'static str {
 // ---------------------------------------------------------------------------
 // Value parsers: `Err` is the message, "expected …, found …".
 
-fn parse_ipv4(s: &str) -> Result<Ipv4Addr, String> {
+fn parse_ip(s: &str) -> Result<IpAddr, String> {
     s.parse()
-        .map_err(|_| format!("expected an IPv4 address like \"192.0.2.1\", found {s:?}"))
+        .map_err(|_| format!("expected an IPv4 or IPv6 address like \"192.0.2.1\" or \"2001:db8::1\", found {s:?}"))
 }
 
-fn unicast(ip: Ipv4Addr) -> Result<Ipv4Addr, String> {
-    if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() {
-        Err(format!("expected a unicast IPv4 address, found {ip}"))
+/// "IPv4" or "IPv6", for messages.
+fn family(ip: IpAddr) -> &'static str {
+    if ip.is_ipv6() {
+        "IPv6"
+    } else {
+        "IPv4"
+    }
+}
+
+fn unicast(ip: IpAddr) -> Result<IpAddr, String> {
+    let bad = match ip {
+        IpAddr::V4(a) => a.is_unspecified() || a.is_broadcast() || a.is_multicast(),
+        IpAddr::V6(a) => a.is_unspecified() || a.is_multicast(),
+    };
+    if bad {
+        Err(format!("expected a unicast {} address, found {ip}", family(ip)))
     } else {
         Ok(ip)
     }
 }
 
-/// "a.b.c.d/len"; with `network`, host bits must be zero.
-fn parse_prefix(s: &str, network: bool) -> Result<(Ipv4Addr, u8), String> {
-    let bad = || format!("expected an IPv4 prefix like \"192.0.2.0/24\", found {s:?}");
+/// "a.b.c.d/len" (len 0..=32) or "x::y/len" (len 0..=128); with `network`,
+/// host bits must be zero.
+fn parse_prefix(s: &str, network: bool) -> Result<(IpAddr, u8), String> {
+    let bad = || format!("expected an IPv4 or IPv6 prefix like \"192.0.2.0/24\" or \"2001:db8::/32\", found {s:?}");
     let (ip, len) = s.split_once('/').ok_or_else(bad)?;
-    let ip: Ipv4Addr = ip.parse().map_err(|_| bad())?;
+    let ip: IpAddr = ip.parse().map_err(|_| bad())?;
     if len.is_empty() || !len.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad());
     }
+    let width = if ip.is_ipv6() { 128 } else { 32 };
     let len: u8 = match len.parse() {
-        Ok(l) if l <= 32 => l,
-        _ => return Err(format!("expected a prefix length 0..=32, found {s:?}")),
+        Ok(l) if l <= width => l,
+        _ => return Err(format!("expected a prefix length 0..={width}, found {s:?}")),
     };
-    let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-    let net = Ipv4Addr::from(u32::from(ip) & mask);
+    let net = crate::policy::spd::Prefix::new(ip, len).addr();
     if network && net != ip {
         return Err(format!(
             "expected a network prefix, found host bits set in {s} (the network is {net}/{len})"
@@ -1649,7 +1693,7 @@ mod tests {
 
     #[test]
     fn prefixes() {
-        let ip = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         assert_eq!(parse_prefix("0.0.0.0/0", true), Ok((ip("0.0.0.0"), 0)));
         assert_eq!(parse_prefix("10.1.2.3/32", true), Ok((ip("10.1.2.3"), 32)));
         assert_eq!(parse_prefix("10.1.2.3/8", false), Ok((ip("10.1.2.3"), 8)));
@@ -1663,9 +1707,19 @@ mod tests {
             "10.0.0/8",
             "10.0.0.0/33",
             "x/8",
+            "2001:db8::/129",
+            "2001:db8::1/64",
+            "2001:db8::/",
         ] {
             assert!(parse_prefix(bad, true).is_err(), "{bad}");
         }
+        assert_eq!(parse_prefix("2001:db8::/32", true), Ok((ip("2001:db8::"), 32)));
+        assert_eq!(parse_prefix("::/0", true), Ok((ip("::"), 0)));
+        assert_eq!(parse_prefix("2001:db8::1/128", true), Ok((ip("2001:db8::1"), 128)));
+        assert!(parse_prefix("2001:db8::1/64", true).unwrap_err().contains("2001:db8::/64"));
+        assert!(unicast(ip("ff02::1")).is_err());
+        assert!(unicast(ip("::")).is_err());
+        assert!(unicast(ip("2001:db8::1")).is_ok());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! `config::load` produces a [`Config`] from TOML; the control thread builds its
 //! tables from it. Nothing here is read at run time by the data plane.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 /// A 6-byte Ethernet MAC address.
@@ -28,7 +28,7 @@ pub struct Config {
     pub policies: Vec<Policy>,
     /// `[[route]]` entries.
     pub routes: Vec<Route>,
-    /// `[[neighbour]]` entries (static ARP).
+    /// `[[neighbour]]` entries (static ARP and IPv6 neighbours).
     pub neighbours: Vec<Neighbour>,
 }
 
@@ -135,9 +135,10 @@ pub struct Port {
     pub role: PortRole,
     /// MAC address; `None` = read it from the interface at start.
     pub mac: Option<Mac>,
-    /// The gateway's own IPv4 addresses on this port with their prefix length;
-    /// the gateway answers ARP for them.
-    pub addresses: Vec<(Ipv4Addr, u8)>,
+    /// The gateway's own IPv4 and IPv6 addresses on this port with their
+    /// prefix length; the gateway answers ARP (IPv4) and Neighbor
+    /// Solicitations (IPv6, RFC 4861 §7.2.4) for them.
+    pub addresses: Vec<(IpAddr, u8)>,
     /// Interface queue the AF_XDP socket binds to (default 0).
     pub queue: u32,
     /// Largest IP packet (bytes, without Ethernet) sent on this port
@@ -160,7 +161,8 @@ pub enum Direction {
 /// ESP mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SaMode {
-    /// RFC 4303 §3.1.2 tunnel mode, IPv4 in IPv4.
+    /// RFC 4303 §3.1.2 tunnel mode: IPv4 or IPv6 inner packets in an IPv4
+    /// or IPv6 outer header (the family of `tunnel_src`/`tunnel_dst`).
     Tunnel,
     /// RFC 4303 §3.1.1 transport mode, applied to forwarded IPv4 packets
     /// (ESP inserted after their own header); `tunnel_src`/`tunnel_dst`
@@ -238,16 +240,17 @@ pub struct Sa {
     pub auth_key: Vec<u8>,
     /// ICV length in bytes, one of [`Algorithm::icv_lens`].
     pub icv_len: usize,
-    /// Outer source address (tunnel mode; 0.0.0.0 in transport mode).
-    pub tunnel_src: Ipv4Addr,
+    /// Outer source address (tunnel mode, IPv4 or IPv6, the family of
+    /// `tunnel_dst`; 0.0.0.0 in transport mode).
+    pub tunnel_src: IpAddr,
     /// Outer destination address (tunnel mode; 0.0.0.0 in transport mode).
-    pub tunnel_dst: Ipv4Addr,
+    pub tunnel_dst: IpAddr,
     /// Anti-replay window in packets (inbound; default 64, 0 = disabled,
     /// at most 65536).
     pub replay_window: u32,
     /// Outer TTL; `None` = the gateway default.
     pub outer_ttl: Option<u8>,
-    /// Outer DF handling (default copy).
+    /// Outer DF handling (default copy; IPv4 outer header only).
     pub df: DfMode,
     /// Worker that owns this SA; `None` = let the control thread balance.
     pub worker: Option<usize>,
@@ -315,10 +318,10 @@ pub enum Action {
 pub struct Policy {
     /// Outbound or inbound SPD.
     pub direction: Direction,
-    /// Source prefix (address, length).
-    pub src: (Ipv4Addr, u8),
+    /// Source prefix (address, length), of the family of `dst`.
+    pub src: (IpAddr, u8),
     /// Destination prefix (address, length).
-    pub dst: (Ipv4Addr, u8),
+    pub dst: (IpAddr, u8),
     /// Protocol selector.
     pub protocol: Protocol,
     /// Inclusive source port range (0..=65535 = any).
@@ -334,19 +337,20 @@ pub struct Policy {
 /// `[[route]]`: a static route.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Route {
-    /// Destination prefix.
-    pub prefix: (Ipv4Addr, u8),
+    /// Destination prefix (IPv4 or IPv6).
+    pub prefix: (IpAddr, u8),
     /// Index into `Config::ports`.
     pub port: usize,
-    /// Next hop; `None` = the destination is on the link.
-    pub via: Option<Ipv4Addr>,
+    /// Next hop, of the prefix's family; `None` = the destination is on
+    /// the link.
+    pub via: Option<IpAddr>,
 }
 
-/// `[[neighbour]]`: a static ARP entry.
+/// `[[neighbour]]`: a static ARP (IPv4) or neighbour cache (IPv6) entry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Neighbour {
-    /// IPv4 address.
-    pub ip: Ipv4Addr,
+    /// IPv4 or IPv6 address.
+    pub ip: IpAddr,
     /// Its MAC.
     pub mac: Mac,
 }

@@ -3,7 +3,7 @@
 //! Contract: key material never appears in the output.
 
 use std::fmt::Write;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use super::model::*;
 
@@ -41,6 +41,16 @@ pub fn summary(cfg: &Config) -> String {
             r.max_fragments, r.timeout_ms
         ),
     };
+    let v6 = |ip: &IpAddr| ip.is_ipv6();
+    let count = |f: &dyn Fn(bool) -> usize| format!("{} IPv4 / {} IPv6", f(false), f(true));
+    let _ = writeln!(
+        out,
+        "families: addresses {}, policies {}, routes {}, neighbours {}",
+        count(&|f| cfg.ports.iter().flat_map(|p| &p.addresses).filter(|a| v6(&a.0) == f).count()),
+        count(&|f| cfg.policies.iter().filter(|p| v6(&p.src.0) == f).count()),
+        count(&|f| cfg.routes.iter().filter(|r| v6(&r.prefix.0) == f).count()),
+        count(&|f| cfg.neighbours.iter().filter(|n| v6(&n.ip) == f).count()),
+    );
 
     section(
         &mut out,
@@ -98,6 +108,7 @@ pub fn summary(cfg: &Config) -> String {
                 (Direction::Inbound, w) => format!("window {w}"),
             };
             let df = match sa.df {
+                _ if sa.mode == SaMode::Tunnel && sa.tunnel_dst.is_ipv6() => "df -",
                 DfMode::Copy => "df copy",
                 DfMode::Set => "df set",
                 DfMode::Clear => "df clear",
@@ -115,7 +126,13 @@ pub fn summary(cfg: &Config) -> String {
                 format!("{:#010x}", sa.spi),
                 dir(sa.direction).into(),
                 alg,
-                if sa.mode == SaMode::Transport { mode.to_owned() } else { format!("{mode} {} -> {}", sa.tunnel_src, sa.tunnel_dst) },
+                if sa.mode == SaMode::Transport {
+                    mode.to_owned()
+                } else {
+                    // The outer family: the inner one is each packet's own (v4 or v6).
+                    let outer = if sa.tunnel_dst.is_ipv6() { "ipv6" } else { "ipv4" };
+                    format!("{mode} {outer} {} -> {}", sa.tunnel_src, sa.tunnel_dst)
+                },
                 window,
                 df.into(),
                 ttl,
@@ -226,7 +243,7 @@ fn dir(d: Direction) -> &'static str {
     }
 }
 
-fn prefix(a: Ipv4Addr, len: u8) -> String {
+fn prefix(a: IpAddr, len: u8) -> String {
     format!("{a}/{len}")
 }
 

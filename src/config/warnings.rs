@@ -1,6 +1,6 @@
 //! What a valid config allows but is probably a mistake.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use super::model::*;
 
@@ -26,7 +26,7 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
         }
     }
 
-    let own: Vec<Ipv4Addr> = cfg
+    let own: Vec<IpAddr> = cfg
         .ports
         .iter()
         .filter(|p| p.role == PortRole::Unprotected)
@@ -80,7 +80,7 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
         if p.role == PortRole::Unprotected && p.addresses.is_empty() {
             warn(
                 format!("port[{i}].addresses"),
-                "an unprotected port without addresses answers no ARP and terminates no ESP".into(),
+                "an unprotected port without addresses answers no ARP or Neighbor Solicitation and terminates no ESP".into(),
             );
         }
     }

@@ -40,7 +40,14 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
             name: p.name.clone(),
             protected: p.role == model::PortRole::Protected,
             mac: *mac,
-            addresses: p.addresses.iter().map(|a| a.0).collect(),
+            addresses: p.addresses.iter().filter_map(|a| match a.0 {
+                std::net::IpAddr::V4(v4) => Some(v4),
+                std::net::IpAddr::V6(_) => None,
+            }).collect(),
+            addresses6: p.addresses.iter().filter_map(|a| match a.0 {
+                std::net::IpAddr::V6(v6) => Some(v6),
+                std::net::IpAddr::V4(_) => None,
+            }).collect(),
             mtu: p.mtu,
         })
         .collect();

@@ -12,13 +12,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub enum DropReason {
     /// A header failed its checks (truncated, bad checksum, bad lengths).
     Malformed,
-    /// EtherType the gateway does not handle (IPv6 until it lands).
+    /// EtherType the gateway does not handle (not IPv4, IPv6 or ARP).
     UnsupportedEthertype,
-    /// Unicast frame for another MAC.
+    /// Unicast frame for another MAC, or a multicast IPv6 packet that is not
+    /// Neighbor Discovery (the gateway forwards unicast only).
     NotForUs,
     /// ARP that is not a request for one of our addresses.
     ArpIgnored,
-    /// Addressed to the gateway itself (it terminates no traffic but ARP and ESP).
+    /// Addressed to the gateway itself (it terminates no traffic but ARP,
+    /// Neighbor Solicitations and ESP).
     ToUs,
     /// No SPD entry matched (RFC 4301 §5.1).
     NoPolicy,
@@ -28,9 +30,11 @@ pub enum DropReason {
     CleartextProtected,
     /// ESP with no matching SA, or SPI 0 (RFC 4303 §2.1, §3.4.2).
     NoSa,
-    /// An outer IP fragment carrying ESP that is not reassembled: to the
-    /// gateway with reassembly off (`reassembly.contexts = 0`), or for a
-    /// transport-mode SA and not addressed to the gateway (RFC 4303 §3.4.1).
+    /// An outer fragment carrying ESP that is not reassembled: IPv4 to the
+    /// gateway with reassembly off (`reassembly.contexts = 0`), IPv4 for a
+    /// transport-mode SA and not addressed to the gateway, or an IPv6
+    /// packet to us with a Fragment header (RFC 4303 §3.4.1; IPv6
+    /// reassembly not yet).
     Fragment,
     /// Replayed or too old (RFC 4303 §3.4.3).
     Replay,
@@ -40,11 +44,12 @@ pub enum DropReason {
     BadLength,
     /// Pad length or padding bytes wrong (RFC 4303 §2.4–2.5).
     BadPadding,
-    /// Next header not 4 in tunnel mode.
+    /// Next header not 4 (IPv4) or 41 (IPv6) in tunnel mode.
     BadNextHeader,
     /// Dummy packet, next header 59 (RFC 4303 §2.6): discarded silently.
     Dummy,
-    /// The decrypted inner packet is not valid IPv4.
+    /// The decrypted inner packet is not a valid packet of the family its
+    /// next header names.
     BadInner,
     /// Inner packet does not match the SA's selectors (RFC 4301 §5.2).
     InnerPolicyMismatch,
@@ -56,7 +61,7 @@ pub enum DropReason {
     CryptoError,
     /// No buffer room to encapsulate.
     NoRoom,
-    /// TTL ≤ 1 on a packet to forward.
+    /// TTL (IPv4) or hop limit (IPv6) ≤ 1 on a packet to forward.
     TtlExceeded,
     /// No route to the destination.
     NoRoute,
@@ -71,9 +76,10 @@ pub enum DropReason {
     /// The SA's session was not attached to the worker's queue pair.
     SessionNotAttached,
     /// Larger than the egress port's MTU once encapsulated with DF set on
-    /// the inner packet (an ICMP "fragmentation needed" goes back to its
-    /// source, counted under `icmp_sent`), or too big with DF set on the
-    /// packet itself (not fragmented).
+    /// an inner IPv4 packet, or any inner IPv6 packet (an ICMP
+    /// "fragmentation needed" / ICMPv6 Packet Too Big goes back to its
+    /// source, counted under `icmp_sent`), or too big for its egress port
+    /// with DF set on the packet itself or as IPv6 (not fragmented).
     MtuExceeded,
     /// A NAT keepalive (RFC 3948 §2.3: one 0xFF byte on a NAT-T port):
     /// ignored, counted here.
@@ -112,11 +118,15 @@ pub enum DropReason {
     /// that contradicts its datagram (another end, data past the end,
     /// Not-ECT mixed with ECT, RFC 3168 §5.3; then the whole datagram).
     ReasmBadFragment,
+    /// Neighbor Discovery (ICMPv6 133..=137) not answered: anything but a
+    /// valid Neighbor Solicitation (RFC 4861 §7.1.1: hop limit 255, code 0,
+    /// checksum, lengths, options) for one of the port's IPv6 addresses.
+    NdIgnored,
 }
 
 impl DropReason {
     /// Every reason, in counter-index order.
-    pub const ALL: [DropReason; 41] = [
+    pub const ALL: [DropReason; 42] = [
         DropReason::Malformed,
         DropReason::UnsupportedEthertype,
         DropReason::NotForUs,
@@ -158,6 +168,7 @@ impl DropReason {
         DropReason::ReasmTooMany,
         DropReason::ReasmTableFull,
         DropReason::ReasmBadFragment,
+        DropReason::NdIgnored,
     ];
 
     /// Number of reasons.
@@ -207,6 +218,7 @@ impl DropReason {
             DropReason::ReasmTooMany => "reasm_too_many",
             DropReason::ReasmTableFull => "reasm_table_full",
             DropReason::ReasmBadFragment => "reasm_bad_fragment",
+            DropReason::NdIgnored => "nd_ignored",
         }
     }
 }
@@ -295,13 +307,18 @@ pub struct WorkerCounters {
     pub sa_in: Vec<SaCounters>,
     /// ARP replies sent.
     pub arp_replies: Counter,
+    /// Neighbor Advertisements sent in answer to solicitations (RFC 4861
+    /// §7.2.4).
+    pub nd_replies: Counter,
     /// Packets handed to the worker owning their SA.
     pub handoff_out: Counter,
     /// Packets received from other workers for SAs this worker owns.
     pub handoff_in: Counter,
-    /// IPv4 fragments sent (RFC 791), counting the first.
+    /// IPv4 fragments sent (RFC 791), counting the first: outer fragments
+    /// and inner fragments made before encapsulation (RFC 4459 §3).
     pub frags_sent: Counter,
-    /// ICMP "fragmentation needed" errors sent (RFC 792, RFC 1191).
+    /// ICMP "fragmentation needed" (RFC 792, RFC 1191) and ICMPv6 Packet
+    /// Too Big (RFC 4443 §3.2) errors sent.
     pub icmp_sent: Counter,
     /// ICMP errors not sent because the worker's rate limit was reached
     /// (the packet that caused them is counted under its drop reason).
@@ -327,6 +344,7 @@ impl WorkerCounters {
             sa_out: (0..sa_out).map(|_| SaCounters::default()).collect(),
             sa_in: (0..sa_in).map(|_| SaCounters::default()).collect(),
             arp_replies: Counter::default(),
+            nd_replies: Counter::default(),
             handoff_out: Counter::default(),
             handoff_in: Counter::default(),
             frags_sent: Counter::default(),

@@ -4,7 +4,7 @@
 use super::iv::IvGen;
 use super::replay::ReplayWindow;
 use crate::crypto::Session;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 /// Outer DF bit handling for tunnel mode (RFC 4301 §8.1).
@@ -38,13 +38,15 @@ pub struct OutboundSa {
     /// Transport mode (RFC 4303 §3.1.1): the packet's own IPv4 header is
     /// kept and `tunnel_src`/`tunnel_dst`/`outer_ttl`/`df` are unused.
     pub transport: bool,
-    /// Outer source address.
-    pub tunnel_src: Ipv4Addr,
-    /// Outer destination address.
-    pub tunnel_dst: Ipv4Addr,
-    /// Outer TTL (RFC 4301 §5.1.2.1: a default, not copied).
+    /// Outer source address (tunnel mode). Of the same family as
+    /// `tunnel_dst`, which decides the outer header: IPv4 (20 bytes) or
+    /// IPv6 (40 bytes).
+    pub tunnel_src: IpAddr,
+    /// Outer destination address (tunnel mode).
+    pub tunnel_dst: IpAddr,
+    /// Outer TTL / hop limit (RFC 4301 §5.1.2.1: a default, not copied).
     pub outer_ttl: u8,
-    /// Outer DF handling.
+    /// Outer DF handling (IPv4 outer header only).
     pub df: DfMode,
     /// Extended sequence numbers (RFC 4303 §2.2.1).
     pub esn: bool,
@@ -89,10 +91,10 @@ pub struct InboundSa {
     /// Transport mode (RFC 4303 §3.1.1): matched by SPI alone, whatever the
     /// packet's addresses; `tunnel_src`/`tunnel_dst` are unused.
     pub transport: bool,
-    /// Expected outer source address.
-    pub tunnel_src: Ipv4Addr,
+    /// Expected outer source address (IPv4 or IPv6, as `tunnel_dst`).
+    pub tunnel_src: IpAddr,
     /// Expected outer destination address (one of ours).
-    pub tunnel_dst: Ipv4Addr,
+    pub tunnel_dst: IpAddr,
     /// Extended sequence numbers.
     pub esn: bool,
     /// Anti-replay window in packets (0 = off).

@@ -6,7 +6,7 @@ pub mod route;
 pub mod sad;
 pub mod spd;
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// What the data plane knows of a port.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,8 +17,12 @@ pub struct PortInfo {
     pub protected: bool,
     /// Our MAC on this port.
     pub mac: [u8; 6],
-    /// Our IPv4 addresses on this port (ARP answers).
+    /// Our IPv4 addresses on this port (ARP answers; the first is the
+    /// source of ICMP errors sent from this port).
     pub addresses: Vec<Ipv4Addr>,
+    /// Our IPv6 addresses on this port (Neighbor Solicitations answered;
+    /// the first is the source of ICMPv6 errors sent from this port).
+    pub addresses6: Vec<Ipv6Addr>,
     /// Largest IP packet sent on this port, in bytes.
     pub mtu: u16,
 }
@@ -45,9 +49,13 @@ pub struct Tables {
 }
 
 impl Tables {
-    /// True if `ip` is one of our addresses on port `port`.
-    pub fn is_local(&self, port: usize, ip: Ipv4Addr) -> bool {
-        self.ports.get(port).is_some_and(|p| p.addresses.contains(&ip))
+    /// True if `ip` is one of our addresses (of its family) on port `port`.
+    #[inline]
+    pub fn is_local(&self, port: usize, ip: IpAddr) -> bool {
+        self.ports.get(port).is_some_and(|p| match ip {
+            IpAddr::V4(a) => p.addresses.contains(&a),
+            IpAddr::V6(a) => p.addresses6.contains(&a),
+        })
     }
 
     /// True if UDP to `port` at one of our addresses is NAT traversal

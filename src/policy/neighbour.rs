@@ -1,23 +1,25 @@
-//! The neighbour table: IPv4 → MAC, static entries from config.
+//! The neighbour table: IPv4 or IPv6 address → MAC, static entries from
+//! config (ARP / Neighbor Discovery resolution of next hops is a later
+//! issue).
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
-/// Static neighbours.
+/// Static neighbours of both families.
 #[derive(Debug, Clone, Default)]
 pub struct Neighbours {
-    map: HashMap<Ipv4Addr, [u8; 6]>,
+    map: HashMap<IpAddr, [u8; 6]>,
 }
 
 impl Neighbours {
     /// Builds the table.
-    pub fn new(entries: impl IntoIterator<Item = (Ipv4Addr, [u8; 6])>) -> Neighbours {
+    pub fn new(entries: impl IntoIterator<Item = (IpAddr, [u8; 6])>) -> Neighbours {
         Neighbours { map: entries.into_iter().collect() }
     }
 
     /// MAC of `ip`, if known.
     #[inline]
-    pub fn lookup(&self, ip: Ipv4Addr) -> Option<[u8; 6]> {
+    pub fn lookup(&self, ip: IpAddr) -> Option<[u8; 6]> {
         self.map.get(&ip).copied()
     }
 

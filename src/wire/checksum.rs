@@ -33,6 +33,14 @@ fn fold(mut acc: u32) -> u16 {
     acc as u16
 }
 
+/// One's-complement sum of two partial sums (RFC 1071 §2 (B): the sum is
+/// associative, so parts, e.g. a pseudo-header and a payload, may be summed
+/// apart and combined; each part but the last must have an even length).
+#[inline]
+pub fn add(a: u16, b: u16) -> u16 {
+    fold(a as u32 + b as u32)
+}
+
 /// Updates checksum `old_ck` after a 16-bit field changed from `old` to `new`
 /// (RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m')).
 pub fn update16(old_ck: u16, old: u16, new: u16) -> u16 {

@@ -9,7 +9,9 @@ pub mod checksum;
 pub mod esp;
 pub mod ethernet;
 pub mod icmp;
+pub mod icmpv6;
 pub mod ipv4;
+pub mod ipv6;
 pub mod udp;
 
 /// A header failed its checks.

@@ -143,10 +143,17 @@ def build_cases(esp: HandEsp) -> tuple[list[tuple[str, str, bytes]], bytes]:
     add = lambda label, reason, frame: cases.append((label, reason, frame))  # noqa: E731
 
     # Link and outer IPv4 layer.
-    add("IPv6 frame (ethertype 0x86dd)", "unsupported_ethertype",
-        eth(struct.pack("!IHBB16s16s", 0x60000000, 8, 17, 64, bytes.fromhex("20010db8" + "00" * 11 + "01"),
-                        bytes.fromhex("20010db8" + "00" * 11 + "02")) + struct.pack("!HHHH", 1, 2, 8, 0),
-            ethertype=0x86DD))
+    udp6 = struct.pack("!IHBB16s16s", 0x60000000, 8, 17, 64, bytes.fromhex("20010db8" + "00" * 11 + "01"),
+                       bytes.fromhex("20010db8" + "00" * 11 + "02")) + struct.pack("!HHHH", 1, 2, 8, 0)
+    add("ethertype 0x88b5 (IEEE local experimental)", "unsupported_ethertype", eth(udp6, ethertype=0x88B5))
+    # ep1.toml is IPv4-only: IPv6 is classified, matches no inbound policy.
+    add("IPv6 UDP (no IPv6 policy in ep1.toml)", "no_policy", eth(udp6, ethertype=0x86DD))
+    from scapy.compat import raw as _raw
+    from scapy.layers.inet6 import IPv6, ICMPv6ND_NS, ICMPv6NDOptSrcLLAddr
+    ns = _raw(IPv6(src="2001:db8:ff::1", dst="ff02::1:ff00:2", hlim=255) / ICMPv6ND_NS(tgt="2001:db8:ff::2") /
+              ICMPv6NDOptSrcLLAddr(lladdr=L.GW0_OUT_MAC))
+    add("Neighbor Solicitation for an IPv6 address gw1 does not have", "nd_ignored",
+        eth(ns, dst="33:33:ff:00:00:02", ethertype=0x86DD))
     add(f"valid ESP unicast to {OTHER_MAC}", "not_for_us", eth(esp_frame(ok_esp())[14:], dst=OTHER_MAC))
     add("outer IPv4 header checksum wrong", "malformed", esp_frame(ok_esp(), bad_csum=True))
     add("outer IPv4 total length 16 < header length 20", "malformed", esp_frame(ok_esp(), total_len=16))

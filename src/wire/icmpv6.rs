@@ -1,0 +1,267 @@
+//! ICMPv6 (RFC 4443) as the gateway uses it: the checksum over the IPv6
+//! pseudo-header (§2.3), "Packet Too Big" built in place (§3.2), and the
+//! minimum of Neighbor Discovery (RFC 4861): a checked view of a Neighbor
+//! Solicitation and the Neighbor Advertisement that answers it (§7.2.4).
+
+use super::{ipv6, need, WireError};
+use std::net::Ipv6Addr;
+
+/// ICMPv6 header length (type, code, checksum, 4 bytes of message body).
+pub const HEADER_LEN: usize = 8;
+/// Offset of the type field.
+pub const TYPE: usize = 0;
+/// Offset of the code field.
+pub const CODE: usize = 1;
+/// Offset of the checksum.
+pub const CHECKSUM: usize = 2;
+/// Offset of the MTU field of a Packet Too Big message (RFC 4443 §3.2).
+pub const MTU: usize = 4;
+/// Type 2: Packet Too Big.
+pub const TYPE_PACKET_TOO_BIG: u8 = 2;
+/// Type 135: Neighbor Solicitation (RFC 4861 §4.3).
+pub const TYPE_NEIGHBOR_SOLICITATION: u8 = 135;
+/// Type 136: Neighbor Advertisement (RFC 4861 §4.4).
+pub const TYPE_NEIGHBOR_ADVERTISEMENT: u8 = 136;
+/// Hop limit every Neighbor Discovery message carries and must be received
+/// with (RFC 4861 §7.1.1: proves it was not forwarded).
+pub const ND_HOP_LIMIT: u8 = 255;
+/// Length of a Neighbor Solicitation / Advertisement without options:
+/// ICMPv6 header (8) + target address (16).
+pub const ND_LEN: usize = 24;
+/// Option type: Source Link-Layer Address (RFC 4861 §4.6.1).
+pub const OPT_SOURCE_LLADDR: u8 = 1;
+/// Option type: Target Link-Layer Address (RFC 4861 §4.6.1).
+pub const OPT_TARGET_LLADDR: u8 = 2;
+/// Length of the Neighbor Advertisement the gateway sends: [`ND_LEN`] + a
+/// Target Link-Layer Address option for Ethernet (8).
+pub const NA_LEN: usize = ND_LEN + 8;
+/// NA flag: Router (RFC 4861 §4.4).
+pub const NA_FLAG_ROUTER: u8 = 0x80;
+/// NA flag: Solicited.
+pub const NA_FLAG_SOLICITED: u8 = 0x40;
+/// NA flag: Override.
+pub const NA_FLAG_OVERRIDE: u8 = 0x20;
+/// Largest ICMPv6 error packet, IPv6 header included (RFC 4443 §2.4 (c):
+/// as much of the invoking packet as fits without exceeding the minimum
+/// IPv6 MTU).
+pub const MAX_ERROR_LEN: usize = ipv6::MIN_MTU;
+/// Bytes in front of the quoted packet: IPv6 header (40) + ICMPv6 header (8).
+pub const ERROR_FRONT: usize = ipv6::HEADER_LEN + HEADER_LEN;
+
+/// True for ICMPv6 error types (RFC 4443 §2.1: types 0..=127; never answer
+/// an error with an error, §2.4 (e.1)).
+#[inline]
+pub fn is_error_type(t: u8) -> bool {
+    t < 128
+}
+
+/// True for the ICMPv6 types of Neighbor Discovery (RFC 4861 §4: router
+/// solicitation / advertisement, neighbor solicitation / advertisement,
+/// redirect).
+#[inline]
+pub fn is_nd_type(t: u8) -> bool {
+    (133..=137).contains(&t)
+}
+
+/// Bytes of an invoking packet of `total_len` bytes an error quotes: as
+/// much as fits in [`MAX_ERROR_LEN`].
+#[inline]
+pub fn quoted_len(total_len: usize) -> usize {
+    total_len.min(MAX_ERROR_LEN - ERROR_FRONT)
+}
+
+/// The solicited-node multicast address of `a` (RFC 4291 §2.7.1:
+/// ff02::1:ff00:0/104 with the low 24 bits of `a`).
+pub fn solicited_node(a: &Ipv6Addr) -> Ipv6Addr {
+    let o = a.octets();
+    Ipv6Addr::new(0xff02, 0, 0, 0, 0, 1, 0xff00 | o[13] as u16, u16::from_be_bytes([o[14], o[15]]))
+}
+
+/// The Ethernet multicast MAC of IPv6 multicast address `a` (RFC 2464 §7:
+/// 33:33 and the low 32 bits).
+pub fn multicast_mac(a: &Ipv6Addr) -> [u8; 6] {
+    let o = a.octets();
+    [0x33, 0x33, o[12], o[13], o[14], o[15]]
+}
+
+/// Checked view of a Neighbor Solicitation message (the ICMPv6 message,
+/// without the IPv6 header), validated per RFC 4861 §7.1.1 as far as the
+/// message itself goes: type 135, code 0, at least 24 bytes, target not
+/// multicast, every option with a non-zero length that fits. The caller
+/// checks the checksum and the IP hop limit (255) and the rule on an
+/// unspecified source.
+#[derive(Debug, Clone, Copy)]
+pub struct NeighborSolicitation<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> NeighborSolicitation<'a> {
+    /// Validates the message (see the type's doc).
+    pub fn new_checked(buf: &'a [u8]) -> Result<Self, WireError> {
+        need("icmpv6 neighbor solicitation", buf, ND_LEN)?;
+        if buf[TYPE] != TYPE_NEIGHBOR_SOLICITATION || buf[CODE] != 0 {
+            return Err(WireError::BadField { layer: "icmpv6", field: "type/code", value: u16::from_be_bytes([buf[0], buf[1]]) as u32 });
+        }
+        let ns = NeighborSolicitation { buf };
+        if ipv6::is_multicast(&ns.target()) {
+            return Err(WireError::BadField { layer: "icmpv6 neighbor solicitation", field: "multicast target", value: 0 });
+        }
+        let mut at = ND_LEN;
+        while at < buf.len() {
+            let len = buf.get(at + 1).map_or(0, |&l| l as usize * 8);
+            if len == 0 || at + len > buf.len() {
+                return Err(WireError::BadField { layer: "icmpv6 neighbor solicitation", field: "option length", value: at as u32 });
+            }
+            at += len;
+        }
+        Ok(ns)
+    }
+    /// Target address.
+    pub fn target(&self) -> Ipv6Addr {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(&self.buf[8..24]);
+        Ipv6Addr::from(a)
+    }
+    /// The Source Link-Layer Address option for Ethernet, if present.
+    pub fn source_lladdr(&self) -> Option<[u8; 6]> {
+        let mut at = ND_LEN;
+        while at + 8 <= self.buf.len() {
+            let len = self.buf[at + 1] as usize * 8;
+            if self.buf[at] == OPT_SOURCE_LLADDR && len == 8 {
+                return self.buf[at + 2..at + 8].try_into().ok();
+            }
+            at += len.max(8);
+        }
+        None
+    }
+}
+
+/// Writes a Neighbor Advertisement (RFC 4861 §4.4) into `msg[..32]`:
+/// type 136, code 0, `flags` (R/S/O), `target`, a Target Link-Layer Address
+/// option with `mac`, and the checksum over the pseudo-header of `src` →
+/// `dst`. Returns [`NA_LEN`], or `None` if `msg` is shorter.
+pub fn write_neighbor_advertisement(msg: &mut [u8], src: &Ipv6Addr, dst: &Ipv6Addr, flags: u8, target: &Ipv6Addr, mac: &[u8; 6]) -> Option<usize> {
+    let m = msg.get_mut(..NA_LEN)?;
+    m[..8].copy_from_slice(&[TYPE_NEIGHBOR_ADVERTISEMENT, 0, 0, 0, flags, 0, 0, 0]);
+    m[8..24].copy_from_slice(&target.octets());
+    m[24] = OPT_TARGET_LLADDR;
+    m[25] = 1;
+    m[26..32].copy_from_slice(mac);
+    let ck = ipv6::upper_layer_checksum(src, dst, ipv6::NH_ICMPV6, m);
+    m[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
+    Some(NA_LEN)
+}
+
+/// Turns `pkt`, which starts with the offending IPv6 packet, into an
+/// ICMPv6 Packet Too Big error (RFC 4443 §3.2) in place: moves the first
+/// `quoted` bytes of the packet behind a new IPv6 header (`src` → `dst`,
+/// traffic class 0, hop limit `hop_limit`, next header 58) and an ICMPv6
+/// header (type 2, code 0, `mtu`, checksum over the pseudo-header, §2.3).
+/// `quoted` should be [`quoted_len`] of the packet. Returns the length of
+/// the error packet, or `None` if `pkt` is shorter than it.
+pub fn packet_too_big_in_place(pkt: &mut [u8], quoted: usize, src: &Ipv6Addr, dst: &Ipv6Addr, mtu: u32, hop_limit: u8) -> Option<usize> {
+    let total = ERROR_FRONT + quoted;
+    if pkt.len() < total {
+        return None;
+    }
+    pkt.copy_within(..quoted, ERROR_FRONT);
+    let msg = &mut pkt[ipv6::HEADER_LEN..total];
+    msg[..HEADER_LEN].copy_from_slice(&[TYPE_PACKET_TOO_BIG, 0, 0, 0, 0, 0, 0, 0]);
+    msg[MTU..MTU + 4].copy_from_slice(&mtu.to_be_bytes());
+    let ck = ipv6::upper_layer_checksum(src, dst, ipv6::NH_ICMPV6, msg);
+    msg[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
+    ipv6::write_header(&mut pkt[..ipv6::HEADER_LEN], 0, 0, (total - ipv6::HEADER_LEN) as u16, ipv6::NH_ICMPV6, hop_limit, src, dst);
+    Some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::ipv6::tests::{fixture, fixtures};
+    use crate::wire::ipv6::Ipv6Packet;
+
+    #[test]
+    fn checksums_of_scapy_icmpv6_messages_verify() {
+        let mut n = 0;
+        for f in fixtures() {
+            if f.upper != Some(58) {
+                continue;
+            }
+            let b = hex::decode(&f.hex).unwrap();
+            let p = Ipv6Packet::new_checked(&b).unwrap();
+            let msg = p.payload();
+            assert!(ipv6::upper_layer_checksum_ok(&p.src(), &p.dst(), 58, msg), "{}", f.name);
+            let mut z = msg.to_vec();
+            z[2..4].copy_from_slice(&[0, 0]);
+            assert_eq!(ipv6::upper_layer_checksum(&p.src(), &p.dst(), 58, &z).to_be_bytes(), [msg[2], msg[3]], "{}", f.name);
+            let mut bad = msg.to_vec();
+            bad[msg.len() - 1] ^= 1;
+            assert!(!ipv6::upper_layer_checksum_ok(&p.src(), &p.dst(), 58, &bad), "{}", f.name);
+            n += 1;
+        }
+        assert!(n >= 6);
+    }
+
+    #[test]
+    fn neighbor_solicitation_and_our_advertisement_match_scapy() {
+        let ns = fixture("nd_ns");
+        let p = Ipv6Packet::new_checked(&ns).unwrap();
+        assert_eq!(p.hop_limit(), ND_HOP_LIMIT);
+        let gw: Ipv6Addr = "2001:db8:a::1".parse().unwrap();
+        assert_eq!(p.dst(), solicited_node(&gw));
+        assert_eq!(multicast_mac(&p.dst()), [0x33, 0x33, 0xff, 0, 0, 1]);
+        let s = NeighborSolicitation::new_checked(p.payload()).unwrap();
+        assert_eq!(s.target(), gw);
+        assert_eq!(s.source_lladdr(), Some([2, 0, 0, 0, 0x0a, 1]));
+        // Our answer, byte for byte what scapy built for it.
+        let want = fixture("nd_na");
+        let mut na = [0u8; NA_LEN];
+        let flags = NA_FLAG_SOLICITED | NA_FLAG_OVERRIDE;
+        assert_eq!(write_neighbor_advertisement(&mut na, &gw, &p.src(), flags, &gw, &[2, 0, 0, 0, 0, 1]), Some(NA_LEN));
+        assert_eq!(&na[..], &want[40..]);
+        let dad = fixture("nd_ns_dad");
+        let d = Ipv6Packet::new_checked(&dad).unwrap();
+        let s = NeighborSolicitation::new_checked(d.payload()).unwrap();
+        assert_eq!(s.source_lladdr(), None);
+        let want = fixture("nd_na_dad");
+        let all_nodes: Ipv6Addr = "ff02::1".parse().unwrap();
+        write_neighbor_advertisement(&mut na, &gw, &all_nodes, NA_FLAG_OVERRIDE, &gw, &[2, 0, 0, 0, 0, 1]).unwrap();
+        assert_eq!(&na[..], &want[40..]);
+    }
+
+    #[test]
+    fn malformed_solicitations_are_refused() {
+        let ns = fixture("nd_ns");
+        let msg = &ns[40..];
+        assert!(NeighborSolicitation::new_checked(&msg[..23]).is_err());
+        let mut zero_opt = msg.to_vec();
+        zero_opt[25] = 0;
+        assert!(NeighborSolicitation::new_checked(&zero_opt).is_err(), "option length 0");
+        let mut long_opt = msg.to_vec();
+        long_opt[25] = 2;
+        assert!(NeighborSolicitation::new_checked(&long_opt).is_err(), "option past the end");
+        let mut mc = msg.to_vec();
+        mc[8] = 0xff;
+        assert!(NeighborSolicitation::new_checked(&mc).is_err(), "multicast target");
+        let mut code = msg.to_vec();
+        code[1] = 1;
+        assert!(NeighborSolicitation::new_checked(&code).is_err());
+    }
+
+    #[test]
+    fn packet_too_big_matches_scapy() {
+        let want = fixture("packet_too_big");
+        let doc: serde_json::Value = serde_json::from_str(include_str!("../../tests/vectors/ipv6.json")).unwrap();
+        let pk = doc["packets"].as_array().unwrap().iter().find(|p| p["name"] == "packet_too_big").unwrap();
+        let mut pkt = hex::decode(pk["invoking"].as_str().unwrap()).unwrap();
+        let mtu = pk["mtu"].as_u64().unwrap() as u32;
+        let orig = Ipv6Packet::new_checked(&pkt).unwrap();
+        let (a, gw): (Ipv6Addr, Ipv6Addr) = (orig.src(), "2001:db8:a::1".parse().unwrap());
+        let q = quoted_len(orig.total_len());
+        assert_eq!(q, 1232);
+        let n = packet_too_big_in_place(&mut pkt, q, &gw, &a, mtu, 64).unwrap();
+        assert_eq!(n, MAX_ERROR_LEN);
+        assert_eq!(&pkt[..n], &want[..]);
+        assert!(packet_too_big_in_place(&mut [0u8; 100], 80, &gw, &a, 1280, 64).is_none());
+    }
+}

@@ -1,0 +1,458 @@
+//! IPv6 headers (RFC 8200): a checked view of the fixed header, a bounded
+//! walk over the extension headers to the upper-layer header (or ESP), and
+//! in-place writers.
+//!
+//! The extension-header walk (RFC 8200 §4) follows Hop-by-Hop Options (0,
+//! only directly after the IPv6 header, §4.1), Routing (43), Fragment (44)
+//! and Destination Options (60), at most [`MAX_EXT_HEADERS`] of them; any
+//! other next header ends the walk and is the "upper layer" (ESP 50 is one
+//! of them here: what follows it is encrypted). A non-first fragment ends
+//! the walk at its Fragment header, since what follows is not a header.
+//! Each header's length is checked with `etherparse` before it is skipped.
+
+use super::{be16, be32, checksum, need, WireError};
+use std::net::Ipv6Addr;
+
+/// Version (4 bits), traffic class (8), flow label (20): first word.
+pub const VER_TC_FLOW: usize = 0;
+/// Payload length offset (bytes after the fixed header).
+pub const PAYLOAD_LEN: usize = 4;
+/// Next header offset.
+pub const NEXT_HEADER: usize = 6;
+/// Hop limit offset.
+pub const HOP_LIMIT: usize = 7;
+/// Source address offset.
+pub const SRC: usize = 8;
+/// Destination address offset.
+pub const DST: usize = 24;
+/// Length of the fixed header.
+pub const HEADER_LEN: usize = 40;
+/// The minimum link MTU of IPv6 (RFC 8200 §5).
+pub const MIN_MTU: usize = 1280;
+
+/// Next header: Hop-by-Hop Options (RFC 8200 §4.3).
+pub const NH_HOP_BY_HOP: u8 = 0;
+/// Next header: IPv6 in IP (tunnel-mode ESP carrying IPv6, RFC 4303 §3.1.2).
+pub const NH_IPV6: u8 = 41;
+/// Next header: Routing (RFC 8200 §4.4).
+pub const NH_ROUTING: u8 = 43;
+/// Next header: Fragment (RFC 8200 §4.5).
+pub const NH_FRAGMENT: u8 = 44;
+/// Next header: ICMPv6 (RFC 4443).
+pub const NH_ICMPV6: u8 = 58;
+/// Next header: Destination Options (RFC 8200 §4.6).
+pub const NH_DEST_OPTS: u8 = 60;
+/// Extension headers the walk follows before it gives up (`Malformed`):
+/// RFC 8200 §4.1 recommends each at most once (Destination Options twice),
+/// so 8 is generous for any legitimate packet.
+pub const MAX_EXT_HEADERS: usize = 8;
+
+/// What a Fragment header says (RFC 8200 §4.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FragmentInfo {
+    /// Fragment offset in 8-byte units.
+    pub offset: u16,
+    /// M flag: more fragments follow.
+    pub more: bool,
+    /// Identification.
+    pub ident: u32,
+}
+
+/// The end of the extension-header chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpperLayer {
+    /// Protocol of the header found (6 TCP, 17 UDP, 50 ESP, 58 ICMPv6, …);
+    /// for a non-first fragment the Fragment header's next header.
+    pub protocol: u8,
+    /// Offset of that header from the start of the IPv6 header.
+    pub offset: usize,
+    /// The Fragment header, if the chain had one (RFC 8200 §4.5). The
+    /// packet is a fragment unless offset is 0 and M is clear.
+    pub fragment: Option<FragmentInfo>,
+}
+
+impl UpperLayer {
+    /// True if a Fragment header makes this packet a fragment (an "atomic
+    /// fragment", offset 0 and M clear, is not one: RFC 8200 §4.5).
+    #[inline]
+    pub fn is_fragment(&self) -> bool {
+        self.fragment.is_some_and(|f| f.offset != 0 || f.more)
+    }
+    /// True if the header at `offset` is not the upper-layer header but the
+    /// middle of a fragmented payload (offset ≠ 0).
+    #[inline]
+    pub fn is_later_fragment(&self) -> bool {
+        self.fragment.is_some_and(|f| f.offset != 0)
+    }
+}
+
+/// Walks the extension headers of the IPv6 payload `payload`, whose first
+/// header is `next_header` (the fixed header's Next Header), to the first
+/// header that is not Hop-by-Hop, Routing, Fragment or Destination Options.
+/// Offsets in the result count from the start of the IPv6 header (the
+/// fixed 40 bytes are assumed in front of `payload`).
+///
+/// Errors (`BadField` / `Truncated`): a header longer than the payload,
+/// Hop-by-Hop anywhere but first (RFC 8200 §4.1), more than
+/// [`MAX_EXT_HEADERS`] headers.
+pub fn walk_ext(next_header: u8, payload: &[u8]) -> Result<UpperLayer, WireError> {
+    let mut nh = next_header;
+    let mut at = 0usize;
+    let mut fragment = None;
+    for n in 0..=MAX_EXT_HEADERS {
+        let rest = &payload[at..];
+        match nh {
+            NH_HOP_BY_HOP | NH_ROUTING | NH_DEST_OPTS => {
+                if nh == NH_HOP_BY_HOP && n != 0 {
+                    return Err(WireError::BadField { layer: "ipv6", field: "hop-by-hop header not first", value: (HEADER_LEN + at) as u32 });
+                }
+                let h = etherparse::Ipv6RawExtHeaderSlice::from_slice(rest).map_err(|e| WireError::Truncated {
+                    layer: "ipv6 extension header",
+                    offset: HEADER_LEN + at,
+                    need: e.required_len,
+                    have: rest.len(),
+                })?;
+                nh = h.next_header().0;
+                at += h.slice().len();
+            }
+            NH_FRAGMENT => {
+                let h = etherparse::Ipv6FragmentHeaderSlice::from_slice(rest).map_err(|e| WireError::Truncated {
+                    layer: "ipv6 fragment header",
+                    offset: HEADER_LEN + at,
+                    need: e.required_len,
+                    have: rest.len(),
+                })?;
+                // Fields decoded here: etherparse 0.16's fragment_offset() and
+                // more_fragments() read the wrong bits (offset = bytes 2..4 >> 3,
+                // M = bit 0 of byte 3, RFC 8200 §4.5).
+                let b = h.slice();
+                let word = be16(b, 2);
+                let f = FragmentInfo { offset: word >> 3, more: word & 1 != 0, ident: be32(b, 4) };
+                fragment = Some(f);
+                nh = h.next_header().0;
+                at += h.slice().len();
+                if f.offset != 0 {
+                    // What follows is the middle of the original payload.
+                    return Ok(UpperLayer { protocol: nh, offset: HEADER_LEN + at, fragment });
+                }
+            }
+            _ => return Ok(UpperLayer { protocol: nh, offset: HEADER_LEN + at, fragment }),
+        }
+    }
+    Err(WireError::BadField { layer: "ipv6", field: "extension headers (more than 8)", value: MAX_EXT_HEADERS as u32 + 1 })
+}
+
+/// Checked view of an IPv6 packet: version 6, the fixed header present and
+/// `40 + payload length` bytes present (bytes after them, e.g. Ethernet
+/// padding, are outside the view). Jumbograms (payload length 0 with a
+/// Jumbo Payload option, RFC 2675) are not supported: a payload length of 0
+/// is an empty payload.
+#[derive(Debug, Clone, Copy)]
+pub struct Ipv6Packet<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Ipv6Packet<'a> {
+    /// Validates version 6 and that the payload length fits in `buf`.
+    pub fn new_checked(buf: &'a [u8]) -> Result<Self, WireError> {
+        let h = etherparse::Ipv6HeaderSlice::from_slice(buf).map_err(|_| {
+            if buf.len() < HEADER_LEN {
+                WireError::Truncated { layer: "ipv6", offset: 0, need: HEADER_LEN, have: buf.len() }
+            } else {
+                WireError::BadField { layer: "ipv6", field: "version", value: (buf[0] >> 4) as u32 }
+            }
+        })?;
+        let total = HEADER_LEN + h.payload_length() as usize;
+        need("ipv6", buf, total)?;
+        Ok(Ipv6Packet { buf: &buf[..total] })
+    }
+    /// Traffic class (DS field ‖ ECN, RFC 8200 §7).
+    pub fn traffic_class(&self) -> u8 {
+        traffic_class(self.buf)
+    }
+    /// Flow label (20 bits, RFC 6437).
+    pub fn flow_label(&self) -> u32 {
+        be32(self.buf, VER_TC_FLOW) & 0x000f_ffff
+    }
+    /// Payload length: bytes after the fixed header.
+    pub fn payload_len(&self) -> usize {
+        be16(self.buf, PAYLOAD_LEN) as usize
+    }
+    /// 40 + payload length.
+    pub fn total_len(&self) -> usize {
+        self.buf.len()
+    }
+    /// Next header of the fixed header.
+    pub fn next_header(&self) -> u8 {
+        self.buf[NEXT_HEADER]
+    }
+    /// Hop limit.
+    pub fn hop_limit(&self) -> u8 {
+        self.buf[HOP_LIMIT]
+    }
+    /// Source address.
+    pub fn src(&self) -> Ipv6Addr {
+        addr_at(self.buf, SRC)
+    }
+    /// Destination address.
+    pub fn dst(&self) -> Ipv6Addr {
+        addr_at(self.buf, DST)
+    }
+    /// Bytes after the fixed header, up to the payload length.
+    pub fn payload(&self) -> &'a [u8] {
+        &self.buf[HEADER_LEN..]
+    }
+    /// The whole packet (fixed header and payload).
+    pub fn bytes(&self) -> &'a [u8] {
+        self.buf
+    }
+    /// The upper-layer header after the extension headers ([`walk_ext`]).
+    pub fn upper_layer(&self) -> Result<UpperLayer, WireError> {
+        walk_ext(self.next_header(), self.payload())
+    }
+    /// Source and destination ports when `upper` is a TCP or UDP header
+    /// with at least 4 bytes, in a packet that is not a later fragment;
+    /// else `None` (RFC 4301 §4.4.1.1 OPAQUE).
+    pub fn ports(&self, upper: &UpperLayer) -> Option<(u16, u16)> {
+        let p = upper.protocol;
+        if (p == super::ipv4::PROTO_TCP || p == super::ipv4::PROTO_UDP) && !upper.is_later_fragment() {
+            let l4 = self.buf.get(upper.offset..upper.offset + 4)?;
+            Some((be16(l4, 0), be16(l4, 2)))
+        } else {
+            None
+        }
+    }
+}
+
+#[inline]
+fn addr_at(b: &[u8], at: usize) -> Ipv6Addr {
+    let mut a = [0u8; 16];
+    a.copy_from_slice(&b[at..at + 16]);
+    Ipv6Addr::from(a)
+}
+
+/// Traffic class of the IPv6 header at the start of `hdr` (0 if shorter
+/// than 2 bytes).
+#[inline]
+pub fn traffic_class(hdr: &[u8]) -> u8 {
+    match hdr {
+        [a, b, ..] => (a << 4) | (b >> 4),
+        _ => 0,
+    }
+}
+
+/// Sets the traffic class of the IPv6 header at the start of `hdr` (no
+/// checksum to update: IPv6 has none).
+#[inline]
+pub fn set_traffic_class(hdr: &mut [u8], tc: u8) {
+    if hdr.len() < 2 {
+        return;
+    }
+    hdr[0] = 0x60 | (tc >> 4);
+    hdr[1] = (tc << 4) | (hdr[1] & 0x0f);
+}
+
+/// Decrements the hop limit of the IPv6 header at the start of `hdr`.
+#[inline]
+pub fn decrement_hop_limit(hdr: &mut [u8]) {
+    if let Some(h) = hdr.get_mut(HOP_LIMIT) {
+        *h = h.wrapping_sub(1);
+    }
+}
+
+/// Writes the 40-byte fixed IPv6 header into `hdr[..40]` (no-op if shorter):
+/// version 6, `traffic_class`, `flow_label` (low 20 bits), `payload_len`,
+/// `next_header`, `hop_limit`, addresses.
+#[allow(clippy::too_many_arguments)]
+pub fn write_header(
+    hdr: &mut [u8],
+    traffic_class: u8,
+    flow_label: u32,
+    payload_len: u16,
+    next_header: u8,
+    hop_limit: u8,
+    src: &Ipv6Addr,
+    dst: &Ipv6Addr,
+) {
+    if hdr.len() < HEADER_LEN {
+        return;
+    }
+    let w0 = (6u32 << 28) | ((traffic_class as u32) << 20) | (flow_label & 0x000f_ffff);
+    hdr[VER_TC_FLOW..VER_TC_FLOW + 4].copy_from_slice(&w0.to_be_bytes());
+    hdr[PAYLOAD_LEN..PAYLOAD_LEN + 2].copy_from_slice(&payload_len.to_be_bytes());
+    hdr[NEXT_HEADER] = next_header;
+    hdr[HOP_LIMIT] = hop_limit;
+    hdr[SRC..SRC + 16].copy_from_slice(&src.octets());
+    hdr[DST..DST + 16].copy_from_slice(&dst.octets());
+}
+
+/// Checksum of an upper-layer message (UDP, ICMPv6, …) over the IPv6
+/// pseudo-header (RFC 8200 §8.1: source, destination, upper-layer length as
+/// 32 bits, three zero bytes, next header) and `data` (the message with its
+/// checksum field zero), as placed in the header field. A UDP checksum that
+/// computes to 0 must be sent as 0xffff (RFC 8200 §8.1, RFC 768); see
+/// [`udp_checksum`].
+pub fn upper_layer_checksum(src: &Ipv6Addr, dst: &Ipv6Addr, next_header: u8, data: &[u8]) -> u16 {
+    let mut ph = [0u8; 40];
+    ph[..16].copy_from_slice(&src.octets());
+    ph[16..32].copy_from_slice(&dst.octets());
+    ph[32..36].copy_from_slice(&(data.len() as u32).to_be_bytes());
+    ph[39] = next_header;
+    !checksum::add(checksum::sum(&ph), checksum::sum(data))
+}
+
+/// True if `data` (an upper-layer message with its checksum field as
+/// received) verifies against the pseudo-header.
+pub fn upper_layer_checksum_ok(src: &Ipv6Addr, dst: &Ipv6Addr, next_header: u8, data: &[u8]) -> bool {
+    upper_layer_checksum(src, dst, next_header, data) == 0
+}
+
+/// The UDP checksum of `udp` (header with checksum 0 + payload) over IPv6:
+/// [`upper_layer_checksum`] with 0 sent as 0xffff (RFC 8200 §8.1: IPv6
+/// UDP always carries a checksum).
+pub fn udp_checksum(src: &Ipv6Addr, dst: &Ipv6Addr, udp: &[u8]) -> u16 {
+    match upper_layer_checksum(src, dst, super::ipv4::PROTO_UDP, udp) {
+        0 => 0xffff,
+        c => c,
+    }
+}
+
+/// True for multicast addresses (ff00::/8, RFC 4291 §2.7).
+#[inline]
+pub fn is_multicast(a: &Ipv6Addr) -> bool {
+    a.octets()[0] == 0xff
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize)]
+    struct Fixtures {
+        packets: Vec<Fixture>,
+    }
+    #[derive(serde::Deserialize)]
+    pub(crate) struct Fixture {
+        pub name: String,
+        pub hex: String,
+        #[serde(default)]
+        pub upper: Option<u8>,
+        #[serde(default)]
+        pub offset: Option<usize>,
+        #[serde(default)]
+        pub fragment: Option<Frag>,
+        #[serde(default)]
+        pub error: bool,
+        #[serde(default)]
+        pub udp_checksum: Option<u16>,
+    }
+    #[derive(serde::Deserialize)]
+    pub(crate) struct Frag {
+        offset: u16,
+        more: bool,
+        ident: u32,
+    }
+
+    /// The scapy-built packets of tests/vectors/ipv6.json
+    /// (tests/vectors/gen_ipv6.py).
+    pub(crate) fn fixtures() -> Vec<Fixture> {
+        let f: Fixtures = serde_json::from_str(include_str!("../../tests/vectors/ipv6.json")).unwrap();
+        assert!(f.packets.len() >= 16);
+        f.packets
+    }
+
+    pub(crate) fn fixture(name: &str) -> Vec<u8> {
+        hex::decode(&fixtures().into_iter().find(|f| f.name == name).unwrap().hex).unwrap()
+    }
+
+    #[test]
+    fn walks_scapy_packets_to_the_upper_layer() {
+        let mut walked = 0;
+        for f in fixtures() {
+            let b = hex::decode(&f.hex).unwrap();
+            let r = Ipv6Packet::new_checked(&b).and_then(|p| p.upper_layer());
+            if f.error {
+                assert!(r.is_err(), "{}: accepted a malformed chain: {r:?}", f.name);
+                continue;
+            }
+            let u = r.unwrap_or_else(|e| panic!("{}: {e}", f.name));
+            assert_eq!(Some(u.protocol), f.upper, "{}", f.name);
+            assert_eq!(Some(u.offset), f.offset, "{}", f.name);
+            match (&f.fragment, u.fragment) {
+                (None, None) => {}
+                (Some(w), Some(g)) => assert_eq!((w.offset, w.more, w.ident), (g.offset, g.more, g.ident), "{}", f.name),
+                (w, g) => panic!("{}: fragment {:?} vs {g:?}", f.name, w.as_ref().map(|w| w.offset)),
+            }
+            walked += 1;
+        }
+        assert!(walked >= 10);
+    }
+
+    #[test]
+    fn esp_after_extension_headers_and_fragments() {
+        let b = fixture("esp_after_hbh_dst_rt");
+        let p = Ipv6Packet::new_checked(&b).unwrap();
+        let u = p.upper_layer().unwrap();
+        assert_eq!((u.protocol, u.offset, u.is_fragment()), (50, 88, false));
+        assert_eq!(&b[u.offset..u.offset + 4], &0x1001u32.to_be_bytes(), "SPI at the offset");
+        let b = fixture("esp_first_fragment");
+        let u = Ipv6Packet::new_checked(&b).unwrap().upper_layer().unwrap();
+        assert!(u.is_fragment() && !u.is_later_fragment());
+        let b = fixture("later_fragment");
+        let p = Ipv6Packet::new_checked(&b).unwrap();
+        let u = p.upper_layer().unwrap();
+        assert!(u.is_fragment() && u.is_later_fragment());
+        assert_eq!(p.ports(&u), None);
+    }
+
+    #[test]
+    fn ports_after_destination_options() {
+        let b = fixture("udp_after_dstopt");
+        let p = Ipv6Packet::new_checked(&b).unwrap();
+        let u = p.upper_layer().unwrap();
+        assert_eq!(p.ports(&u), Some((40000, 5001)));
+    }
+
+    #[test]
+    fn udp_checksum_matches_scapy() {
+        for f in fixtures().into_iter().filter(|f| f.udp_checksum.is_some()) {
+            let b = hex::decode(&f.hex).unwrap();
+            let p = Ipv6Packet::new_checked(&b).unwrap();
+            let off = p.upper_layer().unwrap().offset;
+            let mut udp = b[off..].to_vec();
+            assert!(upper_layer_checksum_ok(&p.src(), &p.dst(), 17, &udp), "{}: scapy's checksum verifies", f.name);
+            udp[6..8].copy_from_slice(&[0, 0]);
+            assert_eq!(Some(udp_checksum(&p.src(), &p.dst(), &udp)), f.udp_checksum, "{}", f.name);
+        }
+    }
+
+    #[test]
+    fn rejects_truncated_and_wrong_version() {
+        let b = fixture("esp_direct");
+        assert!(Ipv6Packet::new_checked(&b[..39]).is_err());
+        assert!(Ipv6Packet::new_checked(&b[..b.len() - 1]).is_err(), "payload length past the end");
+        let mut v = b.clone();
+        v[0] = 0x45;
+        assert!(Ipv6Packet::new_checked(&v).is_err());
+        // Ethernet padding after the packet is outside the view.
+        let mut padded = b.clone();
+        padded.extend_from_slice(&[0; 6]);
+        assert_eq!(Ipv6Packet::new_checked(&padded).unwrap().total_len(), b.len());
+    }
+
+    #[test]
+    fn writers() {
+        let mut h = [0u8; 40];
+        let (s, d): (Ipv6Addr, Ipv6Addr) = ("2001:db8::1".parse().unwrap(), "2001:db8::2".parse().unwrap());
+        write_header(&mut h, 0xb9, 0xfffff, 100, 50, 64, &s, &d);
+        assert_eq!(&h[..4], &[0x6b, 0x9f, 0xff, 0xff]);
+        assert_eq!(traffic_class(&h), 0xb9);
+        set_traffic_class(&mut h, 0x03);
+        assert_eq!(&h[..4], &[0x60, 0x3f, 0xff, 0xff], "flow label kept");
+        decrement_hop_limit(&mut h);
+        let mut pkt = h.to_vec();
+        pkt.extend_from_slice(&[0; 100]);
+        let p = Ipv6Packet::new_checked(&pkt).unwrap();
+        assert_eq!((p.hop_limit(), p.next_header(), p.src(), p.dst(), p.flow_label()), (63, 50, s, d, 0xfffff));
+    }
+}
