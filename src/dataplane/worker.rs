@@ -595,7 +595,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let Ok(ip) = ipv4::Ipv4Packet::new_checked(&buf.frame()[ethernet::HEADER_LEN..]) else {
             return self.drop_buf(port, DropReason::Malformed, buf);
         };
-        let key = FlowKey { src: ip.src(), dst: ip.dst(), protocol: ip.protocol(), ports: ip.ports() };
+        let key = FlowKey { src: IpAddr::V4(ip.src()), dst: IpAddr::V4(ip.dst()), protocol: ip.protocol(), ports: ip.ports() };
         let (ttl, hl) = (ip.ttl(), ip.header_len());
         self.inbound(t, port, buf, key, ttl, hl, false)
     }
