@@ -15,53 +15,12 @@
 //! `BadNextHeader` (after the ICV verified and the window moved).
 
 use secgw::crypto::soft::{SoftDevice, SoftQueuePair};
-use secgw::crypto::{AeadAlgorithm, Algorithm, CipherDirection, CryptoDevice, CryptoOp, OpStatus, QpConf, QueuePair, SymXform};
+use secgw::crypto::{Algorithm, CipherDirection, CryptoDevice, CryptoOp, OpStatus, QpConf, QueuePair, SymXform};
 use secgw::esp::{self, EspError, InboundSa, InboundState};
 use secgw::io::PktBuf;
 
 mod common;
-use common::vectors::{packet_cases, PacketCase};
-
-#[derive(serde::Deserialize)]
-struct File {
-    vectors: Vec<Vector>,
-}
-
-#[derive(serde::Deserialize)]
-struct Vector {
-    name: String,
-    key: String,
-    salt: String,
-    spi: String,
-    seq: String,
-    esn: bool,
-    iv: String,
-    aad: String,
-    plaintext: String,
-    ciphertext: String,
-    icv: String,
-    next_header: u8,
-    pad_length: u8,
-    packet: String,
-}
-
-fn h(s: &str) -> Vec<u8> {
-    hex::decode(s).expect("hex")
-}
-
-fn load() -> Vec<Vector> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/gcm_esp.json");
-    let f: File = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    f.vectors
-}
-
-fn algorithm(key: &[u8]) -> Option<AeadAlgorithm> {
-    match key.len() {
-        16 => Some(AeadAlgorithm::Aes128Gcm),
-        32 => Some(AeadAlgorithm::Aes256Gcm),
-        _ => None, // AES-192: not offered by the device
-    }
-}
+use common::vectors::{gcm_vectors, h, packet_cases, PacketCase};
 
 fn run_one(qp: &mut SoftQueuePair<PktBuf>, op: secgw::crypto::CryptoOp<PktBuf>) -> secgw::crypto::CryptoOp<PktBuf> {
     let mut ops = vec![op];
@@ -71,32 +30,23 @@ fn run_one(qp: &mut SoftQueuePair<PktBuf>, op: secgw::crypto::CryptoOp<PktBuf>) 
     out.pop().unwrap()
 }
 
-fn seq64(v: &Vector) -> u64 {
-    let b = h(&v.seq);
-    if b.len() == 8 {
-        u64::from_be_bytes(b.try_into().unwrap())
-    } else {
-        u32::from_be_bytes(b.try_into().unwrap()) as u64
-    }
-}
-
 #[test]
 fn outbound_reproduces_every_vector() {
     let dev = SoftDevice::new(1);
     let mut qp: SoftQueuePair<PktBuf> = dev.queue_pair_setup(0, QpConf { nb_descriptors: 4 }).unwrap();
     let mut tested = 0;
-    for v in load() {
+    for v in gcm_vectors() {
         let key = h(&v.key);
-        let Some(alg) = algorithm(&key) else { continue };
+        let Some(alg) = v.algorithm() else { continue };
         let x = SymXform { algorithm: alg, direction: CipherDirection::Encrypt, key, salt: h(&v.salt).try_into().unwrap(), icv_len: 16, auth_key: Vec::new() };
         let s = dev.session_create(&x).unwrap();
         let plain = h(&v.plaintext);
         let payload = &plain[..plain.len() - 2 - v.pad_length as usize];
         let mut buf = PktBuf::new();
         assert!(buf.copy_from(payload));
-        let spi = u32::from_be_bytes(h(&v.spi).try_into().unwrap());
+        let spi = v.spi32();
         let iv: [u8; 8] = h(&v.iv).try_into().unwrap();
-        let op = esp::outbound::encap(spi, &s, seq64(&v), v.esn, &iv, v.next_header, buf).unwrap();
+        let op = esp::outbound::encap(spi, &s, v.seq64(), v.esn, &iv, v.next_header, buf).unwrap();
         assert_eq!(&op.aad[..op.aad_len as usize], &h(&v.aad)[..], "{}: AAD", v.name);
         let op = run_one(&mut qp, op);
         assert_eq!(op.status, OpStatus::Success);
@@ -111,12 +61,12 @@ fn inbound_opens_every_vector_and_rejects_tampering() {
     let dev = SoftDevice::new(1);
     let mut qp: SoftQueuePair<PktBuf> = dev.queue_pair_setup(0, QpConf { nb_descriptors: 4 }).unwrap();
     let mut tested = 0;
-    for v in load() {
+    for v in gcm_vectors() {
         let key = h(&v.key);
-        let Some(alg) = algorithm(&key) else { continue };
+        let Some(alg) = v.algorithm() else { continue };
         let x = SymXform { algorithm: alg, direction: CipherDirection::Decrypt, key, salt: h(&v.salt).try_into().unwrap(), icv_len: 16, auth_key: Vec::new() };
         let sa = InboundSa {
-            spi: u32::from_be_bytes(h(&v.spi).try_into().unwrap()),
+            spi: v.spi32(),
             session: dev.session_create(&x).unwrap(),
             transport: false,
             tunnel_src: "0.0.0.0".parse().unwrap(),
@@ -125,7 +75,7 @@ fn inbound_opens_every_vector_and_rejects_tampering() {
             replay_window: 64,
             owner: 0,
         };
-        let seq = seq64(&v);
+        let seq = v.seq64();
         for tamper in [false, true] {
             let mut st = InboundState::new(&sa);
             // The receiver has seen the packet before this one, so the ESN

@@ -1,10 +1,11 @@
-//! Packet-level ESP vectors of the algorithms beyond AES-GCM, loaded from
-//! tests/vectors/ (each file cross-checked by its check_*.py), shared by
-//! `esp_vectors` and `crypto_conformance`.
+//! Packet-level ESP vectors loaded from tests/vectors/ (each file
+//! cross-checked by its check_*.py), shared by `esp_vectors` and
+//! `crypto_conformance`: the AES-GCM packets of draft-mcgrew-gcm-test-01
+//! ([`gcm_vectors`]) and the other algorithms' cases ([`packet_cases`]).
 
 use secgw::crypto::{Algorithm, CipherDirection, SymXform};
 
-fn h(s: &str) -> Vec<u8> {
+pub fn h(s: &str) -> Vec<u8> {
     hex::decode(s).expect("hex")
 }
 
@@ -15,6 +16,52 @@ pub fn json(name: &str) -> serde_json::Value {
 
 pub fn hv(v: &serde_json::Value, k: &str) -> Vec<u8> {
     h(v[k].as_str().unwrap_or_else(|| panic!("{k}")))
+}
+
+/// One draft-mcgrew-gcm-test-01 §4 packet (gcm_esp.json `vectors`), fields
+/// as hex strings as in the file.
+#[derive(serde::Deserialize)]
+pub struct GcmVector {
+    pub name: String,
+    pub key: String,
+    pub salt: String,
+    pub spi: String,
+    /// 4 bytes, or 8 with ESN (high half first).
+    pub seq: String,
+    pub esn: bool,
+    pub iv: String,
+    pub aad: String,
+    pub plaintext: String,
+    pub ciphertext: String,
+    pub icv: String,
+    pub next_header: u8,
+    pub pad_length: u8,
+    pub packet: String,
+}
+
+impl GcmVector {
+    /// The 64-bit sequence number (the low half only without ESN).
+    pub fn seq64(&self) -> u64 {
+        h(&self.seq).iter().fold(0u64, |a, b| a << 8 | *b as u64)
+    }
+
+    pub fn spi32(&self) -> u32 {
+        u32::from_be_bytes(h(&self.spi).try_into().unwrap())
+    }
+
+    /// The AEAD of its key length; `None` for AES-192 (not offered).
+    pub fn algorithm(&self) -> Option<Algorithm> {
+        match self.key.len() / 2 {
+            16 => Some(Algorithm::Aes128Gcm),
+            32 => Some(Algorithm::Aes256Gcm),
+            _ => None,
+        }
+    }
+}
+
+/// The draft-mcgrew-gcm-test-01 §4 packets, AES-192 ones included.
+pub fn gcm_vectors() -> Vec<GcmVector> {
+    serde_json::from_value(json("gcm_esp.json")["vectors"].clone()).unwrap()
 }
 
 fn u32_of(v: &serde_json::Value, k: &str) -> u32 {

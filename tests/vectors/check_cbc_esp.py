@@ -17,16 +17,13 @@ esp_vectors (Cases #5-#8, encryption-only ESP packets):
 Prints "N passed, M failed" and exits non-zero if anything fails.
 Usage: python3 check_cbc_esp.py [path/to/cbc_esp.json]
 """
-import json
-import os
 import sys
 
 from cryptography.hazmat.primitives import hashes, hmac
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
+from vectorlib import h, load, run
 
-def h(s):
-    return bytes.fromhex(s)
 
 
 def cbc(key, iv):
@@ -90,25 +87,10 @@ def check_esp(v, doc):
 
 
 def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "cbc_esp.json")
-    with open(path) as fh:
-        doc = json.load(fh)
-    passed = failed = 0
-    cases = [(v, check_cipher) for v in doc["cipher_vectors"]]
-    cases += [(v, check_esp) for v in doc["esp_vectors"]]
-    for v, fn in cases:
-        try:
-            errs = fn(v, doc)
-        except Exception as e:  # malformed entry
-            errs = [f"exception: {e!r}"]
-        if errs:
-            failed += 1
-            print(f"FAIL {v.get('name')}: " + "; ".join(errs))
-        else:
-            passed += 1
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed or not passed else 0
+    doc = load("cbc_esp.json")
+    cases = [(v.get("name"), lambda v=v: check_cipher(v, doc)) for v in doc["cipher_vectors"]]
+    cases += [(v.get("name"), lambda v=v: check_esp(v, doc)) for v in doc["esp_vectors"]]
+    return run(cases)
 
 
 if __name__ == "__main__":

@@ -8,15 +8,12 @@ For every RFC 3686 test vector:
 Prints "N passed, M failed" and exits non-zero if anything fails.
 Usage: python3 check_ctr.py [path/to/ctr.json]
 """
-import json
-import os
 import sys
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
+from vectorlib import h, load, run
 
-def h(s):
-    return bytes.fromhex(s)
 
 
 def check(v):
@@ -32,23 +29,9 @@ def check(v):
 
 
 def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "ctr.json")
-    with open(path) as fh:
-        doc = json.load(fh)
-    passed = failed = 0
-    for v in doc["vectors"]:
-        try:
-            errs = check(v)
-        except Exception as e:  # malformed entry
-            errs = [f"exception: {e!r}"]
-        if errs:
-            failed += 1
-            print(f"FAIL {v.get('name')}: " + "; ".join(errs))
-        else:
-            passed += 1
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed or not passed else 0
+    doc = load("ctr.json")
+    cases = [(v.get("name"), lambda v=v: check(v)) for v in doc["vectors"]]
+    return run(cases)
 
 
 if __name__ == "__main__":

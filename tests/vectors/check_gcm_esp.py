@@ -13,15 +13,12 @@ For the AES-GMAC-ESP vector (RFC 4543):
 Prints "N passed, M failed" and exits non-zero if anything fails.
 Usage: python3 check_gcm_esp.py [path/to/gcm_esp.json]
 """
-import json
-import os
 import sys
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from vectorlib import h, load, run, trailer_errors
 
-def h(s):
-    return bytes.fromhex(s)
 
 
 def check_common(v, errs):
@@ -40,19 +37,6 @@ def check_common(v, errs):
         if isinstance(x, str) and k not in ("name", "algorithm", "source") and x != x.lower():
             errs.append(f"{k} is not lowercase hex")
     return key, salt, iv, spi, seq
-
-
-def check_trailer(data, v, errs):
-    if not data or len(data) < 2:
-        errs.append("payload too short for an ESP trailer")
-        return
-    if data[-1] != v["next_header"]:
-        errs.append(f"next_header {v['next_header']} != last octet {data[-1]}")
-    if data[-2] != v["pad_length"]:
-        errs.append(f"pad_length {v['pad_length']} != octet {data[-2]}")
-    n = data[-2]
-    if n + 2 > len(data) or data[len(data) - 2 - n:len(data) - 2] != bytes(range(1, n + 1)):
-        errs.append("padding is not 1, 2, ..., pad_length")
 
 
 def check_gcm(v):
@@ -76,7 +60,7 @@ def check_gcm(v):
             errs.append(f"decrypt failed: {e!r}")
     if "packet" in v and h(v["packet"]) != spi + seq[-4:] + iv + ct + icv:
         errs.append("packet != spi || seq_lo || iv || ciphertext || icv")
-    check_trailer(pt, v, errs)
+    errs += trailer_errors(pt, v["next_header"], v["pad_length"])
     return errs
 
 
@@ -93,30 +77,15 @@ def check_gmac(v):
         errs.append(f"AES-GMAC mismatch: computed {out.hex()}")
     if "packet" in v and h(v["packet"]) != spi + seq[-4:] + iv + payload + icv:
         errs.append("packet != spi || seq_lo || iv || payload || icv")
-    check_trailer(payload, v, errs)
+    errs += trailer_errors(payload, v["next_header"], v["pad_length"])
     return errs
 
 
 def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "gcm_esp.json")
-    with open(path) as fh:
-        doc = json.load(fh)
-    passed = failed = 0
-    cases = [(v, check_gcm) for v in doc["vectors"]]
-    cases += [(v, check_gmac) for v in doc.get("gmac_vectors", [])]
-    for v, fn in cases:
-        try:
-            errs = fn(v)
-        except Exception as e:  # malformed entry
-            errs = [f"exception: {e!r}"]
-        if errs:
-            failed += 1
-            print(f"FAIL {v.get('name')}: " + "; ".join(errs))
-        else:
-            passed += 1
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed or not passed else 0
+    doc = load("gcm_esp.json")
+    cases = [(v.get("name"), lambda v=v: check_gcm(v)) for v in doc["vectors"]]
+    cases += [(v.get("name"), lambda v=v: check_gmac(v)) for v in doc.get("gmac_vectors", [])]
+    return run(cases)
 
 
 if __name__ == "__main__":

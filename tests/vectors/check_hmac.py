@@ -9,15 +9,12 @@
 Prints "N passed, M failed" and exits non-zero if anything fails.
 Usage: python3 check_hmac.py [path/to/hmac.json]
 """
-import json
-import os
 import sys
 
 from cryptography.hazmat.primitives import hashes, hmac
 
+from vectorlib import h, load, run
 
-def h(s):
-    return bytes.fromhex(s)
 
 
 def mac(alg, key, data):
@@ -52,24 +49,10 @@ def check(v, kind):
 
 
 def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "hmac.json")
-    with open(path) as fh:
-        doc = json.load(fh)
-    passed = failed = 0
-    for kind in ("hmac_sha1", "hmac_sha256", "hmac_sha256_128"):
-        for v in doc[kind]:
-            try:
-                errs = check(v, kind)
-            except Exception as e:  # malformed entry
-                errs = [f"exception: {e!r}"]
-            if errs:
-                failed += 1
-                print(f"FAIL {kind} {v.get('name')}: " + "; ".join(errs))
-            else:
-                passed += 1
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed or not passed else 0
+    doc = load("hmac.json")
+    cases = [(f"{kind} {v.get('name')}", lambda v=v, kind=kind: check(v, kind))
+             for kind in ("hmac_sha1", "hmac_sha256", "hmac_sha256_128") for v in doc[kind]]
+    return run(cases)
 
 
 if __name__ == "__main__":
