@@ -2,7 +2,10 @@
 //! (configs/ep0-2w.toml, two workers polled in turn on one core): once
 //! received by the worker that owns the SA, once by the other worker, which
 //! hands every packet to the owner. The difference per packet is the cost of
-//! a handoff. `cargo bench --bench pipeline`.
+//! a handoff. And 32 ESP datagrams into gw1 (configs/ep1.toml, replay
+//! window off so the same ESP can be sent again), whole or as the outer
+//! fragments gw0 makes at a wan MTU of 576: the difference is the cost of
+//! reassembly. `cargo bench --bench pipeline`.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use secgw::testkit::MemGateway;
@@ -56,5 +59,46 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// `configs/<base>` edited, written to a temp file.
+fn derived(base: &str, tag: &str, edit: impl FnOnce(String) -> String) -> String {
+    let text = std::fs::read_to_string(format!("{}/configs/{base}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let p = std::env::temp_dir().join(format!("secgw-bench-{}-{tag}-{base}", std::process::id()));
+    std::fs::write(&p, edit(text)).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+fn bench_reassembly(c: &mut Criterion) {
+    let mut g = c.benchmark_group("reassembly_burst32_aes128gcm_1400");
+    g.throughput(Throughput::Elements(32));
+    let gw1_cfg = derived("ep1.toml", "noreplay", |t| t.replacen("replay_window = 64", "replay_window = 0", 1));
+    let mut f = frame(5001, 1400 - 28);
+    f[14 + 6] = 0; // DF clear: gw0 may fragment
+    f[14 + 10..14 + 12].copy_from_slice(&[0, 0]);
+    let mut s: u32 = f[14..34].chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]]) as u32).sum();
+    while s >> 16 != 0 {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    f[14 + 10..14 + 12].copy_from_slice(&(!(s as u16)).to_be_bytes());
+    for (name, mtu) in [("whole", 1500usize), ("fragments_of_576", 576)] {
+        let gw0_cfg = derived("ep0.toml", name, |t| t.replacen("interface = \"gw0-out\"", &format!("interface = \"gw0-out\"\nmtu = {mtu}"), 1));
+        let mut gw0 = MemGateway::from_config(&gw0_cfg);
+        for _ in 0..32 {
+            gw0.inject(0, "inside", &f);
+        }
+        let esp: Vec<Vec<u8>> = gw0.run().into_iter().map(|x| x.2).collect();
+        let mut gw1 = MemGateway::from_config(&gw1_cfg);
+        g.bench_function(BenchmarkId::new(name, esp.len()), |b| {
+            b.iter(|| {
+                for e in &esp {
+                    gw1.inject(0, "outside", e);
+                }
+                let out = gw1.run();
+                assert_eq!(out.len(), 32);
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, bench_reassembly);
 criterion_main!(benches);

@@ -4,15 +4,22 @@
 #   hostA ── gw0 ══ wan (bridge br0) ══ gw1 ── hostB
 #
 #   hostA  a0      192.0.2.10/24     02:00:00:00:0a:01  default via 192.0.2.1
-#   gw0    gw0-in  (192.0.2.1)       02:00:00:00:00:01  peer of a0
-#          gw0-out (203.0.113.1)     02:00:00:00:00:02  peer of wan0
+#                  2001:db8:a::10/64                    default via 2001:db8:a::1
+#   gw0    gw0-in  (192.0.2.1, 2001:db8:a::1)       02:00:00:00:00:01  peer of a0
+#          gw0-out (203.0.113.1, 2001:db8:ff::1)    02:00:00:00:00:02  peer of wan0
 #   wan    br0 = { wan0, wan1 }      no addresses; capture the gw0–gw1 link here
-#   gw1    gw1-out (203.0.113.2)     02:00:00:00:01:02  peer of wan1
-#          gw1-in  (198.51.100.1)    02:00:00:00:01:01  peer of b0
+#   gw1    gw1-out (203.0.113.2, 2001:db8:ff::2)    02:00:00:00:01:02  peer of wan1
+#          gw1-in  (198.51.100.1, 2001:db8:b::1)    02:00:00:00:01:01  peer of b0
 #   hostB  b0      198.51.100.10/24  02:00:00:00:0b:01  default via 198.51.100.1
+#                  2001:db8:b::10/64                    default via 2001:db8:b::1
 #
 # The gateway addresses in brackets are not given to the kernel: secgw answers
-# ARP for them itself. Captures inside gw0/gw1 do not see frames that the XDP
+# ARP and IPv6 Neighbor Solicitations for them itself (the IPv6 ones are in
+# configs/ep*-v6.toml). IPv6 is on only on a0 and b0 (no link-local address,
+# no DAD, no router solicitations, MLD reports dropped on egress), so a
+# gateway sees IPv6 from a host only when the host sends traffic (and the
+# Neighbor Solicitations that traffic needs); the wan never carries IPv6 but
+# what the gateways send. Captures inside gw0/gw1 do not see frames that the XDP
 # program redirects to AF_XDP: capture in `wan` (br0/wan0/wan1), hostA or hostB.
 #
 # Everything traffic-bearing lives in namespaces this file creates; nothing is
@@ -96,6 +103,24 @@ _if_prep() {
         nsx "$b" ethtool -K "$ifc" tx off >/dev/null
 }
 
+# IPv6 on a host's interface (before it is up): no link-local address
+# (addr_gen_mode 1), no DAD, no router solicitations or advertisements.
+# The only unsolicited IPv6 left is the MLD report of the solicited-node
+# group the address joins when the link comes up (Linux reports every
+# group but ff02::1); its two copies are sent within 10 ms and topo_up
+# waits for them, before any gateway runs (this kernel has no tc
+# classifier to drop them). There is no MLD querier, so none follow.
+_host_ipv6() {
+    local b="$1" ifc="$2"
+    _sysctl_ns "$b" "net.ipv6.conf.$ifc.addr_gen_mode" 1
+    _sysctl_ns "$b" "net.ipv6.conf.$ifc.accept_dad" 0
+    _sysctl_ns "$b" "net.ipv6.conf.$ifc.router_solicitations" 0
+    _sysctl_ns "$b" "net.ipv6.conf.$ifc.accept_ra" 0
+    _sysctl_ns "$b" "net.ipv6.conf.$ifc.mldv2_unsolicited_report_interval" 10
+    _sysctl_ns "$b" "net.ipv6.conf.$ifc.mldv1_unsolicited_report_interval" 10
+    _sysctl_ns "$b" "net.ipv6.conf.$ifc.disable_ipv6" 0
+}
+
 _veth() { # _veth NS1 IF1 MAC1 NS2 IF2 MAC2
     local q="${SECGW_QUEUES:-2}"
     ip -n "$(ns "$1")" link add "$2" address "$3" numtxqueues "$q" numrxqueues "$q" type veth \
@@ -146,12 +171,19 @@ topo_up() {
     nsx gw1 ip link set gw1-out up
     nsx gw1 ip link set gw1-in up
 
+    _host_ipv6 hostA a0 || return 1
+    _host_ipv6 hostB b0 || return 1
+
     nsx hostA ip addr add 192.0.2.10/24 dev a0
+    nsx hostA ip -6 addr add 2001:db8:a::10/64 dev a0 nodad
     nsx hostA ip link set a0 up
     nsx hostA ip route add default via 192.0.2.1
+    nsx hostA ip -6 route add default via 2001:db8:a::1 dev a0
     nsx hostB ip addr add 198.51.100.10/24 dev b0
+    nsx hostB ip -6 addr add 2001:db8:b::10/64 dev b0 nodad
     nsx hostB ip link set b0 up
     nsx hostB ip route add default via 198.51.100.1
+    nsx hostB ip -6 route add default via 2001:db8:b::1 dev b0
 
     # Wait for carrier on every link (veth is up as soon as both ends are).
     local i
@@ -159,6 +191,8 @@ topo_up() {
         if nsx hostA ip -br link show a0 | grep -q ' UP ' &&
            nsx hostB ip -br link show b0 | grep -q ' UP ' &&
            nsx wan ip -br link show br0 | grep -q ' UP '; then
+            # The hosts' MLD reports (see _host_ipv6) are out by now or soon.
+            sleep 0.3
             log "topology up (namespaces: $(for b in "${TESTBED_NAMESPACES[@]}"; do printf '%s ' "$(ns "$b")"; done))"
             return 0
         fi

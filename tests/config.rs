@@ -769,6 +769,26 @@ fn udp_encap_and_ports() {
     assert!(e.contains("sa[0].udp_encap") && e.contains("a boolean"), "{e}");
 }
 
+#[test]
+fn reassembly_table_defaults_values_and_ranges() {
+    let d = config::parse(BASE, Path::new(FILE)).unwrap().reassembly;
+    assert_eq!((d.contexts, d.max_fragments, d.timeout_ms), (64, 16, 5000));
+    let text = format!("{BASE}\n[reassembly]\ncontexts = 0\nmax_fragments = 256\ntimeout_ms = 10\n");
+    let r = config::parse(&text, Path::new(FILE)).unwrap().reassembly;
+    assert_eq!((r.contexts, r.max_fragments, r.timeout_ms), (0, 256, 10));
+    for (line, field, msg) in [
+        ("contexts = 1025", "contexts", "expected an integer in 0..=1024, found 1025"),
+        ("max_fragments = 1", "max_fragments", "expected an integer in 2..=256, found 1"),
+        ("timeout_ms = 9", "timeout_ms", "expected an integer in 10..=120000, found 9"),
+        ("timeout_ms = \"5s\"", "timeout_ms", "an integer in 10..=120000"),
+    ] {
+        let text = format!("{BASE}\n[reassembly]\n{line}\n");
+        assert_one(&text, line, field.len() + 3, &format!("reassembly.{field}"), msg);
+    }
+    let text = format!("{BASE}\n[reassembly]\ncontext = 8\n");
+    assert_one(&text, "context =", 0, "reassembly.context", "did you mean `contexts`?");
+}
+
 // ---- IPv6 in every address field -------------------------------------------
 
 /// BASE with IPv6 everywhere: port addresses, v6 outer tunnel, v6 selectors,

@@ -49,13 +49,7 @@ fn transport_config_with(name: &str, alg: Option<&str>) -> String {
         }
     }
     assert_eq!(out.matches("mode = \"transport\"").count(), 2, "{name}: SAs 1001 and 1002 switched");
-    let tag = alg.map_or(0, |a| a.len() * 131 + a.bytes().map(|b| b as usize).sum::<usize>());
-    // Tests run in parallel: every call gets its own file.
-    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!("secgw-transport-{}-{n}-{tag}-{name}", std::process::id()));
-    std::fs::write(&path, out).unwrap();
-    path.to_str().unwrap().to_owned()
+    temp_config("transport", name, &out)
 }
 
 fn gateways() -> (Gw, Gw) {
@@ -87,22 +81,6 @@ fn ttl_minus(ip: &[u8], n: u8) -> Vec<u8> {
     let ck = ip_checksum(&e[..hl]);
     e[10..12].copy_from_slice(&ck.to_be_bytes());
     e
-}
-
-/// Opens the AES-128-GCM ESP at `esp` with `key` (AES key ‖ salt):
-/// returns the decrypted payload + padding + trailer.
-fn open(key: &[u8], esp: &[u8]) -> Vec<u8> {
-    let mut nonce = [0u8; 12];
-    nonce[..4].copy_from_slice(&key[16..20]);
-    nonce[4..].copy_from_slice(&esp[8..16]);
-    let n = esp.len();
-    let mut plain = esp[16..n - 16].to_vec();
-    let tag = aes_gcm::Tag::clone_from_slice(&esp[n - 16..]);
-    Aes128Gcm::new_from_slice(&key[..16])
-        .unwrap()
-        .decrypt_in_place_detached((&nonce).into(), &esp[..8], &mut plain, &tag)
-        .expect("ICV verifies with the peer's key");
-    plain
 }
 
 #[test]
@@ -143,7 +121,7 @@ fn transport_end_to_end_udp_tcp_icmp_all_sizes() {
             let enc_len = esp.len() - 8 - 8 - 16;
             assert_eq!(enc_len % 4, 0, "RFC 4303 §2.4 alignment");
             assert!(enc_len >= l4.len() + 2 && enc_len < l4.len() + 6);
-            let plain = open(&key, esp);
+            let plain = open_gcm128(&key, esp);
             assert_eq!(*plain.last().unwrap(), proto, "Next Header = the original protocol");
             let pad = plain[plain.len() - 2] as usize;
             assert_eq!(&plain[..plain.len() - 2 - pad], l4, "ESP payload = the transport payload");

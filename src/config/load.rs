@@ -21,6 +21,14 @@
 //! max_sessions_per_qp = 64  # descriptor only: 1..=65536, default 64
 //! engines = 1               # descriptor only: engine threads, 1..=64, default 1
 //!
+//! [reassembly]              # optional table: outer IPv4 fragments to the gateway (ESP, ESP in
+//!                           # UDP) are reassembled per worker before decryption (RFC 4303 §3.4.1)
+//! contexts = 64             # datagrams being reassembled at once per worker, 0..=1024; 0 = off
+//!                           # (fragments to the gateway dropped as `fragment`); default 64
+//! max_fragments = 16        # fragments one datagram may have, 2..=256, default 16
+//! timeout_ms = 5000         # time a datagram has to complete from its first fragment,
+//!                           # 10..=120000 ms, default 5000
+//!
 //! [[port]]                  # at least one protected and one unprotected
 //! name = "inside"           # required, unique; routes name ports by it
 //! interface = "gw0-in"      # required, unique, 1..=15 bytes (IFNAMSIZ-1), no '/', ':' or spaces
@@ -39,7 +47,8 @@
 //! direction = "outbound"    # required: "outbound" (we encrypt) | "inbound" (we decrypt)
 //! mode = "tunnel"           # optional: "tunnel" (default) | "transport" (RFC 4303 §3.1.1: ESP
 //!                           #   inserted after the forwarded packet's own IPv4 header; then
-//!                           #   tunnel_src, tunnel_dst, outer_ttl, df and udp_encap are errors)
+//!                           #   tunnel_src, tunnel_dst, outer_ttl and df are errors; udp_encap
+//!                           #   is allowed: UDP between that header and ESP, RFC 3948 §3.2)
 //! algorithm = "aes-128-gcm" # required: "aes-128-gcm" | "aes-256-gcm" (RFC 4106),
 //!                           # "aes-128-gmac" | "aes-256-gmac" (RFC 4543, authentication only),
 //!                           # "chacha20-poly1305" (RFC 7634),
@@ -266,6 +275,7 @@ impl Raw {
 struct RawFile {
     gateway: Option<Spanned<RawGateway>>,
     crypto: Option<Spanned<RawCrypto>>,
+    reassembly: Option<Spanned<RawReassembly>>,
     port: Option<Vec<Spanned<RawPort>>>,
     sa: Option<Vec<Spanned<RawSa>>>,
     policy: Option<Vec<Spanned<RawPolicy>>>,
@@ -292,6 +302,14 @@ struct RawCrypto {
     ring_depth: Field,
     max_sessions_per_qp: Field,
     engines: Field,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReassembly {
+    contexts: Field,
+    max_fragments: Field,
+    timeout_ms: Field,
 }
 
 #[derive(Deserialize)]
@@ -363,6 +381,8 @@ struct RawNeighbour {
 #[derive(Deserialize)]
 struct Outline {
     gateway: Option<Spanned<IgnoredAny>>,
+    crypto: Option<Spanned<IgnoredAny>>,
+    reassembly: Option<Spanned<IgnoredAny>>,
     port: Option<Vec<Spanned<IgnoredAny>>>,
     sa: Option<Vec<Spanned<IgnoredAny>>>,
     policy: Option<Vec<Spanned<IgnoredAny>>>,
@@ -374,8 +394,9 @@ impl Outline {
     /// Path of the innermost table containing byte `offset` ("" = root).
     fn table_at(&self, offset: usize) -> String {
         let inside = |s: &Spanned<IgnoredAny>| s.span().contains(&offset);
-        if self.gateway.as_ref().is_some_and(inside) {
-            return "gateway".into();
+        let tables = [("gateway", &self.gateway), ("crypto", &self.crypto), ("reassembly", &self.reassembly)];
+        if let Some((name, _)) = tables.iter().find(|(_, t)| t.as_ref().is_some_and(inside)) {
+            return (*name).into();
         }
         let arrays = [
             ("port", &self.port),
@@ -656,6 +677,7 @@ impl Checker<'_> {
     fn config(&mut self, raw: RawFile) -> Option<Config> {
         let (gateway, workers) = self.gateway(raw.gateway.as_ref());
         let crypto = self.crypto(raw.crypto.as_ref());
+        let reassembly = self.reassembly(raw.reassembly.as_ref());
 
         let ports = self.ports(raw.port.as_deref().unwrap_or_default());
         let sas = self.sas(raw.sa.as_deref().unwrap_or_default(), workers);
@@ -672,6 +694,7 @@ impl Checker<'_> {
             source: self.source.to_path_buf(),
             gateway: gateway?,
             crypto: crypto?,
+            reassembly: reassembly?,
             ports: ports.list?,
             sas: sas.list?,
             policies: policies?,
@@ -805,6 +828,28 @@ impl Checker<'_> {
             ring_depth: ring_depth? as usize,
             max_sessions_per_qp: if descriptor { max_sessions? as u32 } else { 0 },
             engines: engines? as usize,
+        })
+    }
+
+    // -- [reassembly] --------------------------------------------------------
+
+    fn reassembly(&mut self, raw: Option<&Spanned<RawReassembly>>) -> Option<Reassembly> {
+        let d = Reassembly::default();
+        let Some(raw) = raw else {
+            return Some(d);
+        };
+        let tab = Tab {
+            path: "reassembly".into(),
+            span: raw.span(),
+        };
+        let r = raw.get_ref();
+        let contexts = self.opt_integer(&r.contexts, &tab.field("contexts"), 0, 1024, d.contexts as i64);
+        let max_fragments = self.opt_integer(&r.max_fragments, &tab.field("max_fragments"), 2, 256, d.max_fragments as i64);
+        let timeout_ms = self.opt_integer(&r.timeout_ms, &tab.field("timeout_ms"), 10, 120_000, d.timeout_ms as i64);
+        Some(Reassembly {
+            contexts: contexts? as usize,
+            max_fragments: max_fragments? as usize,
+            timeout_ms: timeout_ms? as u64,
         })
     }
 
@@ -1001,7 +1046,6 @@ impl Checker<'_> {
                     (&s.tunnel_dst, "tunnel_dst"),
                     (&s.outer_ttl, "outer_ttl"),
                     (&s.df, "df"),
-                    (&s.udp_encap, "udp_encap"),
                 ] {
                     if let Some(v) = f {
                         let m = format!("{key} is not allowed with mode = \"transport\" (the packet's own IPv4 header is kept); remove it");

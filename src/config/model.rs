@@ -18,6 +18,8 @@ pub struct Config {
     pub gateway: Gateway,
     /// `[crypto]` table.
     pub crypto: Crypto,
+    /// `[reassembly]` table.
+    pub reassembly: Reassembly,
     /// `[[port]]` entries, in file order; a port's index is its port id.
     pub ports: Vec<Port>,
     /// `[[sa]]` entries, in file order.
@@ -48,6 +50,28 @@ pub struct Gateway {
     /// Microseconds a worker sleeps between polls once it has been idle for
     /// a while (0..=10000, default 50; 0 = busy-poll always).
     pub idle_sleep_us: u64,
+}
+
+/// `[reassembly]`: reassembly of outer IPv4 fragments addressed to the
+/// gateway (ESP and ESP in UDP), per worker, before decryption (RFC 4303
+/// §3.4.1, RFC 791 §3.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reassembly {
+    /// Datagrams each worker reassembles at once (0..=1024, default 64;
+    /// 0 = off: fragments to the gateway are dropped as `fragment`). Each
+    /// holds one 2176-byte packet buffer of the worker's pool while in use.
+    pub contexts: usize,
+    /// Fragments one datagram may have (2..=256, default 16).
+    pub max_fragments: usize,
+    /// Milliseconds a datagram has to complete, from its first fragment
+    /// (10..=120000, default 5000).
+    pub timeout_ms: u64,
+}
+
+impl Default for Reassembly {
+    fn default() -> Self {
+        Reassembly { contexts: 64, max_fragments: 16, timeout_ms: 5000 }
+    }
 }
 
 /// Which crypto device backs the workers' queue pairs.

@@ -32,6 +32,15 @@ pub fn summary(cfg: &Config) -> String {
         "gateway {:?}: {} worker(s) on cores {cores}, burst {}, outer TTL {}, stats {stats}",
         g.name, g.workers, g.burst, g.outer_ttl
     );
+    let r = &cfg.reassembly;
+    let _ = match r.contexts {
+        0 => writeln!(out, "reassembly off: outer fragments to the gateway are dropped"),
+        n => writeln!(
+            out,
+            "reassembly: {n} datagrams per worker, up to {} fragments each, timeout {} ms",
+            r.max_fragments, r.timeout_ms
+        ),
+    };
     let v6 = |ip: &IpAddr| ip.is_ipv6();
     let count = |f: &dyn Fn(bool) -> usize| format!("{} IPv4 / {} IPv6", f(false), f(true));
     let _ = writeln!(

@@ -1,10 +1,11 @@
 //! Running the gateway: ports, crypto device, worker threads, stats, signals.
 
 use super::{stats, tables, ControlError};
-use crate::config::model::{Config, CryptoBackend, XdpMode};
+use crate::config::model::{Config, CryptoBackend, Reassembly, XdpMode};
 use crate::crypto::descriptor::{DescriptorConfig, DescriptorDevice};
 use crate::crypto::soft::SoftDevice;
 use crate::crypto::{CryptoDevice, QpConf};
+use crate::dataplane::reassembly::ReassemblyConf;
 use crate::dataplane::worker::{Handoff, WorkerConf};
 use crate::dataplane::{Worker, WorkerCounters};
 use crate::io::af_xdp::{self, AfXdpConfig, AfXdpPort, AttachMode};
@@ -28,6 +29,11 @@ pub struct RunOptions {
 const POOL_SIZE: usize = 4096;
 /// Packets each handoff ring holds.
 const HANDOFF_DEPTH: usize = 1024;
+
+/// The workers' reassembly settings from the config's `[reassembly]`.
+pub fn reassembly_conf(r: &Reassembly) -> ReassemblyConf {
+    ReassemblyConf { contexts: r.contexts, max_fragments: r.max_fragments, timeout: Duration::from_millis(r.timeout_ms) }
+}
 
 /// Writes `snap` as JSON to `path` atomically (temporary file + rename).
 fn write_stats_file(path: &PathBuf, snap: &stats::Snapshot) -> std::io::Result<()> {
@@ -124,7 +130,7 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
             })
             .collect();
         let core = cores[w];
-        let wconf = WorkerConf { id: w, burst: cfg.gateway.burst, pool_size: POOL_SIZE, nb_workers: nworkers, idle_sleep_us: cfg.gateway.idle_sleep_us };
+        let wconf = WorkerConf { id: w, burst: cfg.gateway.burst, pool_size: POOL_SIZE, nb_workers: nworkers, idle_sleep_us: cfg.gateway.idle_sleep_us, reasm: reassembly_conf(&cfg.reassembly) };
         let (wstop, wtables, ready) = (stop.clone(), tables.clone(), ready_tx.clone());
         let h = std::thread::Builder::new()
             .name(format!("secgw-worker{w}"))
@@ -213,4 +219,14 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
         return Err(ControlError::Worker { worker: w, what: "panicked".into() });
     }
     Ok(snap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_defaults_are_the_dataplane_defaults() {
+        assert_eq!(reassembly_conf(&Reassembly::default()), ReassemblyConf::DEFAULT);
+    }
 }

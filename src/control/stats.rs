@@ -64,12 +64,22 @@ pub struct Snapshot {
     pub drops: BTreeMap<&'static str, u64>,
     /// ARP replies sent.
     pub arp_replies: u64,
+    /// Neighbor Advertisements sent (RFC 4861 §7.2.4).
+    pub nd_replies: u64,
     /// IPv4 fragments sent.
     pub frags_sent: u64,
-    /// ICMP "fragmentation needed" errors sent.
+    /// ICMP "fragmentation needed" and ICMPv6 Packet Too Big errors sent.
     pub icmp_sent: u64,
     /// ICMP errors suppressed by the per-worker rate limit.
     pub icmp_rate_limited: u64,
+    /// IPv4 fragments addressed to the gateway taken for reassembly.
+    pub frags_received: u64,
+    /// Datagrams reassembled from them.
+    pub reassembled: u64,
+    /// Fragments that went into reassembled datagrams.
+    pub frags_reassembled: u64,
+    /// Fragments waiting for the rest of their datagram now.
+    pub frags_pending: u64,
     /// Per worker.
     pub workers: Vec<WorkerStats>,
 }
@@ -107,9 +117,14 @@ pub fn snapshot(t: &Tables, workers: &[Arc<WorkerCounters>]) -> Snapshot {
             *s.drops.entry(r.name()).or_default() += w.drops[r as usize].get();
         }
         s.arp_replies += w.arp_replies.get();
+        s.nd_replies += w.nd_replies.get();
         s.frags_sent += w.frags_sent.get();
         s.icmp_sent += w.icmp_sent.get();
         s.icmp_rate_limited += w.icmp_rate_limited.get();
+        s.frags_received += w.frags_received.get();
+        s.reassembled += w.reassembled.get();
+        s.frags_reassembled += w.frags_reassembled.get();
+        s.frags_pending += w.frags_pending.get();
     }
     s
 }
@@ -134,8 +149,14 @@ impl Snapshot {
         let nz: Vec<String> = self.drops.iter().filter(|(_, &v)| v > 0).map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(o, "drops: {}", if nz.is_empty() { "none".to_string() } else { nz.join(" ") });
         let _ = writeln!(o, "arp replies: {}", self.arp_replies);
+        let _ = writeln!(o, "nd replies: {}", self.nd_replies);
         let _ = writeln!(o, "fragments sent: {}", self.frags_sent);
         let _ = writeln!(o, "icmp sent: {} (rate limited: {})", self.icmp_sent, self.icmp_rate_limited);
+        let _ = writeln!(
+            o,
+            "fragments received: {} (reassembled into {} datagrams: {}; pending: {})",
+            self.frags_received, self.reassembled, self.frags_reassembled, self.frags_pending
+        );
         for w in &self.workers {
             let _ = writeln!(o, "worker {}: handoff out {} in {}", w.worker, w.handoff_out, w.handoff_in);
         }

@@ -12,13 +12,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub enum DropReason {
     /// A header failed its checks (truncated, bad checksum, bad lengths).
     Malformed,
-    /// EtherType the gateway does not handle (IPv6 until it lands).
+    /// EtherType the gateway does not handle (not IPv4, IPv6 or ARP).
     UnsupportedEthertype,
-    /// Unicast frame for another MAC.
+    /// Unicast frame for another MAC, or a multicast IPv6 packet that is not
+    /// Neighbor Discovery (the gateway forwards unicast only).
     NotForUs,
     /// ARP that is not a request for one of our addresses.
     ArpIgnored,
-    /// Addressed to the gateway itself (it terminates no traffic but ARP and ESP).
+    /// Addressed to the gateway itself (it terminates no traffic but ARP,
+    /// Neighbor Solicitations and ESP).
     ToUs,
     /// No SPD entry matched (RFC 4301 §5.1).
     NoPolicy,
@@ -28,7 +30,11 @@ pub enum DropReason {
     CleartextProtected,
     /// ESP with no matching SA, or SPI 0 (RFC 4303 §2.1, §3.4.2).
     NoSa,
-    /// An outer IP fragment carrying ESP (RFC 4303 §3.4.1: not reassembled yet).
+    /// An outer fragment carrying ESP that is not reassembled: IPv4 to the
+    /// gateway with reassembly off (`reassembly.contexts = 0`), IPv4 for a
+    /// transport-mode SA and not addressed to the gateway, or an IPv6
+    /// packet to us with a Fragment header (RFC 4303 §3.4.1; IPv6
+    /// reassembly not yet).
     Fragment,
     /// Replayed or too old (RFC 4303 §3.4.3).
     Replay,
@@ -38,11 +44,12 @@ pub enum DropReason {
     BadLength,
     /// Pad length or padding bytes wrong (RFC 4303 §2.4–2.5).
     BadPadding,
-    /// Next header not 4 in tunnel mode.
+    /// Next header not 4 (IPv4) or 41 (IPv6) in tunnel mode.
     BadNextHeader,
     /// Dummy packet, next header 59 (RFC 4303 §2.6): discarded silently.
     Dummy,
-    /// The decrypted inner packet is not valid IPv4.
+    /// The decrypted inner packet is not a valid packet of the family its
+    /// next header names.
     BadInner,
     /// Inner packet does not match the SA's selectors (RFC 4301 §5.2).
     InnerPolicyMismatch,
@@ -54,7 +61,7 @@ pub enum DropReason {
     CryptoError,
     /// No buffer room to encapsulate.
     NoRoom,
-    /// TTL ≤ 1 on a packet to forward.
+    /// TTL (IPv4) or hop limit (IPv6) ≤ 1 on a packet to forward.
     TtlExceeded,
     /// No route to the destination.
     NoRoute,
@@ -69,9 +76,10 @@ pub enum DropReason {
     /// The SA's session was not attached to the worker's queue pair.
     SessionNotAttached,
     /// Larger than the egress port's MTU once encapsulated with DF set on
-    /// the inner packet (an ICMP "fragmentation needed" goes back to its
-    /// source, counted under `icmp_sent`), or too big with DF set on the
-    /// packet itself (not fragmented).
+    /// an inner IPv4 packet, or any inner IPv6 packet (an ICMP
+    /// "fragmentation needed" / ICMPv6 Packet Too Big goes back to its
+    /// source, counted under `icmp_sent`), or too big for its egress port
+    /// with DF set on the packet itself or as IPv6 (not fragmented).
     MtuExceeded,
     /// A NAT keepalive (RFC 3948 §2.3: one 0xFF byte on a NAT-T port):
     /// ignored, counted here.
@@ -85,11 +93,40 @@ pub enum DropReason {
     /// Too big for the egress MTU, DF clear, but the worker's pool had too
     /// few buffers for the fragments.
     FragNoBuffer,
+    /// Fragments of a datagram to the gateway not complete within
+    /// `reassembly.timeout_ms` of its first fragment (RFC 791 §3.2); one
+    /// per fragment held.
+    ReasmTimeout,
+    /// A fragment overlapping data already held: the whole datagram is
+    /// dropped, its fragments held, this one and those arriving later
+    /// (RFC 5722's reasoning).
+    ReasmOverlap,
+    /// An exact duplicate of a fragment held (same offset and length):
+    /// the duplicate only.
+    ReasmDuplicate,
+    /// A datagram whose data reaches past one packet buffer (2048 bytes
+    /// after the IP header): all its fragments.
+    ReasmTooBig,
+    /// A datagram of more than `reassembly.max_fragments` fragments: all
+    /// its fragments.
+    ReasmTooMany,
+    /// The reassembly table was full: the oldest datagram was evicted for a
+    /// new one; one per fragment it held.
+    ReasmTableFull,
+    /// A fragment with zero data, a non-last fragment whose data is not a
+    /// multiple of 8 bytes, offset + length past 65535 (RFC 791), or one
+    /// that contradicts its datagram (another end, data past the end,
+    /// Not-ECT mixed with ECT, RFC 3168 §5.3; then the whole datagram).
+    ReasmBadFragment,
+    /// Neighbor Discovery (ICMPv6 133..=137) not answered: anything but a
+    /// valid Neighbor Solicitation (RFC 4861 §7.1.1: hop limit 255, code 0,
+    /// checksum, lengths, options) for one of the port's IPv6 addresses.
+    NdIgnored,
 }
 
 impl DropReason {
     /// Every reason, in counter-index order.
-    pub const ALL: [DropReason; 34] = [
+    pub const ALL: [DropReason; 42] = [
         DropReason::Malformed,
         DropReason::UnsupportedEthertype,
         DropReason::NotForUs,
@@ -124,6 +161,14 @@ impl DropReason {
         DropReason::NattIke,
         DropReason::EncapMismatch,
         DropReason::FragNoBuffer,
+        DropReason::ReasmTimeout,
+        DropReason::ReasmOverlap,
+        DropReason::ReasmDuplicate,
+        DropReason::ReasmTooBig,
+        DropReason::ReasmTooMany,
+        DropReason::ReasmTableFull,
+        DropReason::ReasmBadFragment,
+        DropReason::NdIgnored,
     ];
 
     /// Number of reasons.
@@ -166,6 +211,14 @@ impl DropReason {
             DropReason::NattIke => "natt_ike",
             DropReason::EncapMismatch => "encap_mismatch",
             DropReason::FragNoBuffer => "frag_no_buffer",
+            DropReason::ReasmTimeout => "reasm_timeout",
+            DropReason::ReasmOverlap => "reasm_overlap",
+            DropReason::ReasmDuplicate => "reasm_duplicate",
+            DropReason::ReasmTooBig => "reasm_too_big",
+            DropReason::ReasmTooMany => "reasm_too_many",
+            DropReason::ReasmTableFull => "reasm_table_full",
+            DropReason::ReasmBadFragment => "reasm_bad_fragment",
+            DropReason::NdIgnored => "nd_ignored",
         }
     }
 }
@@ -254,17 +307,32 @@ pub struct WorkerCounters {
     pub sa_in: Vec<SaCounters>,
     /// ARP replies sent.
     pub arp_replies: Counter,
+    /// Neighbor Advertisements sent in answer to solicitations (RFC 4861
+    /// §7.2.4).
+    pub nd_replies: Counter,
     /// Packets handed to the worker owning their SA.
     pub handoff_out: Counter,
     /// Packets received from other workers for SAs this worker owns.
     pub handoff_in: Counter,
-    /// IPv4 fragments sent (RFC 791), counting the first.
+    /// IPv4 fragments sent (RFC 791), counting the first: outer fragments
+    /// and inner fragments made before encapsulation (RFC 4459 §3).
     pub frags_sent: Counter,
-    /// ICMP "fragmentation needed" errors sent (RFC 792, RFC 1191).
+    /// ICMP "fragmentation needed" (RFC 792, RFC 1191) and ICMPv6 Packet
+    /// Too Big (RFC 4443 §3.2) errors sent.
     pub icmp_sent: Counter,
     /// ICMP errors not sent because the worker's rate limit was reached
     /// (the packet that caused them is counted under its drop reason).
     pub icmp_rate_limited: Counter,
+    /// IPv4 fragments addressed to the gateway taken by the reassembler.
+    pub frags_received: Counter,
+    /// Datagrams reassembled (each goes on as one received packet).
+    pub reassembled: Counter,
+    /// Fragments that went into reassembled datagrams.
+    pub frags_reassembled: Counter,
+    /// Fragments held right now, waiting for the rest of their datagram (a
+    /// gauge: with it, received = transmitted + dropped + frags_reassembled
+    /// − reassembled + frags_pending at any moment).
+    pub frags_pending: Counter,
 }
 
 impl WorkerCounters {
@@ -276,20 +344,32 @@ impl WorkerCounters {
             sa_out: (0..sa_out).map(|_| SaCounters::default()).collect(),
             sa_in: (0..sa_in).map(|_| SaCounters::default()).collect(),
             arp_replies: Counter::default(),
+            nd_replies: Counter::default(),
             handoff_out: Counter::default(),
             handoff_in: Counter::default(),
             frags_sent: Counter::default(),
             icmp_sent: Counter::default(),
             icmp_rate_limited: Counter::default(),
+            frags_received: Counter::default(),
+            reassembled: Counter::default(),
+            frags_reassembled: Counter::default(),
+            frags_pending: Counter::default(),
         }
     }
 
     /// Counts a drop of a frame received on `port`.
     #[inline]
     pub fn count_drop(&self, port: usize, reason: DropReason) {
-        self.drops[reason as usize].add(1);
+        self.count_drops(port, reason, 1);
+    }
+
+    /// Counts `n` drops of frames received on `port` (the fragments of a
+    /// datagram dropped whole).
+    #[inline]
+    pub fn count_drops(&self, port: usize, reason: DropReason, n: u64) {
+        self.drops[reason as usize].add(n);
         if let Some(p) = self.ports.get(port) {
-            p.drops.add(1);
+            p.drops.add(n);
         }
     }
 }

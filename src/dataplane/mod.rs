@@ -7,6 +7,7 @@
 //! in the burst path.
 
 pub mod counters;
+pub mod reassembly;
 pub mod worker;
 
 pub use counters::{DropReason, WorkerCounters};

@@ -1,15 +1,16 @@
 //! One data-plane worker.
 
 use super::counters::{DropReason, WorkerCounters};
+use super::reassembly::{ReassemblyConf, Reassembler};
 use crate::crypto::{CryptoOp, QueuePair};
 use crate::esp::{inbound, outbound, transport, InboundState, OutboundState};
 use crate::io::{PktBuf, Port};
 use crate::policy::spd::{FlowKey, SpdAction};
 use crate::policy::Tables;
-use crate::wire::{arp, esp as esp_hdr, ethernet, icmp, ipv4, udp};
+use crate::wire::{arp, esp as esp_hdr, ethernet, icmp, icmpv6, ipv4, ipv6, udp};
 use arc_swap::ArcSwap;
 use crossbeam_queue::ArrayQueue;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -37,13 +38,56 @@ fn untag(t: u64) -> (bool, usize, u64, usize) {
     (t & TAG_INBOUND != 0, ((t >> 32) & 0x7fff_ffff) as usize, (t >> 16) & 0xffff, (t & 0xffff) as usize)
 }
 
-/// Whether the ESP packet after the IPv4 header (`hl` bytes) has the SPI of
-/// an inbound transport-mode SA.
-fn transport_spi(t: &Tables, buf: &PktBuf, hl: usize) -> bool {
-    let Some(Ok(esp)) = buf.frame().get(ethernet::HEADER_LEN + hl..).map(esp_hdr::EspPacket::new_checked) else {
+/// Whether the ESP packet `at` bytes after the start of the IPv4 header
+/// (its length, plus the UDP header for ESP in UDP) has the SPI of an
+/// inbound transport-mode SA.
+fn transport_spi(t: &Tables, buf: &PktBuf, at: usize) -> bool {
+    let Some(Ok(esp)) = buf.frame().get(ethernet::HEADER_LEN + at..).map(esp_hdr::EspPacket::new_checked) else {
         return false;
     };
     t.sad.inbound_by_spi(esp.spi()).is_some_and(|i| t.sad.inbound[i].sa.transport)
+}
+
+/// True if the IP header after the Ethernet header of `f` is IPv6.
+#[inline]
+fn is_ipv6(f: &[u8]) -> bool {
+    f.get(ethernet::HEADER_LEN).is_some_and(|b| b >> 4 == 6)
+}
+
+/// The DS + ECN byte of the IP header after the Ethernet header (IPv4 TOS
+/// or IPv6 traffic class), 0 if there is none.
+#[inline]
+fn ip_tos(f: &[u8]) -> u8 {
+    let ip = f.get(ethernet::HEADER_LEN..).unwrap_or(&[]);
+    if is_ipv6(f) {
+        ipv6::traffic_class(ip)
+    } else {
+        ip.get(ipv4::TOS).copied().unwrap_or(0)
+    }
+}
+
+/// The forwarding decrement of the IP header after the Ethernet header:
+/// IPv4 TTL (checksum updated) or IPv6 hop limit.
+#[inline]
+fn decrement_hops(buf: &mut PktBuf) {
+    let v6 = is_ipv6(buf.frame());
+    let ip = buf.frame_mut().get_mut(ethernet::HEADER_LEN..).unwrap_or(&mut []);
+    if v6 {
+        ipv6::decrement_hop_limit(ip)
+    } else {
+        ipv4::decrement_ttl(ip)
+    }
+}
+
+/// Where a fragment goes: straight to a port (Ethernet addresses given), or
+/// into an outbound SA (inner fragmentation before encapsulation, RFC 4459
+/// §3).
+#[derive(Clone, Copy)]
+enum FragSink {
+    /// Stage on port `out` with these (destination, source) MACs.
+    Tx { out: usize, macs: ([u8; 6], [u8; 6]) },
+    /// Encapsulate with outbound SA `sa`, owned by worker `owner`.
+    Sa { sa: usize, owner: usize },
 }
 
 /// Destination address of the IPv4 header after the Ethernet header.
@@ -69,6 +113,8 @@ pub struct WorkerConf {
     /// traffic at the cost of up to this much latency for the first packet
     /// after a pause (the AF_XDP rings hold arrivals meanwhile).
     pub idle_sleep_us: u64,
+    /// Reassembly of outer fragments addressed to the gateway.
+    pub reasm: ReassemblyConf,
 }
 
 /// Empty polls in a row before a worker starts sleeping between polls.
@@ -139,6 +185,7 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     icmp_tokens: u32,
     icmp_refill: Instant,
     icmp_ident: u16,
+    reasm: Reassembler,
 }
 
 impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
@@ -187,6 +234,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             icmp_tokens: ICMP_RATE,
             icmp_refill: Instant::now(),
             icmp_ident: 0,
+            reasm: Reassembler::new(conf.reasm),
         }
     }
 
@@ -194,6 +242,12 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// starting an SA at a given sequence number).
     pub fn outbound_state(&mut self, i: usize) -> Option<&mut OutboundState> {
         self.out_state.get_mut(i)
+    }
+
+    /// Buffers in this worker's pool right now (tests: after traffic has
+    /// drained and reassembly has let go, every buffer is back).
+    pub fn free_buffers(&self) -> usize {
+        self.pool.len()
     }
 
     /// Crypto ops this worker has in its queue pair or waiting to enter it.
@@ -245,6 +299,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 let Some(b) = r.pop() else { break };
                 self.pool.push(b);
             }
+        }
+        if self.reasm.pending() {
+            let now = self.now();
+            self.reasm.expire(now, &self.counters);
+            self.reasm_spent();
         }
         for k in 0..self.handoff.from.len() {
             for _ in 0..self.conf.burst {
@@ -301,6 +360,17 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         true
     }
 
+    /// Takes a token from the ICMP bucket (counting `icmp_rate_limited`
+    /// when it is empty) and grows `buf` to at least `len` bytes for the
+    /// error built in place; false when either fails.
+    fn icmp_budget(&mut self, buf: &mut PktBuf, len: usize) -> bool {
+        if !self.icmp_allowed() {
+            self.counters.icmp_rate_limited.add(1);
+            return false;
+        }
+        buf.len() >= len || buf.append(len - buf.len())
+    }
+
     /// The packet in `buf` (received on `port`, DF set) is too big for its
     /// tunnel: counts it under `mtu_exceeded` and turns the buffer into an
     /// ICMP "fragmentation needed" error (RFC 792 type 3 code 4, next-hop
@@ -326,12 +396,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let Some(&me) = t.ports.get(port).and_then(|p| p.addresses.first()) else {
             return self.recycle(buf);
         };
-        if !self.icmp_allowed() {
-            self.counters.icmp_rate_limited.add(1);
-            return self.recycle(buf);
-        }
-        let need = ethernet::HEADER_LEN + icmp::ERROR_FRONT + quoted;
-        if buf.len() < need && !buf.append(need - buf.len()) {
+        if !self.icmp_budget(&mut buf, ethernet::HEADER_LEN + icmp::ERROR_FRONT + quoted) {
             return self.recycle(buf);
         }
         self.icmp_ident = self.icmp_ident.wrapping_add(1);
@@ -342,6 +407,115 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         buf.trim_to(ethernet::HEADER_LEN + n);
         self.counters.icmp_sent.add(1);
         self.forward(t, port, buf, IpAddr::V4(src))
+    }
+
+    /// The IPv6 packet in `buf` (received on `port`) is too big for its
+    /// tunnel: counts it under `mtu_exceeded` and turns the buffer into an
+    /// ICMPv6 Packet Too Big (RFC 4443 §3.2: type 2, code 0, MTU `mtu`)
+    /// back to its source, from the first IPv6 address of `port`, quoting
+    /// as much of the packet as fits in 1280 bytes. None for a multicast,
+    /// unspecified or loopback source, none about an ICMPv6 error (§2.4
+    /// (e)), none without an IPv6 address on `port`, none past the rate
+    /// limit shared with ICMPv4 (`icmp_rate_limited`).
+    fn packet_too_big(&mut self, t: &Tables, port: usize, mut buf: PktBuf, mtu: usize) {
+        self.counters.count_drop(port, DropReason::MtuExceeded);
+        let (src, quoted) = {
+            let Ok(ip) = ipv6::Ipv6Packet::new_checked(&buf.frame()[ethernet::HEADER_LEN..]) else {
+                return self.recycle(buf);
+            };
+            let src = ip.src();
+            let icmp_error = match ip.upper_layer() {
+                Ok(u) => u.protocol == ipv6::NH_ICMPV6 && !u.is_later_fragment() && ip.bytes().get(u.offset).is_none_or(|&ty| icmpv6::is_error_type(ty)),
+                Err(_) => true,
+            };
+            if icmp_error || ipv6::is_multicast(&src) || src.is_unspecified() || src.is_loopback() {
+                return self.recycle(buf);
+            }
+            (src, icmpv6::quoted_len(ip.total_len()))
+        };
+        let Some(&me) = t.ports.get(port).and_then(|p| p.addresses6.first()) else {
+            return self.recycle(buf);
+        };
+        if !self.icmp_budget(&mut buf, ethernet::HEADER_LEN + icmpv6::ERROR_FRONT + quoted) {
+            return self.recycle(buf);
+        }
+        let mtu = mtu.min(u32::MAX as usize) as u32;
+        let Some(n) = icmpv6::packet_too_big_in_place(&mut buf.frame_mut()[ethernet::HEADER_LEN..], quoted, &me, &src, mtu, 64) else {
+            return self.recycle(buf);
+        };
+        buf.trim_to(ethernet::HEADER_LEN + n);
+        self.counters.icmp_sent.add(1);
+        self.forward(t, port, buf, IpAddr::V6(src))
+    }
+
+    /// Neighbor Discovery (ICMPv6 133..=137) received on `port`, the ICMPv6
+    /// message at `icmp_off` of the IPv6 packet: a valid Neighbor
+    /// Solicitation (RFC 4861 §7.1.1: hop limit 255, checksum, code 0,
+    /// length ≥ 24, options well formed; from an unspecified source only to
+    /// a solicited-node address and without a source link-layer option)
+    /// for one of our IPv6 addresses on `port`, from a unicast MAC and not
+    /// from one of our addresses, is answered in place with a Neighbor
+    /// Advertisement (§7.2.4): to the solicitation's source with S and O
+    /// set, or, for a duplicate address detection probe (unspecified
+    /// source), to all-nodes (ff02::1) with O set; hop limit 255, a target
+    /// link-layer address option with the port's MAC; Ethernet destination
+    /// = the source link-layer option, else the frame's source. Counted
+    /// under `nd_replies`. Everything else is dropped as `nd_ignored`
+    /// (next hops come from static neighbours: no resolution here).
+    fn nd(&mut self, t: &Tables, port: usize, mut buf: PktBuf, icmp_off: usize) {
+        let mac = t.ports[port].mac;
+        let answer = {
+            let f = buf.frame();
+            let eth_src: [u8; 6] = f[ethernet::SRC..ethernet::SRC + 6].try_into().unwrap_or([0; 6]);
+            let Ok(ip) = ipv6::Ipv6Packet::new_checked(&f[ethernet::HEADER_LEN..]) else {
+                return self.drop_buf(port, DropReason::Malformed, buf);
+            };
+            let msg = ip.bytes().get(icmp_off..).unwrap_or(&[]);
+            let (src, dst) = (ip.src(), ip.dst());
+            match icmpv6::NeighborSolicitation::new_checked(msg) {
+                Ok(ns)
+                    if ip.hop_limit() == icmpv6::ND_HOP_LIMIT
+                        && ipv6::upper_layer_checksum_ok(&src, &dst, ipv6::NH_ICMPV6, msg)
+                        && t.is_local(port, IpAddr::V6(ns.target()))
+                        && !t.is_local(port, IpAddr::V6(src))
+                        && eth_src[0] & 1 == 0
+                        && eth_src != [0; 6] =>
+                {
+                    let target = ns.target();
+                    if src.is_unspecified() {
+                        // Duplicate address detection (RFC 4861 §7.1.1, §7.2.4).
+                        if dst != icmpv6::solicited_node(&target) || ns.source_lladdr().is_some() {
+                            None
+                        } else {
+                            let all_nodes = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
+                            Some((target, all_nodes, icmpv6::multicast_mac(&all_nodes), icmpv6::NA_FLAG_OVERRIDE))
+                        }
+                    } else {
+                        let to_mac = ns.source_lladdr().unwrap_or(eth_src);
+                        Some((target, src, to_mac, icmpv6::NA_FLAG_SOLICITED | icmpv6::NA_FLAG_OVERRIDE))
+                    }
+                }
+                _ => None,
+            }
+        };
+        let Some((target, to, to_mac, flags)) = answer else {
+            return self.drop_buf(port, DropReason::NdIgnored, buf);
+        };
+        const IP: usize = ethernet::HEADER_LEN;
+        const MSG: usize = IP + ipv6::HEADER_LEN;
+        let len = MSG + icmpv6::NA_LEN;
+        if buf.len() < len && !buf.append(len - buf.len()) {
+            return self.drop_buf(port, DropReason::NoRoom, buf);
+        }
+        buf.trim_to(len);
+        let f = buf.frame_mut();
+        if icmpv6::write_neighbor_advertisement(&mut f[MSG..], &target, &to, flags, &target, &mac).is_none() {
+            return self.drop_buf(port, DropReason::NoRoom, buf);
+        }
+        ipv6::write_header(&mut f[IP..MSG], 0, 0, icmpv6::NA_LEN as u16, ipv6::NH_ICMPV6, icmpv6::ND_HOP_LIMIT, &target, &to);
+        ethernet::write_header(f, &to_mac, &mac, ethernet::ETHERTYPE_IPV6);
+        self.counters.nd_replies.add(1);
+        self.tx[port].push(buf);
     }
 
     fn read_backend_stats(&mut self) {
@@ -403,6 +577,29 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         self.pool.push(buf);
     }
 
+    /// Returns the buffers the reassembler gave up to their pools.
+    fn reasm_spent(&mut self) {
+        while let Some(b) = self.reasm.take_spent() {
+            self.recycle(b);
+        }
+    }
+
+    /// An outer IPv4 fragment addressed to the gateway: into the
+    /// reassembler; a completed datagram goes on through [`Self::inbound`]
+    /// as if received whole (it is counted once under rx by its fragments).
+    fn reassemble(&mut self, t: &Tables, port: usize, buf: PktBuf) {
+        let now = self.now();
+        let done = self.reasm.push(buf, now, &self.counters);
+        self.reasm_spent();
+        let Some(buf) = done else { return };
+        let Ok(ip) = ipv4::Ipv4Packet::new_checked(&buf.frame()[ethernet::HEADER_LEN..]) else {
+            return self.drop_buf(port, DropReason::Malformed, buf);
+        };
+        let key = FlowKey { src: IpAddr::V4(ip.src()), dst: IpAddr::V4(ip.dst()), protocol: ip.protocol(), ports: ip.ports() };
+        let (ttl, hl) = (ip.ttl(), ip.header_len());
+        self.inbound(t, port, buf, key, ttl, hl, false)
+    }
+
     #[inline]
     fn drop_buf(&mut self, port: usize, reason: DropReason, buf: PktBuf) {
         self.counters.count_drop(port, reason);
@@ -447,8 +644,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let Some(e) = t.sad.inbound.get(i) else {
             return self.drop_buf(port, DropReason::NoSa, buf);
         };
-        // The frame still starts with Ethernet + the outer IPv4 header.
-        let outer_tos = buf.frame().get(ethernet::HEADER_LEN + ipv4::TOS).copied().unwrap_or(0);
+        // The frame still starts with Ethernet + the outer IPv4 or IPv6 header.
+        let outer_tos = ip_tos(buf.frame());
         match inbound::prepare(&e.sa, &self.in_state[i], buf, aux as usize) {
             Ok(mut op) => {
                 op.user[1] = tag(true, i, outer_tos as usize, port as u16);
@@ -493,6 +690,42 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                     self.inbound(t, port, buf, key, ttl, hl, frag)
                 }
             }
+            ethernet::ETHERTYPE_IPV6 => {
+                // IPv6 multicast frames (33:33:…) are taken for Neighbor
+                // Discovery only (solicitations go to solicited-node groups).
+                let dst_mac = eth.dst();
+                let mcast_mac = dst_mac[..2] == [0x33, 0x33];
+                if dst_mac != pinfo.mac && !mcast_mac {
+                    return self.drop_buf(port, DropReason::NotForUs, buf);
+                }
+                let Ok(ip) = ipv6::Ipv6Packet::new_checked(eth.payload()) else {
+                    return self.drop_buf(port, DropReason::Malformed, buf);
+                };
+                let Ok(up) = ip.upper_layer() else {
+                    return self.drop_buf(port, DropReason::Malformed, buf);
+                };
+                let dst = ip.dst();
+                let key = FlowKey { src: IpAddr::V6(ip.src()), dst: IpAddr::V6(dst), protocol: up.protocol, ports: ip.ports(&up) };
+                let (hops, total) = (ip.hop_limit(), ip.total_len());
+                let multicast = ipv6::is_multicast(&dst) || mcast_mac;
+                let nd = up.protocol == ipv6::NH_ICMPV6
+                    && !up.is_fragment()
+                    && ip.bytes().get(up.offset).is_some_and(|&ty| icmpv6::is_nd_type(ty))
+                    && (multicast || t.is_local(port, key.dst));
+                buf.trim_to(ethernet::HEADER_LEN + total);
+                if nd {
+                    return self.nd(t, port, buf, up.offset);
+                }
+                if multicast {
+                    // The gateway forwards unicast only.
+                    return self.drop_buf(port, DropReason::NotForUs, buf);
+                }
+                if pinfo.protected {
+                    self.outbound(t, port, buf, key, hops)
+                } else {
+                    self.inbound(t, port, buf, key, hops, up.offset, up.is_fragment())
+                }
+            }
             _ => self.drop_buf(port, DropReason::UnsupportedEthertype, buf),
         }
     }
@@ -524,7 +757,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         self.tx[port].push(buf);
     }
 
-    /// Plaintext from a protected port: SPD → PROTECT / BYPASS / DISCARD.
+    /// Plaintext (IPv4 or IPv6) from a protected port: SPD → PROTECT /
+    /// BYPASS / DISCARD.
     fn outbound(&mut self, t: &Tables, port: usize, mut buf: PktBuf, key: FlowKey, ttl: u8) {
         if t.is_local(port, key.dst) {
             return self.drop_buf(port, DropReason::ToUs, buf);
@@ -534,47 +768,77 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             Some(SpdAction::Discard) => return self.drop_buf(port, DropReason::PolicyDiscard, buf),
             Some(a) => a,
         };
-        // Forwarding as a router: TTL ≤ 1 cannot be forwarded; else decrement once.
+        // Forwarding as a router: TTL / hop limit ≤ 1 cannot be forwarded;
+        // else decrement once.
         if ttl <= 1 {
             return self.drop_buf(port, DropReason::TtlExceeded, buf);
         }
         let SpdAction::Protect(i) = action else {
-            ipv4::decrement_ttl(&mut buf.frame_mut()[ethernet::HEADER_LEN..]);
+            decrement_hops(&mut buf);
             return self.forward(t, port, buf, key.dst);
         };
         let Some(sa) = t.sad.outbound.get(i) else {
             return self.drop_buf(port, DropReason::NoSa, buf);
         };
-        // RFC 1191: a DF packet too big for the tunnel once encapsulated
-        // gets "fragmentation needed" with the largest inner size that fits
-        // the egress MTU of the route to the tunnel end. Checked before the
-        // TTL decrement so the error quotes the header as the host sent it.
-        let inner_df = buf.frame().get(ethernet::HEADER_LEN + ipv4::FLAGS_FRAG).is_some_and(|&b| u16::from(b) << 8 & ipv4::FLAG_DF != 0);
-        if inner_df {
-            let egress_mtu = t.routes.lookup(sa.tunnel_dst).and_then(|(out, _)| t.ports.get(out)).map(|p| p.mtu as usize);
-            if let Some(mtu) = egress_mtu {
-                if outbound::encapsulated_len(sa, buf.len() - ethernet::HEADER_LEN) > mtu {
-                    let fits = outbound::max_inner_len(sa, mtu);
-                    return self.frag_needed(t, port, buf, fits);
-                }
+        // Too big for the egress MTU of the route to the tunnel end (transport
+        // mode: to the packet's own destination) once encapsulated (checked
+        // before the decrement, so an error quotes the header as the host
+        // sent it):
+        // * IPv6 inner: ICMPv6 Packet Too Big (RFC 4443 §3.2; IPv6 is never
+        //   fragmented on the way, RFC 8200 §5);
+        // * IPv4 inner with DF: ICMP "fragmentation needed" (RFC 1191);
+        // * IPv4 inner without DF into an IPv6 outer header: the inner
+        //   packet is fragmented before encapsulation (RFC 4459 §3), each
+        //   fragment its own ESP packet (the IPv6 outer header is never
+        //   fragmented);
+        // * IPv4 inner without DF into an IPv4 outer header (or transport
+        //   mode): the ESP packet is fragmented after encryption (`forward`).
+        // The MTU in the errors is the largest inner packet that fits.
+        let inner_v6 = key.dst.is_ipv6();
+        let via = if sa.transport { key.dst } else { sa.tunnel_dst };
+        let egress_mtu = t.routes.lookup(via).and_then(|(out, _)| t.ports.get(out)).map(|p| p.mtu as usize);
+        // The IPv4 header length counts in transport mode only (kept in front).
+        let hl = buf.frame().get(ethernet::HEADER_LEN).map_or(ipv4::MIN_HEADER_LEN, |&b| (b & 0x0f) as usize * 4);
+        if let Some(mtu) = egress_mtu.filter(|&m| outbound::encapsulated_len(sa, hl, buf.len() - ethernet::HEADER_LEN) > m) {
+            let fits = outbound::max_inner_len(sa, hl, mtu);
+            if inner_v6 {
+                return self.packet_too_big(t, port, buf, fits);
+            }
+            let inner_df = buf.frame().get(ethernet::HEADER_LEN + ipv4::FLAGS_FRAG).is_some_and(|&b| u16::from(b) << 8 & ipv4::FLAG_DF != 0);
+            if inner_df {
+                return self.frag_needed(t, port, buf, fits);
+            }
+            if sa.tunnel_dst.is_ipv6() && !sa.transport {
+                decrement_hops(&mut buf);
+                let owner = sa.owner;
+                return self.fragment(t, port, FragSink::Sa { sa: i, owner }, buf, fits);
             }
         }
-        ipv4::decrement_ttl(&mut buf.frame_mut()[ethernet::HEADER_LEN..]);
+        decrement_hops(&mut buf);
         let owner = sa.owner;
         self.hand_to_owner(t, owner, port, buf, tag(false, i, 0, port as u16))
     }
 
     /// A frame from an unprotected port: ESP to us, or UDP to us on a NAT-T
     /// port (RFC 3948) → SAD → decrypt; anything else → inbound SPD (BYPASS
-    /// or drop).
+    /// or drop). IPv4 or IPv6: `hl` is the offset of the upper-layer header
+    /// in the IP packet (the IPv4 header length, or past the IPv6 extension
+    /// headers, RFC 4303 §3.1.1 / RFC 8200 §4), `frag` whether the outer
+    /// packet is a fragment (IPv4 MF/offset or an IPv6 Fragment header).
     #[allow(clippy::too_many_arguments)]
     fn inbound(&mut self, t: &Tables, port: usize, mut buf: PktBuf, key: FlowKey, ttl: u8, hl: usize, frag: bool) {
         let local = t.is_local(port, key.dst);
         let natt = key.protocol == ipv4::PROTO_UDP && key.ports.is_some_and(|(_, d)| t.is_natt_port(d));
         let esp_proto = key.protocol == ipv4::PROTO_ESP;
-        // Transport SAs (RFC 4303 §3.1.1, as ipsec-secgw): ESP matched by SPI
-        // whatever its destination, then routed on its own destination.
-        let transport = esp_proto && !local && transport_spi(t, &buf, hl);
+        // A non-first fragment has no UDP header: every UDP fragment to us
+        // may be ESP in UDP (RFC 3948).
+        if frag && local && !key.dst.is_ipv6() && (esp_proto || key.protocol == ipv4::PROTO_UDP) && self.reasm.enabled() {
+            return self.reassemble(t, port, buf);
+        }
+        // Transport SAs (RFC 4303 §3.1.1, as ipsec-secgw; IPv4 only): ESP, or
+        // ESP in UDP on a NAT-T port (RFC 3948 §3.3), matched by SPI whatever
+        // its destination, then routed on its own destination.
+        let transport = (esp_proto || natt) && !local && !key.dst.is_ipv6() && transport_spi(t, &buf, hl + if natt { udp::HEADER_LEN } else { 0 });
         if (local && (esp_proto || natt)) || transport {
             if frag {
                 return self.drop_buf(port, DropReason::Fragment, buf);
@@ -629,7 +893,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 if ttl <= 1 {
                     return self.drop_buf(port, DropReason::TtlExceeded, buf);
                 }
-                ipv4::decrement_ttl(&mut buf.frame_mut()[ethernet::HEADER_LEN..]);
+                decrement_hops(&mut buf);
                 self.forward(t, port, buf, key.dst)
             }
         }
@@ -669,12 +933,25 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 return self.drop_buf(port, err.into(), b);
             }
         };
-        // The inner packet was checked by `inbound::finish`.
-        let Ok(ip) = ipv4::Ipv4Packet::new_checked(&buf.frame()[ethernet::HEADER_LEN..]) else {
+        // The inner packet (IPv4 or IPv6) was checked by `inbound::finish`;
+        // its selectors are those of its family (RFC 4301 §5.2).
+        let inner = &buf.frame()[ethernet::HEADER_LEN..];
+        let parsed = if is_ipv6(buf.frame()) {
+            ipv6::Ipv6Packet::new_checked(inner).and_then(|ip| {
+                let up = ip.upper_layer()?;
+                let key = FlowKey { src: IpAddr::V6(ip.src()), dst: IpAddr::V6(ip.dst()), protocol: up.protocol, ports: ip.ports(&up) };
+                Ok((key, ip.hop_limit(), ip.total_len()))
+            })
+        } else {
+            ipv4::Ipv4Packet::new_checked(inner).map(|ip| {
+                let key = FlowKey { src: IpAddr::V4(ip.src()), dst: IpAddr::V4(ip.dst()), protocol: ip.protocol(), ports: ip.ports() };
+                (key, ip.ttl(), ip.total_len())
+            })
+        };
+        let Ok((key, ttl, len)) = parsed else {
+            self.counters.sa_in[i].errors.add(1);
             return self.drop_buf(port, DropReason::BadInner, buf);
         };
-        let key = FlowKey { src: IpAddr::V4(ip.src()), dst: IpAddr::V4(ip.dst()), protocol: ip.protocol(), ports: ip.ports() };
-        let (ttl, len) = (ip.ttl(), ip.total_len());
         if !e.admits(&key) {
             self.counters.sa_in[i].errors.add(1);
             return self.drop_buf(port, DropReason::InnerPolicyMismatch, buf);
@@ -682,14 +959,18 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         if ttl <= 1 {
             return self.drop_buf(port, DropReason::TtlExceeded, buf);
         }
-        ipv4::decrement_ttl(&mut buf.frame_mut()[ethernet::HEADER_LEN..]);
+        decrement_hops(&mut buf);
         let c = &self.counters.sa_in[i];
         c.packets.add(1);
         c.bytes.add(len as u64);
         self.forward(t, port, buf, key.dst)
     }
 
-    /// Routes on `dst`, writes the Ethernet header and stages for tx.
+    /// Routes on `dst`, writes the Ethernet header (EtherType of the IP
+    /// version in the frame) and stages for tx. An IPv4 packet larger than
+    /// the egress MTU is fragmented (DF clear) or dropped; an IPv6 one is
+    /// dropped (`mtu_exceeded`: routers do not fragment IPv6, RFC 8200 §5;
+    /// tunnel traffic got its Packet Too Big before encapsulation).
     fn forward(&mut self, t: &Tables, rx_port: usize, mut buf: PktBuf, dst: IpAddr) {
         let Some((out, nh)) = t.routes.lookup(dst) else {
             return self.drop_buf(rx_port, DropReason::NoRoute, buf);
@@ -701,20 +982,27 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return self.drop_buf(rx_port, DropReason::NoRoute, buf);
         };
         let src = egress.mac;
+        let v6 = is_ipv6(buf.frame());
         if buf.len() - ethernet::HEADER_LEN > egress.mtu as usize {
-            return self.fragment(rx_port, out, (mac, src), buf, egress.mtu as usize);
+            if v6 {
+                return self.drop_buf(rx_port, DropReason::MtuExceeded, buf);
+            }
+            return self.fragment(t, rx_port, FragSink::Tx { out, macs: (mac, src) }, buf, egress.mtu as usize);
         }
-        ethernet::write_header(buf.frame_mut(), &mac, &src, ethernet::ETHERTYPE_IPV4);
+        let ethertype = if v6 { ethernet::ETHERTYPE_IPV6 } else { ethernet::ETHERTYPE_IPV4 };
+        ethernet::write_header(buf.frame_mut(), &mac, &src, ethertype);
         self.tx[out].push(buf);
     }
 
     /// Splits the IPv4 packet in `buf`, too big for `mtu`, into fragments
     /// (RFC 791 §3.2: payload offsets in 8-byte units, MF on all but the
     /// last, the same identification, a header checksum per fragment) and
-    /// stages them on port `out`. The first fragment reuses `buf`, the
-    /// others take buffers from the worker's pool. DF set or an options
-    /// header → `mtu_exceeded`; too few pool buffers → `frag_no_buffer`.
-    fn fragment(&mut self, rx_port: usize, out: usize, (dst_mac, src_mac): ([u8; 6], [u8; 6]), mut buf: PktBuf, mtu: usize) {
+    /// sends them to `sink` in order: staged on a port, or each
+    /// encapsulated with an outbound SA (inner fragmentation, RFC 4459 §3).
+    /// The last fragment reuses `buf`, the others take buffers from the
+    /// worker's pool. DF set or an options header → `mtu_exceeded`; too few
+    /// pool buffers → `frag_no_buffer`.
+    fn fragment(&mut self, t: &Tables, rx_port: usize, sink: FragSink, mut buf: PktBuf, mtu: usize) {
         const ETH: usize = ethernet::HEADER_LEN;
         const HL: usize = ipv4::MIN_HEADER_LEN;
         let (ff, total) = {
@@ -729,45 +1017,53 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return self.drop_buf(rx_port, DropReason::MtuExceeded, buf);
         }
         let payload = total - HL;
-        let extra = payload.div_ceil(chunk) - 1;
-        if self.pool.len() < extra {
+        let pieces = payload.div_ceil(chunk);
+        if self.pool.len() < pieces - 1 {
             return self.drop_buf(rx_port, DropReason::FragNoBuffer, buf);
         }
         // An already fragmented packet keeps its offset and its MF on the last piece.
         let base = (ff & 0x1fff) as usize;
         let last_mf = ff & ipv4::FLAG_MF;
-        // The first fragment goes out first: it takes this place in the queue.
-        let first_at = self.tx[out].len();
-        let mut off = chunk;
-        while off < payload {
-            let n = chunk.min(payload - off);
+        for k in 0..pieces - 1 {
+            let off = k * chunk;
             let Some(mut f) = self.pool.pop() else { break };
             let area = f.reset();
             area[..ETH + HL].copy_from_slice(&buf.frame()[..ETH + HL]);
-            area[ETH + HL..ETH + HL + n].copy_from_slice(&buf.frame()[ETH + HL + off..ETH + HL + off + n]);
-            f.set_len(ETH + HL + n);
+            area[ETH + HL..ETH + HL + chunk].copy_from_slice(&buf.frame()[ETH + HL + off..ETH + HL + off + chunk]);
+            f.set_len(ETH + HL + chunk);
             f.port = buf.port;
-            let mf = if off + n < payload { ipv4::FLAG_MF } else { last_mf };
-            finish_fragment(f.frame_mut(), (HL + n) as u16, mf | (base + off / 8) as u16, &dst_mac, &src_mac);
-            self.counters.frags_sent.add(1);
-            self.tx[out].push(f);
-            off += n;
+            self.emit_fragment(t, rx_port, sink, f, (HL + chunk) as u16, ipv4::FLAG_MF | (base + off / 8) as u16);
         }
-        buf.trim_to(ETH + HL + chunk);
-        finish_fragment(buf.frame_mut(), (HL + chunk) as u16, ipv4::FLAG_MF | base as u16, &dst_mac, &src_mac);
+        // The last piece moves up behind the header in place.
+        let off = (pieces - 1) * chunk;
+        let n = payload - off;
+        buf.frame_mut().copy_within(ETH + HL + off..ETH + HL + off + n, ETH + HL);
+        buf.trim_to(ETH + HL + n);
+        self.emit_fragment(t, rx_port, sink, buf, (HL + n) as u16, last_mf | (base + off / 8) as u16);
+    }
+
+    /// Sets a fragment's length, flags and offset (and checksum) and sends
+    /// it to `sink`, counting it under `frags_sent`.
+    fn emit_fragment(&mut self, t: &Tables, rx_port: usize, sink: FragSink, mut f: PktBuf, total: u16, flags_frag: u16) {
+        fix_fragment_header(f.frame_mut(), total, flags_frag);
         self.counters.frags_sent.add(1);
-        self.tx[out].insert(first_at, buf);
+        match sink {
+            FragSink::Tx { out, macs: (dst, src) } => {
+                ethernet::write_header(f.frame_mut(), &dst, &src, ethernet::ETHERTYPE_IPV4);
+                self.tx[out].push(f);
+            }
+            FragSink::Sa { sa, owner } => self.hand_to_owner(t, owner, rx_port, f, tag(false, sa, 0, rx_port as u16)),
+        }
     }
 }
 
-/// Writes a fragment's total length, flags + offset, header checksum and
-/// Ethernet header (`frame` = Ethernet + a 20-byte IPv4 header + data).
-fn finish_fragment(frame: &mut [u8], total: u16, flags_frag: u16, dst: &[u8; 6], src: &[u8; 6]) {
+/// Writes a fragment's total length, flags + offset and header checksum
+/// (`frame` = Ethernet + a 20-byte IPv4 header + data).
+fn fix_fragment_header(frame: &mut [u8], total: u16, flags_frag: u16) {
     let ip = &mut frame[ethernet::HEADER_LEN..ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN];
     ip[ipv4::TOTAL_LEN..ipv4::TOTAL_LEN + 2].copy_from_slice(&total.to_be_bytes());
     ip[ipv4::FLAGS_FRAG..ipv4::FLAGS_FRAG + 2].copy_from_slice(&flags_frag.to_be_bytes());
     ip[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].copy_from_slice(&[0, 0]);
     let ck = crate::wire::checksum::checksum(ip);
     ip[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
-    ethernet::write_header(frame, dst, src, ethernet::ETHERTYPE_IPV4);
 }

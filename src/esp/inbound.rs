@@ -1,12 +1,12 @@
-//! Inbound ESP: decapsulation in tunnel mode, IPv4 in IPv4 (RFC 4303
-//! §3.4), with the anti-replay check before crypto and the window update
-//! after the ICV verified (§3.4.3).
+//! Inbound ESP: decapsulation in tunnel mode (RFC 4303 §3.4), IPv4 or IPv6
+//! inner packets whatever the outer family, with the anti-replay check
+//! before crypto and the window update after the ICV verified (§3.4.3).
 
 use super::{describe_op, encrypted_part, front_len, parse_trailer, EspError, InboundSa, InboundState, ESP_HEADER_LEN};
 use crate::crypto::{CryptoOp, OpStatus};
 use crate::esp::replay::ReplayError;
 use crate::io::PktBuf;
-use crate::wire::{ethernet, ipv4};
+use crate::wire::{ethernet, ipv4, ipv6};
 
 /// Checks the ESP packet at `esp_offset` in `buf` (a frame already trimmed
 /// to the outer IPv4 total length) and describes the op that opens it
@@ -50,12 +50,15 @@ pub fn prepare(sa: &InboundSa, st: &InboundState, buf: PktBuf, esp_offset: usize
 }
 
 /// Completes an inbound op: ICV verified → window updated → trailer checked
-/// (pad length, padding 1, 2, 3, …) → next header 4 (59 = dummy) → inner
-/// IPv4 checked, TFC padding after its total length discarded (RFC 4303
-/// §2.7) → outer ECN folded into the inner header (RFC 6040 §4.2; outer CE
-/// over inner Not-ECT is `EcnDrop`). `outer_tos` is the outer header's DS +
-/// ECN byte as received (0 when there is none). On success the frame is 14 bytes of Ethernet header (to be filled
-/// by routing) followed by the inner packet exactly as it was sent.
+/// (pad length, padding 1, 2, 3, …) → next header 4 (IPv4) or 41 (IPv6),
+/// 59 = dummy, anything else `BadNextHeader` → the inner packet checked as
+/// that family (`BadInner` otherwise), TFC padding after its length
+/// discarded (RFC 4303 §2.7) → outer ECN folded into the inner header's
+/// (IPv4 TOS with its checksum, or IPv6 traffic class; RFC 6040 §4.2; outer
+/// CE over inner Not-ECT is `EcnDrop`). `outer_tos` is the outer header's
+/// DS and ECN byte (IPv4 TOS or IPv6 traffic class) as received (0 when
+/// there is none). On success the frame is 14 bytes of Ethernet header (to be
+/// filled by routing) followed by the inner packet exactly as it was sent.
 pub fn finish(st: &mut InboundState, op: CryptoOp<PktBuf>, outer_tos: u8) -> Result<PktBuf, (EspError, PktBuf)> {
     match op.status {
         OpStatus::Success => {}
@@ -80,12 +83,14 @@ pub fn finish(st: &mut InboundState, op: CryptoOp<PktBuf>, outer_tos: u8) -> Res
     if next_header == ipv4::PROTO_NONE {
         return Err((EspError::Dummy, buf));
     }
-    if next_header != ipv4::PROTO_IPIP {
-        return Err((EspError::BadNextHeader, buf));
-    }
-    let (inner_total, inner_tos) = match ipv4::Ipv4Packet::new_checked(&plain[..payload_len]) {
-        Ok(p) => (p.total_len(), p.tos()),
-        Err(_) => return Err((EspError::BadInner, buf)),
+    let inner = &plain[..payload_len];
+    let checked = match next_header {
+        ipv4::PROTO_IPIP => ipv4::Ipv4Packet::new_checked(inner).map(|p| (p.total_len(), p.tos())),
+        ipv6::NH_IPV6 => ipv6::Ipv6Packet::new_checked(inner).map(|p| (p.total_len(), p.traffic_class())),
+        _ => return Err((EspError::BadNextHeader, buf)),
+    };
+    let Ok((inner_total, inner_tos)) = checked else {
+        return Err((EspError::BadInner, buf));
     };
     // RFC 6040 §4.2: fold the outer ECN field into the inner one; the DS
     // field is not copied back (RFC 4301 §5.1.2.1).
@@ -93,7 +98,12 @@ pub fn finish(st: &mut InboundState, op: CryptoOp<PktBuf>, outer_tos: u8) -> Res
         return Err((EspError::EcnDrop, buf));
     };
     if ecn != inner_tos & 3 {
-        ipv4::set_tos(&mut buf.frame_mut()[d0..d0 + ipv4::MIN_HEADER_LEN], (inner_tos & !3) | ecn);
+        let hdr = &mut buf.frame_mut()[d0..];
+        if next_header == ipv6::NH_IPV6 {
+            ipv6::set_traffic_class(hdr, (inner_tos & !3) | ecn);
+        } else {
+            ipv4::set_tos(hdr, (inner_tos & !3) | ecn);
+        }
     }
     buf.adj(d0);
     buf.trim_to(inner_total);

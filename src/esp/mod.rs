@@ -61,7 +61,8 @@ pub enum EspError {
     BadNextHeader,
     /// Next header 59: a dummy packet, discarded silently (RFC 4303 §2.6).
     Dummy,
-    /// The decrypted inner packet is not a valid IPv4 packet.
+    /// The decrypted inner packet is not a valid packet of the family its
+    /// next header names (IPv4 for 4, IPv6 for 41).
     BadInner,
     /// Outer CE over an inner Not-ECT packet (RFC 6040 §4.2: MUST drop).
     EcnDrop,

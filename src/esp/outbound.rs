@@ -1,11 +1,13 @@
-//! Outbound ESP: encapsulation in tunnel mode, IPv4 in IPv4 (RFC 4303
-//! §3.1.2; algorithms per [`crate::crypto::Algorithm`]; header rules of
-//! RFC 4301 §5.1.2.1).
+//! Outbound ESP: encapsulation in tunnel mode (RFC 4303 §3.1.2; algorithms
+//! per [`crate::crypto::Algorithm`]; header rules of RFC 4301 §5.1.2.1):
+//! IPv4 or IPv6 inner packets in an IPv4 or IPv6 outer header, the outer
+//! family being the SA's endpoints'.
 
 use super::{describe_op, front_len, pad_len, write_trailer, EspError, OutboundSa, OutboundState, ESP_HEADER_LEN, GCM_IV_LEN, TRAILER_LEN};
 use crate::crypto::{CryptoOp, OpStatus, Session};
 use crate::io::PktBuf;
-use crate::wire::{esp as esp_hdr, ethernet, ipv4, udp};
+use crate::wire::{esp as esp_hdr, ethernet, ipv4, ipv6, udp};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 /// Bytes tunnel mode adds in front of the inner packet with AES-GCM: outer
@@ -61,46 +63,101 @@ pub fn encap(
 pub const UDP_ENCAP_OVERHEAD: usize = udp::HEADER_LEN;
 
 /// Bytes `sa` adds to an inner packet of `inner_len` bytes, and the size of
-/// the outer packet it becomes (RFC 4303 §2): outer IPv4 (20) + UDP (8, with
-/// `udp_encap`) + ESP header (8) + IV + inner packet + padding to the
-/// algorithm's alignment ([`crate::crypto::Algorithm::block_size`], §2.4) +
-/// Pad Length and Next Header (2) + ICV. The one place that knows an SA's
-/// overhead: the MTU check and [`max_inner_len`] both use it.
-pub fn encapsulated_len(sa: &OutboundSa, inner_len: usize) -> usize {
-    let (fixed, align) = fixed_overhead(sa);
-    let enc = (inner_len + TRAILER_LEN).div_ceil(align) * align;
+/// the outer packet it becomes (RFC 4303 §2). Tunnel mode: outer IPv4 (20)
+/// or IPv6 (40, when the SA's endpoints are IPv6), UDP (8, with
+/// `udp_encap`), ESP header (8), IV, the inner packet, padding to the
+/// algorithm's alignment ([`crate::crypto::Algorithm::block_size`], §2.4),
+/// Pad Length and Next Header (2), ICV. Transport mode (§3.1.1): the
+/// packet's own IPv4 header of `hl` bytes stays in front and only what
+/// follows it is padded and encrypted. `hl` is unused in tunnel mode. The
+/// one place that knows an SA's overhead: the MTU check and
+/// [`max_inner_len`] both use it.
+pub fn encapsulated_len(sa: &OutboundSa, hl: usize, inner_len: usize) -> usize {
+    let (kept, fixed, align) = layout(sa, hl);
+    let enc = (inner_len.saturating_sub(kept) + TRAILER_LEN).div_ceil(align) * align;
     fixed + enc
 }
 
-/// The largest inner packet whose [`encapsulated_len`] is at most `mtu`
-/// (0 if none fits): the next-hop MTU an ICMP "fragmentation needed" error
-/// advertises (RFC 1191). Rounds down to the algorithm's alignment, so a
+/// The largest inner packet (IPv4 header of `hl` bytes, used in transport
+/// mode only) whose [`encapsulated_len`] is at most `mtu` (0 if none
+/// fits): the next-hop MTU an ICMP "fragmentation needed" error advertises
+/// (RFC 1191). Rounds down to the algorithm's alignment, so a
 /// 16-byte-block CBC SA advertises less than the plain overhead suggests.
-pub fn max_inner_len(sa: &OutboundSa, mtu: usize) -> usize {
-    let (fixed, align) = fixed_overhead(sa);
+pub fn max_inner_len(sa: &OutboundSa, hl: usize, mtu: usize) -> usize {
+    let (kept, fixed, align) = layout(sa, hl);
     let room = mtu.saturating_sub(fixed) / align * align;
-    room.saturating_sub(TRAILER_LEN)
+    match room.checked_sub(TRAILER_LEN) {
+        Some(r) => r + kept,
+        None => 0,
+    }
 }
 
-/// (bytes that do not depend on the inner length, alignment of the
-/// encrypted part) for `sa`.
-fn fixed_overhead(sa: &OutboundSa) -> (usize, usize) {
+/// (bytes of the inner packet kept in front of ESP unencrypted: the IPv4
+/// header `hl` in transport mode, 0 in tunnel mode; bytes that do not
+/// depend on the inner length; alignment of the encrypted part) for `sa`.
+fn layout(sa: &OutboundSa, hl: usize) -> (usize, usize, usize) {
     let alg = sa.session.algorithm();
     let udp = if sa.udp_encap.is_some() { UDP_ENCAP_OVERHEAD } else { 0 };
-    (ipv4::MIN_HEADER_LEN + udp + front_len(alg) + sa.session.icv_len(), alg.block_size())
+    let (kept, outer) = if sa.transport { (hl, hl) } else { (0, outer_ip_len(sa)) };
+    (kept, outer + udp + front_len(alg) + sa.session.icv_len(), alg.block_size())
 }
 
-/// Encapsulates the Ethernet + IPv4 frame in `buf` with tunnel-mode SA `sa`.
+/// Length of `sa`'s outer IP header: 40 for IPv6 endpoints, else 20.
+#[inline]
+pub fn outer_ip_len(sa: &OutboundSa) -> usize {
+    if sa.tunnel_dst.is_ipv6() {
+        ipv6::HEADER_LEN
+    } else {
+        ipv4::MIN_HEADER_LEN
+    }
+}
+
+/// The inner packet at the start of `ip` (the frame after Ethernet): (DS +
+/// ECN byte, DF, total length, tunnel-mode next header 4 or 41), or `None`
+/// when it is neither a complete IPv4 nor IPv6 header.
+fn inner_facts(ip: &[u8]) -> Option<(u8, bool, usize, u8)> {
+    match ip.first()? >> 4 {
+        4 => {
+            let h = ip.get(..ipv4::MIN_HEADER_LEN)?;
+            let total = u16::from_be_bytes([h[ipv4::TOTAL_LEN], h[ipv4::TOTAL_LEN + 1]]) as usize;
+            let flags = u16::from_be_bytes([h[ipv4::FLAGS_FRAG], h[ipv4::FLAGS_FRAG + 1]]);
+            (total >= ipv4::MIN_HEADER_LEN).then_some((h[ipv4::TOS], flags & ipv4::FLAG_DF != 0, total, ipv4::PROTO_IPIP))
+        }
+        6 => {
+            let h = ip.get(..ipv6::HEADER_LEN)?;
+            let total = ipv6::HEADER_LEN + u16::from_be_bytes([h[ipv6::PAYLOAD_LEN], h[ipv6::PAYLOAD_LEN + 1]]) as usize;
+            // IPv6 has no DF: it is never fragmented on the way (RFC 8200 §5).
+            Some((ipv6::traffic_class(h), true, total, ipv6::NH_IPV6))
+        }
+        _ => None,
+    }
+}
+
+/// Encapsulates the Ethernet + IPv4 or IPv6 frame in `buf` with
+/// tunnel-mode SA `sa` (RFC 4303 §3.1.2).
 ///
-/// The caller has checked the inner IPv4 header (`wire::ipv4::Ipv4Packet`)
-/// and already applied the forwarding TTL decrement. Result: a frame of
-/// Ethernet (14 bytes, addresses filled in later by routing) + outer IPv4
-/// (TTL `sa.outer_ttl`, DS field and ECN copied from the inner header, DF
-/// per `sa.df`, protocol 50) + ESP + IV + inner packet + trailer + ICV room,
-/// and the op that seals it. With `sa.udp_encap` (RFC 3948 §2.1) the outer
-/// protocol is 17 and a UDP header (the SA's ports, length, checksum 0 as
-/// §3.1.2 says a sender SHOULD for IPv4) sits between the outer IPv4 header
-/// and ESP; it grows into the same headroom. The explicit IV comes from `sa.iv_gen`
+/// The caller has checked the inner header (`wire::ipv4::Ipv4Packet` /
+/// `wire::ipv6::Ipv6Packet`) and already applied the forwarding TTL / hop
+/// limit decrement. The trailer's Next Header is 4 for an IPv4 inner
+/// packet, 41 for IPv6. Result: a frame of Ethernet (14 bytes, addresses
+/// filled in later by routing), the outer header, ESP, IV, inner packet,
+/// trailer and ICV room, and the op that seals it. The outer header is of
+/// the family of the SA's endpoints (RFC 4301 §5.1.2.1):
+/// * IPv4: TTL `sa.outer_ttl`, DS field and ECN copied from the inner
+///   header (IPv4 TOS or IPv6 traffic class; RFC 6040 normal mode copies
+///   ECN), DF per `sa.df` (`copy` of an IPv6 inner packet sets it: IPv6 is
+///   never fragmented on the way), identification = low 16 bits of the
+///   sequence number, protocol 50;
+/// * IPv6: version 6, traffic class copied from the inner header the same
+///   way, flow label 0 (RFC 6437 §2: "unlabeled"; not derived from the
+///   inner flow), payload length, next header 50, hop limit
+///   `sa.outer_ttl`; no DF (`sa.df` does not apply).
+///
+/// With `sa.udp_encap` (RFC 3948 §2.1) the outer protocol is 17 and a UDP
+/// header (the SA's ports, length) sits between the outer header and ESP;
+/// it grows into the same headroom. Its checksum is 0 over IPv4 (§3.1.2:
+/// a sender SHOULD) and is computed by [`finish`] over IPv6, after the
+/// crypto (RFC 8200 §8.1: UDP over IPv6 always carries one). The explicit IV comes from `sa.iv_gen`
 /// ([`super::iv`]): the 64-bit sequence number for counter modes (unique
 /// for the key, RFC 4106 §3.1, RFC 3686 §3.1), AES of it under the SA's IV
 /// key for CBC (unpredictable, RFC 3602 §3). Errors: `SeqExhausted` when the
@@ -113,16 +170,10 @@ pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Resu
     if sa.transport {
         return super::transport::outbound_prepare(sa, st, buf);
     }
-    let (tos, inner_df, total) = {
-        let f = buf.frame();
-        let Some(inner) = f.get(ethernet::HEADER_LEN..ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN) else {
-            return Err((EspError::BadInner, buf));
-        };
-        let total = u16::from_be_bytes([inner[ipv4::TOTAL_LEN], inner[ipv4::TOTAL_LEN + 1]]) as usize;
-        let flags = u16::from_be_bytes([inner[ipv4::FLAGS_FRAG], inner[ipv4::FLAGS_FRAG + 1]]);
-        (inner[ipv4::TOS], flags & ipv4::FLAG_DF != 0, total)
+    let Some((tos, inner_df, total, next_header)) = inner_facts(buf.frame().get(ethernet::HEADER_LEN..).unwrap_or(&[])) else {
+        return Err((EspError::BadInner, buf));
     };
-    if total + ethernet::HEADER_LEN > buf.len() || total < ipv4::MIN_HEADER_LEN {
+    if total + ethernet::HEADER_LEN > buf.len() {
         return Err((EspError::BadInner, buf));
     }
     let Some(seq) = st.next_seq(sa.esn) else {
@@ -135,7 +186,7 @@ pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Resu
     }
     buf.adj(ethernet::HEADER_LEN);
     buf.trim_to(total);
-    let mut op = match encap(sa.spi, &sa.session, seq, sa.esn, &iv[..alg.iv_len()], ipv4::PROTO_IPIP, buf) {
+    let mut op = match encap(sa.spi, &sa.session, seq, sa.esn, &iv[..alg.iv_len()], next_header, buf) {
         Ok(op) => op,
         Err((e, mut b)) => {
             // Give the frame back as it came (Ethernet header still in front).
@@ -143,7 +194,8 @@ pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Resu
             return Err((e, b));
         }
     };
-    let ip_end = ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN;
+    let ip_len = outer_ip_len(sa);
+    let ip_end = ethernet::HEADER_LEN + ip_len;
     let outer = ip_end + if sa.udp_encap.is_some() { udp::HEADER_LEN } else { 0 };
     if !op.buf.prepend(outer) {
         return Err((EspError::NoRoom, op.buf));
@@ -151,7 +203,7 @@ pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Resu
     let outer_total = (op.buf.len() - ethernet::HEADER_LEN) as u16;
     let protocol = match sa.udp_encap {
         Some(u) => {
-            let udp_len = outer_total - ipv4::MIN_HEADER_LEN as u16;
+            let udp_len = outer_total - ip_len as u16;
             udp::write_header(&mut op.buf.frame_mut()[ip_end..outer], u.sport, u.dport, udp_len);
             ipv4::PROTO_UDP
         }
@@ -163,10 +215,15 @@ pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Resu
         super::DfMode::Clear => false,
     };
     let flags = if df { ipv4::FLAG_DF } else { 0 };
-    let (std::net::IpAddr::V4(src), std::net::IpAddr::V4(dst)) = (sa.tunnel_src, sa.tunnel_dst) else {
-        return Err((EspError::CryptoError, op.buf));
-    };
-    ipv4::write_header(&mut op.buf.frame_mut()[ethernet::HEADER_LEN..ip_end], tos, outer_total, seq as u16, flags, sa.outer_ttl, protocol, src, dst);
+    let hdr = &mut op.buf.frame_mut()[ethernet::HEADER_LEN..ip_end];
+    match (sa.tunnel_src, sa.tunnel_dst) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => ipv4::write_header(hdr, tos, outer_total, seq as u16, flags, sa.outer_ttl, protocol, src, dst),
+        (IpAddr::V6(src), IpAddr::V6(dst)) => {
+            ipv6::write_header(hdr, tos, 0, outer_total - ipv6::HEADER_LEN as u16, protocol, sa.outer_ttl, &src, &dst)
+        }
+        // Config validation keeps both endpoints of one family.
+        _ => return Err((EspError::CryptoError, op.buf)),
+    }
     op.data_offset += outer as u32;
     op.auth_offset += outer as u32;
     op.icv_offset += outer as u32;
@@ -174,11 +231,34 @@ pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Resu
 }
 
 /// Completes an outbound op: the ICV is in place, so a successful op's
-/// buffer is the finished frame. A failed op is a `CryptoError`.
+/// buffer is the finished frame, but for the UDP checksum of ESP in UDP
+/// over IPv6 (RFC 8200 §8.1, RFC 3948), which covers the ciphertext and is
+/// computed here (a frame of Ethernet + IPv6 with next header 17, as
+/// [`prepare`] builds it for such an SA). A failed op is a `CryptoError`.
 pub fn finish(op: CryptoOp<PktBuf>) -> Result<PktBuf, (EspError, PktBuf)> {
     match op.status {
-        OpStatus::Success => Ok(op.buf),
+        OpStatus::Success => {
+            let mut buf = op.buf;
+            udp6_checksum(buf.frame_mut());
+            Ok(buf)
+        }
         OpStatus::SessionNotAttached => Err((EspError::SessionNotAttached, op.buf)),
         _ => Err((EspError::CryptoError, op.buf)),
     }
+}
+
+/// Fills in the UDP checksum of an Ethernet + IPv6 + UDP frame (no
+/// extension headers: the outer header [`prepare`] writes); leaves any
+/// other frame alone.
+fn udp6_checksum(f: &mut [u8]) {
+    const IP: usize = ethernet::HEADER_LEN;
+    const UDP: usize = IP + ipv6::HEADER_LEN;
+    if f.len() < UDP + udp::HEADER_LEN || f[IP] >> 4 != 6 || f[IP + ipv6::NEXT_HEADER] != ipv4::PROTO_UDP {
+        return;
+    }
+    let addr = |at: usize| -> std::net::Ipv6Addr { <[u8; 16]>::try_from(&f[IP + at..IP + at + 16]).unwrap_or_default().into() };
+    let (src, dst) = (addr(ipv6::SRC), addr(ipv6::DST));
+    f[UDP + udp::CHECKSUM..UDP + udp::CHECKSUM + 2].copy_from_slice(&[0, 0]);
+    let ck = ipv6::udp_checksum(&src, &dst, &f[UDP..]);
+    f[UDP + udp::CHECKSUM..UDP + udp::CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
 }

@@ -9,12 +9,23 @@
 //! by the ESP header + IV), inbound shrinks it the same way; neither
 //! allocates. The crypto op is described by [`super::describe_op`], so every
 //! algorithm works as in tunnel mode.
+//!
+//! With UDP encapsulation (RFC 3948 §3.2–3.3) a UDP header (the SA's ports,
+//! checksum 0) sits between the kept IPv4 header (protocol 17) and ESP; it
+//! is removed on decapsulation together with the ESP header and IV. A NAT
+//! between the peers may have rewritten the packet's addresses, so the
+//! inner TCP/UDP checksum, computed over the sender's pseudo-header, may no
+//! longer match: of the three fixes RFC 3948 §3.1.2 allows, secgw recomputes
+//! the whole TCP/UDP checksum over the addresses the packet now carries
+//! (allowed because ESP authenticated the payload; we have no IKE, so no
+//! NAT-OA for the incremental update, and zeroing works for UDP only). UDP
+//! sent without a checksum (0) keeps none; ICMP has no pseudo-header.
 
 use super::outbound::encap;
 use super::{encrypted_part, front_len, parse_trailer, EspError, InboundState, OutboundSa, OutboundState};
 use crate::crypto::{CryptoOp, OpStatus};
 use crate::io::PktBuf;
-use crate::wire::{checksum, ethernet, ipv4, ipv6};
+use crate::wire::{checksum, ethernet, ipv4, ipv6, udp};
 
 /// Longest IPv4 header (IHL 15).
 const MAX_IP_HEADER: usize = 60;
@@ -35,6 +46,8 @@ fn fix_header(hdr: &mut [u8], hl: usize, protocol: u8, total: u16) {
 /// routing) + the same IPv4 header with protocol 50, new total length and
 /// checksum + ESP header + IV + the original IP payload + trailer (Next
 /// Header = the original protocol) + ICV room, and the op that seals it.
+/// With `sa.udp_encap` (RFC 3948 §3.2) the protocol is 17 and a UDP header
+/// (the SA's ports, length, checksum 0) precedes the ESP header.
 /// Errors as [`super::outbound::prepare`]; fragments are refused
 /// (`BadInner`: transport mode carries whole datagrams, RFC 4303 §3.1.1).
 ///
@@ -72,16 +85,25 @@ pub fn outbound_prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf
             return Err((e, b));
         }
     };
-    if !op.buf.prepend(front) {
+    let udp_len = if sa.udp_encap.is_some() { udp::HEADER_LEN } else { 0 };
+    if !op.buf.prepend(front + udp_len) {
         return Err((EspError::NoRoom, op.buf));
     }
     let new_total = (op.buf.len() - ethernet::HEADER_LEN) as u16;
     let f = op.buf.frame_mut();
     f[..front].copy_from_slice(&saved[..front]);
-    fix_header(&mut f[ethernet::HEADER_LEN..front], hl, ipv4::PROTO_ESP, new_total);
-    op.data_offset += front as u32;
-    op.auth_offset += front as u32;
-    op.icv_offset += front as u32;
+    let protocol = match sa.udp_encap {
+        Some(u) => {
+            udp::write_header(&mut f[front..front + udp_len], u.sport, u.dport, new_total - hl as u16);
+            ipv4::PROTO_UDP
+        }
+        None => ipv4::PROTO_ESP,
+    };
+    fix_header(&mut f[ethernet::HEADER_LEN..front], hl, protocol, new_total);
+    let shift = (front + udp_len) as u32;
+    op.data_offset += shift;
+    op.auth_offset += shift;
+    op.icv_offset += shift;
     Ok(op)
 }
 
@@ -104,9 +126,13 @@ fn ip_version(buf: &PktBuf) -> Option<u8> {
 /// headroom by the ESP header + IV (a copy within the buffer; no
 /// allocation). Errors as [`super::outbound::prepare`]: `BadInner` for a
 /// malformed chain or a fragment (transport mode carries whole datagrams),
-/// `NoRoom`.
+/// `NoRoom`; `BadInner` too for an SA with UDP encapsulation, which is
+/// IPv4 only (the config refuses IPv6 policies protecting with such an SA).
 pub fn outbound_prepare_v6(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
     const ETH: usize = ethernet::HEADER_LEN;
+    if sa.udp_encap.is_some() {
+        return Err((EspError::BadInner, buf));
+    }
     let placed = ipv6::Ipv6Packet::new_checked(buf.frame().get(ETH..).unwrap_or(&[]))
         .and_then(|p| Ok((ipv6::esp_placement(p.next_header(), p.payload(), false)?, p.total_len())));
     let Ok((place, total)) = placed else {
@@ -161,14 +187,18 @@ pub fn outbound_prepare_v6(sa: &OutboundSa, st: &mut OutboundState, mut buf: Pkt
 /// trailer checked → Next Header 59 is a dummy (RFC 4303 §2.6), 4 (IPv4)
 /// and 41 (IPv6) are refused (`BadNextHeader`: that is tunnel mode) → the
 /// ESP header and IV are removed and the headers in front of them move up
-/// to the payload: for IPv4 the header (options included) gets protocol =
-/// Next Header and a new total length and checksum; for IPv6 the Next
-/// Header field that named ESP (fixed header or last extension header in
-/// front, [`ipv6::esp_placement`]) gets the trailer's Next Header and the
-/// payload length shrinks. The frame must start with Ethernet + IP (+ IPv6
-/// extension headers) + ESP (no UDP encapsulation). On success: 14 bytes of
-/// Ethernet header (filled by routing) + the packet as the sender's gateway
-/// received it.
+/// to the payload. IPv4: the header (options included) gets protocol =
+/// Next Header and a new total length and checksum; the frame is Ethernet +
+/// IPv4 + ESP, or with UDP encapsulation (IPv4 protocol 17) Ethernet +
+/// IPv4 + UDP + ESP: then the UDP header goes too (RFC 3948 §3.3) and the
+/// TCP/UDP checksum is recomputed for the addresses the packet carries now
+/// (§3.1.2, see the module doc). IPv6: the Next Header field that named
+/// ESP (fixed header or last extension header in front,
+/// [`ipv6::esp_placement`]) gets the trailer's Next Header and the payload
+/// length shrinks (no UDP encapsulation). On success: 14 bytes of Ethernet
+/// header (filled by routing) + the packet as the sender's gateway received
+/// it (with a NAT between IPv4 peers: with the addresses as the NAT
+/// rewrote them).
 pub fn inbound_finish(st: &mut InboundState, op: CryptoOp<PktBuf>) -> Result<PktBuf, (EspError, PktBuf)> {
     match op.status {
         OpStatus::Success => {}
@@ -203,13 +233,14 @@ pub fn inbound_finish(st: &mut InboundState, op: CryptoOp<PktBuf>) -> Result<Pkt
         };
         return inbound_finish_v6(buf, esp..d0, payload_len, next_header);
     }
-    let hl = match ipv4::Ipv4Packet::new_checked(buf.frame().get(ethernet::HEADER_LEN..).unwrap_or(&[])) {
-        Ok(p) => p.header_len(),
+    let (hl, in_udp) = match ipv4::Ipv4Packet::new_checked(buf.frame().get(ethernet::HEADER_LEN..).unwrap_or(&[])) {
+        Ok(p) => (p.header_len(), p.protocol() == ipv4::PROTO_UDP),
         Err(_) => return Err((EspError::BadInner, buf)),
     };
     let front = ethernet::HEADER_LEN + hl;
-    // The ESP header must follow the IP header directly.
-    if d0.checked_sub(front_len(alg)) != Some(front) {
+    // The ESP header must follow the IP header directly, or its UDP header.
+    let udp_len = if in_udp { udp::HEADER_LEN } else { 0 };
+    if d0.checked_sub(front_len(alg)) != Some(front + udp_len) {
         return Err((EspError::BadInner, buf));
     }
     let new_total = hl + payload_len;
@@ -221,6 +252,9 @@ pub fn inbound_finish(st: &mut InboundState, op: CryptoOp<PktBuf>) -> Result<Pkt
     buf.adj(gap);
     buf.trim_to(front + payload_len);
     fix_header(&mut buf.frame_mut()[ethernet::HEADER_LEN..front], hl, next_header, new_total as u16);
+    if in_udp {
+        ipv4::recompute_l4_checksum(&mut buf.frame_mut()[ethernet::HEADER_LEN..]);
+    }
     Ok(buf)
 }
 

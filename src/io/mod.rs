@@ -91,7 +91,7 @@ impl PktBuf {
 
     /// Resets to an empty frame at `HEADROOM` and returns the writable area
     /// for a new frame of up to `BUF_SIZE - HEADROOM` bytes; finish with
-    /// [`PktBuf::set_len`].
+    /// [`PktBuf::set_len`]. The bytes in the area are left as they are.
     #[inline]
     pub fn reset(&mut self) -> &mut [u8] {
         self.head = HEADROOM;
@@ -107,6 +107,23 @@ impl PktBuf {
             return false;
         }
         self.len = len;
+        true
+    }
+
+    /// Moves the frame bytes `from` (a range of the current frame) to offset
+    /// `to` of the area [`PktBuf::reset`] returns (the ranges may overlap)
+    /// and leaves the frame empty at `HEADROOM`, the moved bytes in place
+    /// for a later [`PktBuf::reset`] / [`PktBuf::set_len`]. Returns false,
+    /// changing nothing, if `from` is not inside the frame or the bytes would
+    /// not fit in the area. Used by IP reassembly to turn a fragment's own
+    /// buffer into the datagram's assembly buffer without a second buffer.
+    pub fn move_to_area(&mut self, from: std::ops::Range<usize>, to: usize) -> bool {
+        if from.start > from.end || from.end > self.len || to.saturating_add(from.end - from.start) > BUF_SIZE - HEADROOM {
+            return false;
+        }
+        self.data.copy_within(self.head + from.start..self.head + from.end, HEADROOM + to);
+        self.head = HEADROOM;
+        self.len = 0;
         true
     }
 

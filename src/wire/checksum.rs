@@ -18,6 +18,14 @@ pub fn checksum(data: &[u8]) -> u16 {
     !sum(data)
 }
 
+/// Checksum of `pseudo` followed by `data` as placed in a header field:
+/// the TCP/UDP checksum over a pseudo-header (RFC 793 §3.1, RFC 768) and
+/// the segment whose own checksum field is zero. `pseudo` must have an even
+/// length (the IPv4 pseudo-header has 12 bytes).
+pub fn with_pseudo(pseudo: &[u8], data: &[u8]) -> u16 {
+    !fold(sum(pseudo) as u32 + sum(data) as u32)
+}
+
 fn fold(mut acc: u32) -> u16 {
     while acc >> 16 != 0 {
         acc = (acc & 0xffff) + (acc >> 16);

@@ -162,6 +162,46 @@ pub fn set_tos(hdr: &mut [u8], tos: u8) {
     hdr[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
 }
 
+/// Recomputes the TCP (RFC 793 §3.1) or UDP (RFC 768) checksum of the IPv4
+/// packet `pkt` (header + payload, `pkt.len()` = its total length) over the
+/// pseudo-header of the addresses it now carries, in place. Leaves alone,
+/// and returns false for: other protocols (ICMP has no pseudo-header), a
+/// fragment (the checksum covers the whole datagram), a segment too short
+/// to hold its checksum field, and UDP sent without a checksum (field 0,
+/// RFC 768). A computed UDP checksum of 0 is sent as 0xFFFF (RFC 768).
+/// Used after NAT-T transport-mode decapsulation (RFC 3948 §3.1.2).
+pub fn recompute_l4_checksum(pkt: &mut [u8]) -> bool {
+    if pkt.len() < MIN_HEADER_LEN {
+        return false;
+    }
+    let hl = (pkt[VER_IHL] & 0x0f) as usize * 4;
+    let proto = pkt[PROTOCOL];
+    let field = match proto {
+        PROTO_TCP => 16,
+        PROTO_UDP => 6,
+        _ => return false,
+    };
+    if be16(pkt, FLAGS_FRAG) & (FLAG_MF | 0x1fff) != 0 || pkt.len() < hl + field + 2 || pkt.len() - hl > u16::MAX as usize {
+        return false;
+    }
+    let (hdr, l4) = pkt.split_at_mut(hl);
+    if proto == PROTO_UDP && l4[field..field + 2] == [0, 0] {
+        return false;
+    }
+    let mut pseudo = [0u8; 12];
+    pseudo[..4].copy_from_slice(&hdr[SRC..SRC + 4]);
+    pseudo[4..8].copy_from_slice(&hdr[DST..DST + 4]);
+    pseudo[9] = proto;
+    pseudo[10..12].copy_from_slice(&(l4.len() as u16).to_be_bytes());
+    l4[field..field + 2].copy_from_slice(&[0, 0]);
+    let mut ck = checksum::with_pseudo(&pseudo, l4);
+    if ck == 0 && proto == PROTO_UDP {
+        ck = 0xffff;
+    }
+    l4[field..field + 2].copy_from_slice(&ck.to_be_bytes());
+    true
+}
+
 /// Writes a complete 20-byte IPv4 header without options into `hdr[..20]`,
 /// checksum included.
 #[allow(clippy::too_many_arguments)]
@@ -238,6 +278,62 @@ mod tests {
             p[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
             assert!(Ipv4Packet::new_checked(&p).is_err(), "ihl {ihl} total {total}");
         }
+    }
+
+    /// IPv4 packet `src` → `dst`, protocol `proto`, with `l4` as payload.
+    fn with_l4(proto: u8, src: [u8; 4], dst: [u8; 4], l4: &[u8]) -> Vec<u8> {
+        let mut p = vec![0u8; MIN_HEADER_LEN];
+        write_header(&mut p, 0, (MIN_HEADER_LEN + l4.len()) as u16, 1, 0, 64, proto, src.into(), dst.into());
+        p.extend_from_slice(l4);
+        p
+    }
+
+    #[test]
+    fn l4_checksum_matches_etherparse_after_address_change() {
+        // Checksums computed for a private source (as the sender had it),
+        // then the source rewritten as a NAT does: the recomputed checksum
+        // must be the one etherparse computes for the new addresses.
+        let (private, public, dst) = ([10, 1, 2, 3], [192, 0, 2, 10], [198, 51, 100, 10]);
+        for size in [0usize, 1, 2, 3, 100, 1401] {
+            let data: Vec<u8> = (0..size).map(|i| (i * 13 + 5) as u8).collect();
+            let udp = etherparse::UdpHeader::with_ipv4_checksum(40000, 5001, &etherparse::Ipv4Header::new(0, 64, etherparse::IpNumber::UDP, private, dst).unwrap(), &data).unwrap();
+            let mut seg = udp.to_bytes().to_vec();
+            seg.extend_from_slice(&data);
+            let mut p = with_l4(PROTO_UDP, public, dst, &seg);
+            assert!(recompute_l4_checksum(&mut p));
+            let want = udp.calc_checksum_ipv4_raw(public, dst, &data).unwrap();
+            assert_eq!(be16(&p, 20 + 6), want, "udp size {size}");
+
+            let mut tcp = etherparse::TcpHeader::new(40000, 5001, 0x1234_5678, 1024);
+            tcp.syn = true;
+            tcp.checksum = tcp.calc_checksum_ipv4_raw(private, dst, &data).unwrap();
+            let mut seg = tcp.to_bytes().to_vec();
+            seg.extend_from_slice(&data);
+            let mut p = with_l4(PROTO_TCP, public, dst, &seg);
+            assert!(recompute_l4_checksum(&mut p));
+            assert_eq!(be16(&p, 20 + 16), tcp.calc_checksum_ipv4_raw(public, dst, &data).unwrap(), "tcp size {size}");
+        }
+    }
+
+    #[test]
+    fn l4_checksum_leaves_alone_what_it_must() {
+        let (a, b) = ([192, 0, 2, 10], [198, 51, 100, 10]);
+        // UDP without checksum (0) stays without one.
+        let mut p = with_l4(PROTO_UDP, a, b, &[0x9c, 0x40, 0x13, 0x89, 0, 9, 0, 0, 7]);
+        let before = p.clone();
+        assert!(!recompute_l4_checksum(&mut p));
+        assert_eq!(p, before);
+        // ICMP, a fragment, a TCP segment too short for its checksum field.
+        let mut icmp = with_l4(PROTO_ICMP, a, b, &[8, 0, 0xf7, 0xff, 0, 0, 0, 0]);
+        assert!(!recompute_l4_checksum(&mut icmp));
+        let mut frag = with_l4(PROTO_UDP, a, b, &[0x9c, 0x40, 0x13, 0x89, 0, 9, 0x12, 0x34, 7]);
+        frag[FLAGS_FRAG] = 0x20;
+        let before = frag.clone();
+        assert!(!recompute_l4_checksum(&mut frag));
+        assert_eq!(frag, before);
+        let mut short = with_l4(PROTO_TCP, a, b, &[0; 17]);
+        assert!(!recompute_l4_checksum(&mut short));
+        assert!(!recompute_l4_checksum(&mut [0x45; 10]));
     }
 
     #[test]

@@ -102,3 +102,107 @@ pub fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16, payload: &[u8]) -> Vec<u8
 }
 
 pub type MultiGw = MemGateway;
+
+/// Writes `text` to a fresh temp file named after `prefix` and `name`
+/// (tests run in parallel: every call gets its own file); returns its path.
+pub fn temp_config(prefix: &str, name: &str, text: &str) -> String {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("secgw-{prefix}-{}-{n}-{name}", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// Opens the AES-128-GCM ESP packet `esp` (header ‖ IV ‖ ciphertext ‖
+/// 16-byte ICV) with `key` (AES key ‖ 4-byte salt) using the `aes-gcm`
+/// crate directly (RFC 4106: nonce = salt ‖ IV, AAD = SPI ‖ seq); returns
+/// the payload + padding + trailer. Panics if the ICV does not verify.
+pub fn open_gcm128(key: &[u8], esp: &[u8]) -> Vec<u8> {
+    use aes_gcm::aead::AeadInPlace;
+    use aes_gcm::{Aes128Gcm, KeyInit};
+    let mut nonce = [0u8; 12];
+    nonce[..4].copy_from_slice(&key[16..20]);
+    nonce[4..].copy_from_slice(&esp[8..16]);
+    let n = esp.len();
+    let mut plain = esp[16..n - 16].to_vec();
+    let tag = aes_gcm::Tag::clone_from_slice(&esp[n - 16..]);
+    Aes128Gcm::new_from_slice(&key[..16])
+        .unwrap()
+        .decrypt_in_place_detached((&nonce).into(), &esp[..8], &mut plain, &tag)
+        .expect("ICV verifies with the peer's key");
+    plain
+}
+
+/// Seals `payload` as an AES-128-GCM ESP packet (SPI ‖ seq ‖ IV ‖
+/// ciphertext ‖ 16-byte ICV) with `key` (AES key ‖ salt) using the `aes-gcm`
+/// crate directly: padding 1, 2, 3, … to 4 bytes, Next Header
+/// `next_header`, IV = the 64-bit sequence number, AAD = SPI ‖ seq_lo or,
+/// with `esn`, SPI ‖ seq_hi ‖ seq_lo (RFC 4106 §5). Only the low 32 bits of
+/// `seq` go on the wire.
+pub fn seal_gcm128(key: &[u8], spi: u32, seq: u64, esn: bool, payload: &[u8], next_header: u8) -> Vec<u8> {
+    use aes_gcm::aead::AeadInPlace;
+    use aes_gcm::{Aes128Gcm, KeyInit};
+    let mut plain = payload.to_vec();
+    let pad = (4 - (plain.len() + 2) % 4) % 4;
+    plain.extend((1..=pad).map(|i| i as u8));
+    plain.extend_from_slice(&[pad as u8, next_header]);
+    let iv = seq.to_be_bytes();
+    let mut nonce = [0u8; 12];
+    nonce[..4].copy_from_slice(&key[16..20]);
+    nonce[4..].copy_from_slice(&iv);
+    let mut aad = spi.to_be_bytes().to_vec();
+    if esn {
+        aad.extend_from_slice(&((seq >> 32) as u32).to_be_bytes());
+    }
+    aad.extend_from_slice(&(seq as u32).to_be_bytes());
+    let tag = Aes128Gcm::new_from_slice(&key[..16]).unwrap().encrypt_in_place_detached((&nonce).into(), &aad, &mut plain).unwrap();
+    let mut esp = spi.to_be_bytes().to_vec();
+    esp.extend_from_slice(&(seq as u32).to_be_bytes());
+    esp.extend_from_slice(&iv);
+    esp.extend_from_slice(&plain);
+    esp.extend_from_slice(&tag);
+    esp
+}
+
+/// An Ethernet frame gw0 → gw1's outside port (testbed MACs) carrying the
+/// 20-byte IPv4 header `hdr` with protocol `proto`, total length and
+/// checksum set for `payload`, then `payload`.
+pub fn to_gw1(hdr: &[u8], proto: u8, payload: &[u8]) -> Vec<u8> {
+    let mut ip = hdr[..20].to_vec();
+    ip.extend_from_slice(payload);
+    let total = ip.len() as u16;
+    ip[2..4].copy_from_slice(&total.to_be_bytes());
+    ip[9] = proto;
+    ip[10..12].copy_from_slice(&[0, 0]);
+    let ck = ip_checksum(&ip[..20]);
+    ip[10..12].copy_from_slice(&ck.to_be_bytes());
+    eth(mac("02:00:00:00:01:02"), mac("02:00:00:00:00:02"), 0x0800, &ip)
+}
+
+/// `configs/<base>` with `edit` applied to its text, written to a fresh
+/// temp file ([`temp_config`]); returns its path.
+pub fn edited_config(base: &str, tag: &str, edit: impl FnOnce(String) -> String) -> String {
+    let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs").join(base)).unwrap();
+    temp_config(tag, base, &edit(text))
+}
+
+/// Every frame a gateway received is accounted for: sent, counted under
+/// one drop reason, merged into a reassembled datagram (each datagram
+/// goes on as one frame: `frags_reassembled − reassembled`), or held by
+/// the reassembler (`frags_pending`). For a gateway that fragmented
+/// nothing itself (one packet leaving as several frames breaks the count).
+pub fn assert_accounted(s: &stats::Snapshot, what: &str) {
+    assert_eq!(s.frags_sent, 0, "{what}: the gateway fragmented packets; the frame count does not apply");
+    let rx: u64 = s.ports.iter().map(|p| p.rx_packets).sum();
+    let tx: u64 = s.ports.iter().map(|p| p.tx_packets).sum();
+    let drops: u64 = s.drops.values().sum();
+    assert_eq!(
+        rx + s.reassembled,
+        tx + drops + s.frags_reassembled + s.frags_pending,
+        "{what}: rx {rx} + reassembled {} = tx {tx} + drops {drops} + frags_reassembled {} + pending {} ({:?})",
+        s.reassembled,
+        s.frags_reassembled,
+        s.frags_pending,
+        s.drops.iter().filter(|(_, &v)| v > 0).collect::<Vec<_>>()
+    );
+}

@@ -39,6 +39,10 @@ ARTIFACTS = Path(os.environ.get("SECGW_E2E_ARTIFACTS", REPO / "target" / "e2e"))
 # Topology constants (testbed/lib.sh).
 A_IP, B_IP = "192.0.2.10", "198.51.100.10"
 GW0_OUT_IP, GW1_OUT_IP = "203.0.113.1", "203.0.113.2"
+# IPv6 (hosts' addresses in the kernel; the gateways' only in configs/ep*-v6.toml).
+A_IP6, B_IP6 = "2001:db8:a::10", "2001:db8:b::10"
+GW0_IN_IP6, GW1_IN_IP6 = "2001:db8:a::1", "2001:db8:b::1"
+GW0_OUT_IP6, GW1_OUT_IP6 = "2001:db8:ff::1", "2001:db8:ff::2"
 A_MAC, B_MAC = "02:00:00:00:0a:01", "02:00:00:00:0b:01"
 GW0_IN_MAC, GW0_OUT_MAC = "02:00:00:00:00:01", "02:00:00:00:00:02"
 GW1_IN_MAC, GW1_OUT_MAC = "02:00:00:00:01:01", "02:00:00:00:01:02"
@@ -317,13 +321,25 @@ def send_frames(nsname: str, iface: str, frames, path: Path, gap_ms=2.0):
 _UDP_SENDER = textwrap.dedent("""
     import json, socket, sys, time
     src, dst, spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    v6 = ":" in dst
     for d in spec:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, d.get("tos", 0))
+        s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
+        if v6:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, d.get("tos", 0))
+        else:
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, d.get("tos", 0))
         if d.get("df_probe"):
-            # IP_PMTUDISC_PROBE (3): DF set, path MTU ignored: the datagram
-            # leaves whole even after an ICMP "fragmentation needed".
-            s.setsockopt(socket.IPPROTO_IP, 10, 3)
+            # IP_PMTUDISC_PROBE / IPV6_PMTUDISC_PROBE (3): DF set (IPv6: never
+            # fragmented by the host), path MTU ignored: the datagram leaves
+            # whole even after an ICMP "fragmentation needed" / Packet Too Big.
+            if v6:
+                s.setsockopt(socket.IPPROTO_IPV6, 23, 3)
+            else:
+                s.setsockopt(socket.IPPROTO_IP, 10, 3)
+        if d.get("no_df"):
+            # IP_PMTUDISC_DONT (0): DF clear (the host itself never
+            # fragments what fits its own link).
+            s.setsockopt(socket.IPPROTO_IP, 10, 0)
         s.bind((src, d["sport"]))
         s.sendto(bytes.fromhex(d["payload"]), (dst, d["dport"]))
         s.close()
@@ -332,8 +348,10 @@ _UDP_SENDER = textwrap.dedent("""
 
 
 def send_udp(nsname: str, src: str, dst: str, datagrams: list[dict]):
-    """Send datagrams from a host's own stack: each {sport, dport, payload: bytes, tos,
-    gap, df_probe (DF set and the path MTU ignored)}."""
+    """Send datagrams from a host's own stack (IPv4, or IPv6 when `dst` has a ':'):
+    each {sport, dport, payload: bytes, tos (IPv6: traffic class), gap, df_probe (DF
+    set / never fragmented by the host, and the path MTU ignored), no_df (IPv4: DF
+    clear)}."""
     spec = [dict(d, payload=d["payload"].hex()) for d in datagrams]
     run_ns(nsname, sys.executable, "-c", _UDP_SENDER, src, dst, json.dumps(spec))
 

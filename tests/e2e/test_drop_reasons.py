@@ -1,4 +1,6 @@
-"""Every inbound drop reason of README "Counters", one crafted frame each, at gw1.
+"""Every inbound drop reason of README "Counters", one crafted frame each, at gw1;
+and (test_cbc_block_rule_and_tfc_padding, with an AES-CBC SA added to gw1) the
+16-byte block rule of CBC and TFC padding tolerated in GCM and CBC SAs.
 
 With the standard gateways running (configs/ep0.toml, configs/ep1.toml), one
 frame per case is injected from namespace `wan` on `wan1` towards gw1's
@@ -141,14 +143,25 @@ def build_cases(esp: HandEsp) -> tuple[list[tuple[str, str, bytes]], bytes]:
     add = lambda label, reason, frame: cases.append((label, reason, frame))  # noqa: E731
 
     # Link and outer IPv4 layer.
-    add("IPv6 frame (ethertype 0x86dd)", "unsupported_ethertype",
-        eth(struct.pack("!IHBB16s16s", 0x60000000, 8, 17, 64, bytes.fromhex("20010db8" + "00" * 11 + "01"),
-                        bytes.fromhex("20010db8" + "00" * 11 + "02")) + struct.pack("!HHHH", 1, 2, 8, 0),
-            ethertype=0x86DD))
+    udp6 = struct.pack("!IHBB16s16s", 0x60000000, 8, 17, 64, bytes.fromhex("20010db8" + "00" * 11 + "01"),
+                       bytes.fromhex("20010db8" + "00" * 11 + "02")) + struct.pack("!HHHH", 1, 2, 8, 0)
+    add("ethertype 0x88b5 (IEEE local experimental)", "unsupported_ethertype", eth(udp6, ethertype=0x88B5))
+    # ep1.toml is IPv4-only: IPv6 is classified, matches no inbound policy.
+    add("IPv6 UDP (no IPv6 policy in ep1.toml)", "no_policy", eth(udp6, ethertype=0x86DD))
+    from scapy.compat import raw as _raw
+    from scapy.layers.inet6 import IPv6, ICMPv6ND_NS, ICMPv6NDOptSrcLLAddr
+    ns = _raw(IPv6(src="2001:db8:ff::1", dst="ff02::1:ff00:2", hlim=255) / ICMPv6ND_NS(tgt="2001:db8:ff::2") /
+              ICMPv6NDOptSrcLLAddr(lladdr=L.GW0_OUT_MAC))
+    add("Neighbor Solicitation for an IPv6 address gw1 does not have", "nd_ignored",
+        eth(ns, dst="33:33:ff:00:00:02", ethertype=0x86DD))
     add(f"valid ESP unicast to {OTHER_MAC}", "not_for_us", eth(esp_frame(ok_esp())[14:], dst=OTHER_MAC))
     add("outer IPv4 header checksum wrong", "malformed", esp_frame(ok_esp(), bad_csum=True))
     add("outer IPv4 total length 16 < header length 20", "malformed", esp_frame(ok_esp(), total_len=16))
-    add("first fragment (MF set) of valid ESP", "fragment", esp_frame(ok_esp(), flags_frag=0x2000))
+    # Outer fragments to the gateway go to the reassembler; these two are refused at once.
+    add("ESP fragment, MF set, 12 bytes of data (not a multiple of 8)", "reasm_bad_fragment",
+        esp_frame(ok_esp()[:12], flags_frag=0x2000))
+    add("last ESP fragment at offset 2048 (past one buffer)", "reasm_too_big",
+        esp_frame(ok_esp()[:16], flags_frag=2048 // 8, ident=0x4343))
 
     # SAD lookup.
     add(f"SPI {UNKNOWN_SPI} (unknown)", "no_sa", esp_frame(ok_esp(spi=UNKNOWN_SPI)))
@@ -322,4 +335,122 @@ def test_each_inbound_drop_reason_counts_once(gws, artifacts):
                         "(the b0 sniffer or the hand-made ESP is broken)")
     if leaked:
         problems.append(f"{len(leaked)} frames reached hostB besides the control packet: {leaked}")
+    assert not problems, "\n".join(problems) + f"\nartifacts: {artifacts}"
+
+
+# --------------------------------------------------------------------------
+# AES-CBC's block rule and TFC padding (RFC 4303 §2.4, §2.7; RFC 3602 §2.4)
+
+CBC_SPI = 1101
+CBC_KEY = bytes(range(0x10, 0x20))                 # test keys only
+CBC_AUTH_KEY = bytes(range(0x40, 0x60))
+CBC_DPORT = 43300                                  # inbound policy port of the CBC SA
+
+
+class HandCbc:
+    """AES-128-CBC + HMAC-SHA-256-128 ESP (RFC 3602, RFC 4868) for SPI CBC_SPI, by hand."""
+
+    def payload(self, seq: int, inner: bytes, *, tfc: bytes = b"", enc_len: int | None = None) -> bytes:
+        """SPI ‖ seq ‖ IV ‖ E(inner ‖ tfc ‖ pad 1,2,3… to 16 ‖ pad length ‖ 4) ‖ ICV. With `enc_len`
+        the encrypted part is cut to that many bytes before the ICV is computed (a valid ICV
+        over a ciphertext of the wrong length)."""
+        import hashlib
+        import hmac as hm
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+        body = inner + tfc
+        pad = bytes(range(1, 1 + (-(len(body) + 2)) % 16))
+        plain = body + pad + bytes([len(pad), 4])
+        iv = hashlib.sha256(struct.pack("!I", seq)).digest()[:16]
+        e = Cipher(algorithms.AES(CBC_KEY), modes.CBC(iv)).encryptor()
+        ct = e.update(plain) + e.finalize()
+        if enc_len is not None:
+            ct = (ct * 2)[:enc_len]
+        head = struct.pack("!II", CBC_SPI, seq) + iv + ct
+        return head + hm.new(CBC_AUTH_KEY, head, hashlib.sha256).digest()[:16]
+
+
+def cbc_config(artifacts) -> dict:
+    """ep0 as it is; ep1 plus inbound SA CBC_SPI (tunnel gw0 → gw1) and its policy."""
+    text = (L.CONFIG_DIR / L.GW_CONFIG["gw1"]).read_text().rstrip("\n") + f"""
+
+[[sa]]
+spi = {CBC_SPI}
+direction = "inbound"
+mode = "tunnel"
+algorithm = "aes-128-cbc-hmac-sha256"
+key = "{CBC_KEY.hex()}"
+auth_key = "{CBC_AUTH_KEY.hex()}"
+tunnel_src = "{L.GW0_OUT_IP}"
+tunnel_dst = "{L.GW1_OUT_IP}"
+
+[[policy]]
+direction = "inbound"
+src = "192.0.2.0/24"
+dst = "198.51.100.0/24"
+protocol = "udp"
+dst_ports = "{CBC_DPORT}-{CBC_DPORT + 9}"
+priority = 5
+action = "protect {CBC_SPI}"
+"""
+    path = artifacts / "gw1-cbc.toml"
+    path.write_text(text)
+    return {"gw0": L.CONFIG_DIR / L.GW_CONFIG["gw0"], "gw1": path}
+
+
+def test_cbc_block_rule_and_tfc_padding(start_gws, artifacts):
+    """An AES-CBC SA's encrypted part must be a multiple of 16 (a valid ICV over 20 bytes is
+    `bad_length`, before any decryption); TFC padding after the inner packet, in a GCM and a
+    CBC SA, is tolerated: the inner packet reaches hostB without it and no drop counter moves."""
+    gws = start_gws(cbc_config(artifacts))
+    gw1 = gws["gw1"]
+    gcm, cbc = HandEsp(L.load_sa("gw1", SPI)), HandCbc()
+    tfc = bytes((7 * i + 3) & 0xFF for i in range(45))
+    inner_gcm, inner_cbc, inner_cbc_ok = inner_udp(43150, size=20), inner_udp(CBC_DPORT, size=11), inner_udp(CBC_DPORT + 1)
+    # (label, expected drop reason or None = delivered to hostB, SPI that counts it, frame, inner)
+    cases = [
+        ("CBC: encrypted part 20 bytes (a multiple of 4, not of 16), valid ICV", "bad_length", CBC_SPI,
+         esp_frame(cbc.payload(1, inner_cbc, enc_len=20)), None),
+        ("CBC: encrypted part 40 bytes, valid ICV", "bad_length", CBC_SPI,
+         esp_frame(cbc.payload(2, inner_cbc, enc_len=40)), None),
+        ("CBC: valid packet (control: the SA works)", None, CBC_SPI, esp_frame(cbc.payload(3, inner_cbc_ok)), inner_cbc_ok),
+        ("CBC: 45 bytes of TFC padding after the inner packet", None, CBC_SPI,
+         esp_frame(cbc.payload(4, inner_cbc, tfc=tfc)), inner_cbc),
+        ("GCM: 45 bytes of TFC padding after the inner packet", None, SPI,
+         esp_frame(gcm.payload(SPI, 1, inner_gcm + tfc)), inner_gcm),
+    ]
+    st0 = wait_rewrite(gw1)
+    assert not any(drops_of(st0).values()), f"gw1 dropped something before the test: {drops_of(st0)}"
+    cap = L.Capture("hostB", "b0", f"udp and src host {L.A_IP}", artifacts / "b0")
+    problems = []
+    for n, (label, reason, spi, frame, _) in enumerate(cases, start=1):
+        st = gw1.stats()
+        before, pk0 = drops_of(st), sa_in_packets(st, spi)
+        send_raw([frame], artifacts / f"cbc-{n:02d}")
+        st = gw1.wait_stats(lambda s: drops_of(s) != before or sa_in_packets(s, spi) > pk0, timeout=WAIT_S)
+        st = wait_rewrite(gw1)
+        d, pk1 = diff(before, drops_of(st)), sa_in_packets(st, spi)
+        if reason is None and (d or pk1 != pk0 + 1):
+            problems.append(f"#{n} {label}: want delivered; drops moved {d or 'none'}, SA {spi} packets {pk0} -> {pk1}")
+        if reason is not None and (set(d) != {reason} or d[reason][1] != d[reason][0] + 1 or pk1 != pk0):
+            problems.append(f"#{n} {label}: want drops.{reason} +1 only; drops moved {d or 'none'}, "
+                            f"SA {spi} packets {pk0} -> {pk1}")
+    from scapy.compat import raw
+    got = {}
+    for f in cap.stop(settle=0.5):
+        ip = raw(f)[14:]
+        total = struct.unpack("!H", ip[2:4])[0]
+        if len(ip) != total and 14 + total >= 60:  # bytes after the packet: TFC padding forwarded
+            problems.append(f"frame to hostB carries {len(ip) - total} bytes after its IP packet: {ip[total:].hex()}")
+        got.setdefault(struct.unpack("!H", ip[22:24])[0], []).append(ip[:total])
+    for n, (label, reason, _, _, inner) in enumerate(cases, start=1):
+        if inner is None:
+            continue
+        dport = struct.unpack("!H", inner[22:24])[0]
+        arrived = got.pop(dport, [])
+        if len(arrived) != 1:
+            problems.append(f"#{n} {label}: arrived {len(arrived)} times on b0, want 1")
+        elif L.normalize_ttl_csum(arrived[0]) != L.normalize_ttl_csum(inner) or arrived[0][8] != inner[8] - 1:
+            problems.append(f"#{n} {label}: hostB got {arrived[0].hex()}, want {inner.hex()} (TTL − 1; no TFC bytes)")
+    if got:
+        problems.append(f"unexpected datagrams on b0 (ports): {sorted(got)}")
     assert not problems, "\n".join(problems) + f"\nartifacts: {artifacts}"

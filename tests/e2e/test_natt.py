@@ -22,15 +22,16 @@ NATT = 4500
 DATAGRAMS = [0, 1, 3, 100, 1400]
 
 
-def natt_config(gw: str, dst_dir) -> "L.Path":
-    """The gateway's sample config with udp_encap = true on SAs 1001 and 1002."""
-    src = (L.CONFIG_DIR / L.GW_CONFIG[gw]).read_text()
+def natt_config(gw: str, dst_dir, src=None) -> "L.Path":
+    """The gateway's sample config (or the config file `src`) with
+    udp_encap = true on SAs 1001 and 1002."""
+    src = L.Path(src) if src is not None else L.CONFIG_DIR / L.GW_CONFIG[gw]
     out = []
-    for line in src.splitlines():
+    for line in src.read_text().splitlines():
         out.append(line)
         if line.strip().replace(" ", "") in ("spi=1001", "spi=1002"):
             out.append("udp_encap = true")
-    path = dst_dir / f"{gw}-natt.toml"
+    path = dst_dir / f"{src.stem}-natt.toml"
     path.write_text("\n".join(out) + "\n")
     import tomllib
     sas = {int(s["spi"]): s for s in tomllib.loads(path.read_text())["sa"]}
@@ -44,12 +45,14 @@ def natt_gws(start_gws, artifacts):
     return start_gws({gw: natt_config(gw, artifacts) for gw in ("gw0", "gw1")})
 
 
-def scapy_natt_sa(info):
+def scapy_natt_sa(info, transport=False):
+    """scapy's SA for `info` (AES-GCM) in UDP 4500 → 4500; tunnel mode, or
+    transport mode (no tunnel_header) with `transport`."""
     from scapy.layers.inet import IP, UDP
     from scapy.layers.ipsec import ESP, SecurityAssociation
+    tunnel = {} if transport else {"tunnel_header": IP(src=info.src, dst=info.dst)}
     return SecurityAssociation(ESP, spi=info.spi, crypt_algo="AES-GCM", crypt_key=info.key, auth_algo="NULL",
-                               tunnel_header=IP(src=info.src, dst=info.dst),
-                               nat_t_header=UDP(sport=NATT, dport=NATT))
+                               nat_t_header=UDP(sport=NATT, dport=NATT), **tunnel)
 
 
 def ip_bytes(frame_bytes: bytes) -> bytes:
