@@ -15,6 +15,13 @@
 //! * Inbound: every scapy packet opens (`esp::inbound::prepare` at the ESP
 //!   offset, then `esp::transport::inbound_finish`) to exactly the inner
 //!   packet scapy protected; with a flipped ICV bit it fails `AuthFailed`.
+//! * Through the gateways (in-memory ports): configs/ep0-v6.toml and
+//!   ep1-v6.toml with the IPv6-endpoint SAs 1101/1102 switched to transport
+//!   mode; an IPv6 datagram with a Hop-by-Hop and a Destination Options
+//!   header goes hostA → gw0 → gw1 → hostB: ESP after both (a Destination
+//!   Options header without a Routing header stays in front) on the wan, opened with `aes-gcm` directly, and hostB gets the packet
+//!   exactly, hop limit − 2; too big with its headers kept in front → Packet
+//!   Too Big with the MTU that fits.
 
 use secgw::crypto::soft::{SoftDevice, SoftQueuePair};
 use secgw::crypto::{Algorithm, CipherDirection, CryptoDevice, CryptoOp, QpConf, QueuePair, SymXform};
@@ -23,6 +30,7 @@ use secgw::io::PktBuf;
 
 mod common;
 use common::vectors::{h, json};
+use common::{eth, mac, open_gcm128, temp_config, Gw};
 
 const ETH: usize = 14;
 
@@ -201,4 +209,112 @@ fn fragments_and_broken_chains_are_refused() {
         assert_eq!(back.frame(), &before[..], "{what}: frame given back unchanged");
         assert_eq!(st.seq, 0, "{what}: no sequence number used");
     }
+}
+
+/// `configs/<name>` with SAs 1101 and 1102 (IPv6 endpoints) in transport
+/// mode: no tunnel_src/tunnel_dst.
+fn v6_transport_config(name: &str) -> String {
+    let text = std::fs::read_to_string(format!("configs/{name}")).unwrap();
+    let mut out = String::new();
+    for (i, block) in text.split("[[sa]]").enumerate() {
+        if i > 0 {
+            out.push_str("[[sa]]");
+        }
+        if block.contains("spi = 1101\n") || block.contains("spi = 1102\n") {
+            let b = block.replacen("mode = \"tunnel\"", "mode = \"transport\"", 1);
+            out.extend(b.split_inclusive('\n').filter(|l| !l.starts_with("tunnel_src") && !l.starts_with("tunnel_dst")));
+        } else {
+            out.push_str(block);
+        }
+    }
+    assert_eq!(out.matches("mode = \"transport\"").count(), 2, "{name}: SAs 1101 and 1102 switched");
+    temp_config("transport6", name, &out)
+}
+
+/// hostA → hostB IPv6: Hop-by-Hop (PadN), Destination Options (PadN), UDP
+/// 40000 → 5001 with `n` payload bytes; hop limit 64.
+fn v6_datagram(n: usize) -> Vec<u8> {
+    let a: std::net::Ipv6Addr = "2001:db8:a::10".parse().unwrap();
+    let b: std::net::Ipv6Addr = "2001:db8:b::10".parse().unwrap();
+    let mut ip = vec![0x60, 0, 0, 0, 0, 0, 0, 64];
+    ip.extend_from_slice(&a.octets());
+    ip.extend_from_slice(&b.octets());
+    ip.extend_from_slice(&[60, 0, 1, 4, 0, 0, 0, 0]); // Hop-by-Hop → Destination Options
+    ip.extend_from_slice(&[17, 0, 1, 4, 0, 0, 0, 0]); // Destination Options → UDP
+    let udp_len = 8 + n;
+    ip.extend_from_slice(&[0x9c, 0x40, 0x13, 0x89]);
+    ip.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    ip.extend_from_slice(&[0, 0]);
+    ip.extend((0..n).map(|i| (i * 7) as u8));
+    let plen = (ip.len() - 40) as u16;
+    ip[4..6].copy_from_slice(&plen.to_be_bytes());
+    // UDP checksum over the IPv6 pseudo-header (RFC 8200 §8.1).
+    let ck = secgw::wire::ipv6::upper_layer_checksum(&a, &b, 17, &ip[56..]);
+    ip[62..64].copy_from_slice(&ck.to_be_bytes());
+    ip
+}
+
+#[test]
+fn through_the_gateways() {
+    let mut gw0 = Gw::from_config(&v6_transport_config("ep0-v6.toml"));
+    let mut gw1 = Gw::from_config(&v6_transport_config("ep1-v6.toml"));
+    let key = h(gw0.cfg.sas.iter().find(|s| s.spi == 1101).map(|s| hex::encode(&s.key)).as_deref().unwrap());
+    for (i, n) in [0usize, 1, 63, 200, 1000].into_iter().enumerate() {
+        let ip = v6_datagram(n);
+        let out = gw0.push("inside", &[eth(mac("02:00:00:00:00:01"), mac("02:00:00:00:0a:01"), 0x86dd, &ip)]);
+        assert_eq!(out.len(), 1, "{n}: {out:?}");
+        let (port, wan) = &out[0];
+        assert_eq!(port, "outside");
+        let w = &wan[ETH..];
+        // Fixed header (hop limit − 1), Hop-by-Hop and Destination Options
+        // kept; the last one's Next Header now 50.
+        assert_eq!(w[6], 0, "{n}: fixed header still names Hop-by-Hop");
+        assert_eq!(w[7], 63, "{n}: hop limit decremented once");
+        assert_eq!(w[8..40], ip[8..40], "{n}: addresses");
+        assert_eq!(w[40..48], ip[40..48], "{n}: Hop-by-Hop as sent");
+        assert_eq!(w[48], 50, "{n}: Destination Options now names ESP");
+        assert_eq!(w[49..56], ip[49..56], "{n}: Destination Options");
+        assert_eq!(u16::from_be_bytes([w[4], w[5]]) as usize, w.len() - 40, "{n}: payload length");
+        assert_eq!(w[56..60], 1101u32.to_be_bytes(), "{n}: SPI");
+        assert_eq!(w[60..64], (i as u32 + 1).to_be_bytes(), "{n}: sequence number");
+        // The encrypted part: UDP header + payload, then the trailer.
+        let plain = open_gcm128(&key, &w[56..]);
+        let (pad, nh) = (plain[plain.len() - 2] as usize, plain[plain.len() - 1]);
+        assert_eq!(nh, 17, "{n}: trailer names UDP");
+        assert_eq!(&plain[..plain.len() - 2 - pad], &ip[56..], "{n}: protected part");
+        let back = gw1.push("outside", &[eth(mac("02:00:00:00:01:02"), mac("02:00:00:00:00:02"), 0x86dd, w)]);
+        assert_eq!(back.len(), 1, "{n}: {back:?} {:?}", gw1.stats().drops.iter().filter(|(_, &v)| v > 0).collect::<Vec<_>>());
+        let (port, f) = &back[0];
+        assert_eq!(port, "inside");
+        let mut want = ip.clone();
+        want[7] = 62;
+        assert_eq!(hex::encode(&f[ETH..]), hex::encode(&want), "{n}: hostB gets the packet, hop limit − 2");
+    }
+    let s = gw1.stats();
+    let sa = s.sas.iter().find(|x| x.spi == 1101).unwrap();
+    assert_eq!(sa.packets, 5);
+}
+
+#[test]
+fn too_big_with_headers_kept_gets_packet_too_big() {
+    let mut gw0 = Gw::from_config(&v6_transport_config("ep0-v6.toml"));
+    // AES-128-GCM transport, MTU 1500: 56 bytes kept in front (fixed
+    // header, Hop-by-Hop, Destination Options), then ESP 8 + IV 8 +
+    // encrypted part (4-byte aligned) + ICV 16.
+    let fits = (1500 - 56 - 8 - 8 - 16) / 4 * 4 - 2 + 56;
+    let ok = v6_datagram(fits - 64);
+    assert_eq!(ok.len(), fits);
+    let out = gw0.push("inside", &[eth(mac("02:00:00:00:00:01"), mac("02:00:00:00:0a:01"), 0x86dd, &ok)]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, "outside");
+    assert_eq!(out[0].1.len() - ETH, 1500, "fills the MTU exactly");
+    let big = v6_datagram(fits - 64 + 1);
+    let out = gw0.push("inside", &[eth(mac("02:00:00:00:00:01"), mac("02:00:00:00:0a:01"), 0x86dd, &big)]);
+    assert_eq!(out.len(), 1, "{out:?}");
+    let (port, f) = &out[0];
+    assert_eq!(port, "inside", "the error goes back to hostA");
+    let icmp = &f[ETH + 40..];
+    assert_eq!((icmp[0], icmp[1]), (2, 0), "ICMPv6 Packet Too Big");
+    assert_eq!(u32::from_be_bytes([icmp[4], icmp[5], icmp[6], icmp[7]]) as usize, fits, "MTU = the largest packet that fits");
+    assert_eq!(gw0.stats().drops["mtu_exceeded"], 1);
 }
