@@ -862,3 +862,24 @@ fn policy_defaults_take_the_other_sides_family() {
     let cfg = config::parse(&none, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((cfg.policies[0].src, cfg.policies[0].dst), (("0.0.0.0".parse().unwrap(), 0), ("0.0.0.0".parse().unwrap(), 0)), "IPv4 any when both are missing");
 }
+
+#[test]
+fn nat_t_transport_sa_is_ipv4_only() {
+    let nat_t_transport = |text: &str, src: &str, dst: &str| {
+        text.replacen(&format!("tunnel_src = \"{src}\"\ntunnel_dst = \"{dst}\""), "mode = \"transport\"\nudp_encap = true", 1)
+    };
+    // IPv4 policies may protect with it.
+    let v4 = nat_t_transport(BASE, "203.0.113.1", "203.0.113.2");
+    assert!(v4.contains("udp_encap = true"));
+    config::parse(&v4, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}"));
+    // An IPv6 policy may not: its packets could not be sent.
+    let v6 = nat_t_transport(&base_v6(), "2001:db8:ff::1", "2001:db8:ff::2");
+    assert!(v6.contains("udp_encap = true"));
+    assert_one(
+        &v6,
+        "action = \"protect 1001\"",
+        9,
+        "policy[0].action",
+        "SA 1001 is a transport-mode SA with udp_encap, which carries IPv4 only (RFC 3948); an IPv6 policy cannot protect with it",
+    );
+}

@@ -116,7 +116,7 @@
 //! ranges, formats and cross-references are then checked here, so all
 //! problems are found in one pass and each message names its field.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::IpAddr;
 use std::ops::Range;
@@ -682,10 +682,18 @@ impl Checker<'_> {
         let ports = self.ports(raw.port.as_deref().unwrap_or_default());
         let sas = self.sas(raw.sa.as_deref().unwrap_or_default(), workers);
         let sa_ids: HashMap<(u32, u8), usize> = sas.ids.clone();
+        // Transport SAs with UDP encapsulation are IPv4 only (RFC 3948).
+        let v4_only: HashSet<(u32, u8)> = sas
+            .list
+            .iter()
+            .flatten()
+            .filter(|s| s.mode == SaMode::Transport && s.udp_encap)
+            .map(|s| (s.spi, s.direction as u8))
+            .collect();
         let policies = self.all(
             raw.policy.as_deref().unwrap_or_default(),
             "policy",
-            |ck, r, tab| ck.policy(r, tab, &sa_ids),
+            |ck, r, tab| ck.policy(r, tab, &sa_ids, &v4_only),
         );
         let routes = self.routes(raw.route.as_deref().unwrap_or_default(), &ports.names);
         let neighbours = self.neighbours(raw.neighbour.as_deref().unwrap_or_default());
@@ -1288,6 +1296,7 @@ impl Checker<'_> {
         p: &RawPolicy,
         tab: &Tab,
         sas: &HashMap<(u32, u8), usize>,
+        v4_only: &HashSet<(u32, u8)>,
     ) -> Option<Policy> {
         let direction = self
             .required(&p.direction, tab, "direction")
@@ -1349,6 +1358,13 @@ impl Checker<'_> {
         let action = self
             .required(&p.action, tab, "action")
             .and_then(|v| self.action(v, &tab.field("action"), direction, sas));
+        if let (Some(Action::Protect(spi)), Some(dir), Some(Some((addr, _))), Some(v)) = (action, direction, src.map(Some), &p.action) {
+            if addr.is_ipv6() && v4_only.contains(&(spi, dir as u8)) {
+                let m = format!("SA {spi} is a transport-mode SA with udp_encap, which carries IPv4 only (RFC 3948); an IPv6 policy cannot protect with it");
+                self.problem(&v.span(), &tab.field("action"), m);
+                return None;
+            }
+        }
         Some(Policy {
             direction: direction?,
             src: src?,

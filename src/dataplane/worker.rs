@@ -90,11 +90,29 @@ enum FragSink {
     Sa { sa: usize, owner: usize },
 }
 
-/// Destination address of the IPv4 header after the Ethernet header.
+/// Destination address of the IPv4 or IPv6 header after the Ethernet
+/// header (unspecified if too short).
 fn ip_dst(buf: &PktBuf) -> IpAddr {
-    let f = buf.frame();
-    let d = ethernet::HEADER_LEN + ipv4::DST;
-    IpAddr::V4(f.get(d..d + 4).map_or(Ipv4Addr::UNSPECIFIED, |a| Ipv4Addr::new(a[0], a[1], a[2], a[3])))
+    let f = buf.frame().get(ethernet::HEADER_LEN..).unwrap_or(&[]);
+    match f.first().map(|b| b >> 4) {
+        Some(6) => f.get(ipv6::DST..ipv6::DST + 16).and_then(|a| <[u8; 16]>::try_from(a).ok()).map_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED), |a| IpAddr::V6(a.into())),
+        _ => IpAddr::V4(f.get(ipv4::DST..ipv4::DST + 4).map_or(Ipv4Addr::UNSPECIFIED, |a| Ipv4Addr::new(a[0], a[1], a[2], a[3]))),
+    }
+}
+
+/// Bytes of the packet in `buf` that transport mode keeps in front of ESP
+/// (RFC 4303 §3.1.1): the IPv4 header, or the IPv6 header and the
+/// extension headers [`ipv6::esp_placement`] leaves in front (40 if the
+/// chain is broken: the packet fails later, counted).
+fn transport_kept_len(buf: &PktBuf) -> usize {
+    let ip = buf.frame().get(ethernet::HEADER_LEN..).unwrap_or(&[]);
+    match ip.first().map(|b| b >> 4) {
+        Some(6) => ipv6::Ipv6Packet::new_checked(ip)
+            .and_then(|p| ipv6::esp_placement(p.next_header(), p.payload(), false))
+            .map_or(ipv6::HEADER_LEN, |pl| pl.at),
+        Some(_) => (ip[0] & 0x0f) as usize * 4,
+        None => ipv4::MIN_HEADER_LEN,
+    }
 }
 
 /// Settings of a worker.
@@ -797,8 +815,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let inner_v6 = key.dst.is_ipv6();
         let via = if sa.transport { key.dst } else { sa.tunnel_dst };
         let egress_mtu = t.routes.lookup(via).and_then(|(out, _)| t.ports.get(out)).map(|p| p.mtu as usize);
-        // The IPv4 header length counts in transport mode only (kept in front).
-        let hl = buf.frame().get(ethernet::HEADER_LEN).map_or(ipv4::MIN_HEADER_LEN, |&b| (b & 0x0f) as usize * 4);
+        // The headers kept in front count in transport mode only.
+        let hl = if sa.transport { transport_kept_len(&buf) } else { 0 };
         if let Some(mtu) = egress_mtu.filter(|&m| outbound::encapsulated_len(sa, hl, buf.len() - ethernet::HEADER_LEN) > m) {
             let fits = outbound::max_inner_len(sa, hl, mtu);
             if inner_v6 {
@@ -835,10 +853,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         if frag && local && !key.dst.is_ipv6() && (esp_proto || key.protocol == ipv4::PROTO_UDP) && self.reasm.enabled() {
             return self.reassemble(t, port, buf);
         }
-        // Transport SAs (RFC 4303 §3.1.1, as ipsec-secgw; IPv4 only): ESP, or
-        // ESP in UDP on a NAT-T port (RFC 3948 §3.3), matched by SPI whatever
-        // its destination, then routed on its own destination.
-        let transport = (esp_proto || natt) && !local && !key.dst.is_ipv6() && transport_spi(t, &buf, hl + if natt { udp::HEADER_LEN } else { 0 });
+        // Transport SAs (RFC 4303 §3.1.1, as ipsec-secgw): ESP (IPv4, or
+        // IPv6 after its extension headers), or ESP in UDP on a NAT-T port
+        // (RFC 3948 §3.3, IPv4 only), matched by SPI whatever its
+        // destination, then routed on its own destination.
+        let transport = (esp_proto || (natt && !key.dst.is_ipv6())) && !local && transport_spi(t, &buf, hl + if natt { udp::HEADER_LEN } else { 0 });
         if (local && (esp_proto || natt)) || transport {
             if frag {
                 return self.drop_buf(port, DropReason::Fragment, buf);

@@ -68,8 +68,10 @@ pub const UDP_ENCAP_OVERHEAD: usize = udp::HEADER_LEN;
 /// `udp_encap`), ESP header (8), IV, the inner packet, padding to the
 /// algorithm's alignment ([`crate::crypto::Algorithm::block_size`], §2.4),
 /// Pad Length and Next Header (2), ICV. Transport mode (§3.1.1): the
-/// packet's own IPv4 header of `hl` bytes stays in front and only what
-/// follows it is padded and encrypted. `hl` is unused in tunnel mode. The
+/// packet's own headers of `hl` bytes stay in front (the IPv4 header, or
+/// the IPv6 header and the extension headers
+/// [`crate::wire::ipv6::esp_placement`] keeps in front) and only what
+/// follows them is padded and encrypted. `hl` is unused in tunnel mode. The
 /// one place that knows an SA's overhead: the MTU check and
 /// [`max_inner_len`] both use it.
 pub fn encapsulated_len(sa: &OutboundSa, hl: usize, inner_len: usize) -> usize {

@@ -142,6 +142,75 @@ pub fn walk_ext(next_header: u8, payload: &[u8]) -> Result<UpperLayer, WireError
     Err(WireError::BadField { layer: "ipv6", field: "extension headers (more than 8)", value: MAX_EXT_HEADERS as u32 + 1 })
 }
 
+/// Where transport-mode ESP sits in an IPv6 packet (RFC 4303 §3.1.1):
+/// the headers in front of it, the Next Header field that names it and the
+/// protocol it protects. Offsets count from the start of the IPv6 header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EspPlacement {
+    /// Offset of the Next Header field that names what follows the kept
+    /// headers: 6 in the fixed header, or byte 0 of the last kept
+    /// extension header. It names ESP (50) once ESP is in place.
+    pub nh_at: usize,
+    /// Offset where the ESP header starts (= 40 + the kept extension
+    /// headers' length).
+    pub at: usize,
+    /// The protocol at `at`: what the trailer's Next Header carries on
+    /// output, 50 (ESP) on input.
+    pub next_header: u8,
+}
+
+/// Finds where transport-mode ESP goes in the IPv6 payload `payload`
+/// (whose first header is `next_header`, the fixed header's Next Header;
+/// the fixed 40 bytes are assumed in front of it).
+///
+/// RFC 4303 §3.1.1 puts ESP after Hop-by-Hop, Routing and Fragment headers
+/// and lets Destination Options go either side. The placement here is the
+/// one Linux (`ip6_find_1stfragopt`) and scapy use, so the packets
+/// interoperate: Hop-by-Hop, Routing and Destination Options headers that
+/// come before any Routing header stay in front; a Destination Options
+/// header after a Routing header (meant for the final destination only) and
+/// everything after it are protected. With `to_esp` the walk instead runs
+/// over Hop-by-Hop / Routing / Destination Options headers until it meets
+/// ESP (input: what a peer put in front of ESP), and anything else there is
+/// an error.
+///
+/// Errors: a Fragment header on the way (`BadField`: transport mode
+/// protects whole datagrams, a fragment must be reassembled first), the
+/// errors of [`walk_ext`] (truncated header, Hop-by-Hop not first, more
+/// than [`MAX_EXT_HEADERS`]), and with `to_esp` a chain that ends without
+/// ESP.
+pub fn esp_placement(next_header: u8, payload: &[u8], to_esp: bool) -> Result<EspPlacement, WireError> {
+    let mut p = EspPlacement { nh_at: NEXT_HEADER, at: HEADER_LEN, next_header };
+    let mut routing_seen = false;
+    for n in 0..=MAX_EXT_HEADERS {
+        let nh = p.next_header;
+        match nh {
+            super::ipv4::PROTO_ESP if to_esp => return Ok(p),
+            NH_HOP_BY_HOP | NH_ROUTING | NH_DEST_OPTS => {
+                if !to_esp && nh == NH_DEST_OPTS && routing_seen {
+                    return Ok(p);
+                }
+                if nh == NH_HOP_BY_HOP && n != 0 {
+                    return Err(WireError::BadField { layer: "ipv6", field: "hop-by-hop header not first", value: p.at as u32 });
+                }
+                let rest = &payload[p.at - HEADER_LEN..];
+                let h = etherparse::Ipv6RawExtHeaderSlice::from_slice(rest).map_err(|e| WireError::Truncated {
+                    layer: "ipv6 extension header",
+                    offset: p.at,
+                    need: e.required_len,
+                    have: rest.len(),
+                })?;
+                routing_seen |= nh == NH_ROUTING;
+                p = EspPlacement { nh_at: p.at, at: p.at + h.slice().len(), next_header: h.next_header().0 };
+            }
+            NH_FRAGMENT => return Err(WireError::BadField { layer: "ipv6", field: "fragment header before transport-mode ESP", value: p.at as u32 }),
+            _ if to_esp => return Err(WireError::BadField { layer: "ipv6", field: "no ESP header after the extension headers", value: nh as u32 }),
+            _ => return Ok(p),
+        }
+    }
+    Err(WireError::BadField { layer: "ipv6", field: "extension headers (more than 8)", value: MAX_EXT_HEADERS as u32 + 1 })
+}
+
 /// Checked view of an IPv6 packet: version 6, the fixed header present and
 /// `40 + payload length` bytes present (bytes after them, e.g. Ethernet
 /// padding, are outside the view). Jumbograms (payload length 0 with a
