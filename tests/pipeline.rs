@@ -61,7 +61,7 @@ fn tunnel_end_to_end_and_header_rules() {
     for (i, size) in [0usize, 1, 2, 3, 100, 1400].into_iter().enumerate() {
         let payload: Vec<u8> = (0..size).map(|b| b as u8).collect();
         let frame = from_host_a(0xb8, 64, &payload);
-        let out = gw0.push("inside", &[frame.clone()]);
+        let out = gw0.push("inside", std::slice::from_ref(&frame));
         assert_eq!(out.len(), 1, "one ESP frame out of gw0");
         let (port, esp) = &out[0];
         assert_eq!(port, "outside");
@@ -81,7 +81,7 @@ fn tunnel_end_to_end_and_header_rules() {
         assert_eq!(enc_len % 4, 0);
         assert!(enc_len >= inner_len + 2 && enc_len < inner_len + 6);
 
-        let back = gw1.push("outside", &[esp.clone()]);
+        let back = gw1.push("outside", std::slice::from_ref(esp));
         assert_eq!(back.len(), 1, "one frame out of gw1 (size {size})");
         let (port, plain) = &back[0];
         assert_eq!(port, "inside");
@@ -109,8 +109,8 @@ fn replay_and_tamper_are_dropped_under_their_reasons() {
     let mut gw0 = Gw::from_config("configs/ep0.toml");
     let mut gw1 = Gw::from_config("configs/ep1.toml");
     let esp = gw0.push("inside", &[from_host_a(0, 64, b"x")]).remove(0).1;
-    assert_eq!(gw1.push("outside", &[esp.clone()]).len(), 1);
-    assert_eq!(gw1.push("outside", &[esp.clone()]).len(), 0, "replayed packet dropped");
+    assert_eq!(gw1.push("outside", std::slice::from_ref(&esp)).len(), 1);
+    assert_eq!(gw1.push("outside", std::slice::from_ref(&esp)).len(), 0, "replayed packet dropped");
     assert_eq!(gw1.drop_count("replay"), 1);
     // Two copies of a fresh packet in the same burst: the second fails the commit.
     let esp2 = gw0.push("inside", &[from_host_a(0, 64, b"y")]).remove(0).1;
@@ -390,7 +390,7 @@ fn esn_across_the_2_pow_32_boundary() {
         let out = gw0.push("inside", &[from_host_a(0, 64, &[n; 10])]);
         let esp = &out[0].1;
         lows.push(u32::from_be_bytes(esp[38..42].try_into().unwrap()));
-        let back = gw1.push("outside", &[esp.clone()]);
+        let back = gw1.push("outside", std::slice::from_ref(esp));
         assert_eq!(back.len(), 1, "packet {n} (seq low {:#x}) decrypts", lows[n as usize]);
     }
     assert_eq!(lows, vec![0xffff_fffe, 0xffff_ffff, 0, 1, 2, 3]);
