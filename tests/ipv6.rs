@@ -641,7 +641,8 @@ fn neighbor_discovery() {
     assert_eq!(f[14 + 40 + 4], 0x20, "O only");
     assert!(l4_checksum_ok(&GW0_IN6, &"ff02::1".parse().unwrap(), 58, &f[54..]));
     assert_eq!(gw0.stats().nd_replies, 3);
-    // Not answered: hop limit 254 (RFC 4861 §7.1.1), someone else's target,
+    // Not answered: hop limit 254 (RFC 4861 §7.1.1), a multicast source,
+    // someone else's target,
     // the inside address asked on the outside port, a bad checksum, a
     // router solicitation.
     let mut bad_ck = ns(A6, sn, sn_mac, a, GW0_IN6, 255);
@@ -653,19 +654,21 @@ fn neighbor_discovery() {
     rs_ip.extend_from_slice(&rs);
     let ignored = vec![
         ns(A6, sn, sn_mac, a, GW0_IN6, 254),
+        // A multicast source is never valid (RFC 4291 §2.7).
+        ns("ff02::1".parse().unwrap(), sn, sn_mac, a, GW0_IN6, 255),
         ns(A6, sn, sn_mac, a, Ipv6Addr::new(0x2001, 0xdb8, 0xa, 0, 0, 0, 0, 0x99), 255),
         bad_ck,
         eth([0x33, 0x33, 0, 0, 0, 2], a, 0x86dd, &rs_ip),
     ];
     assert!(gw0.push("inside", &ignored).is_empty());
     assert!(gw0.push("outside", &[ns(A6, sn, sn_mac, a, GW0_IN6, 255)]).is_empty());
-    assert_eq!(gw0.drop_count("nd_ignored"), 5);
+    assert_eq!(gw0.drop_count("nd_ignored"), 6);
     // Multicast that is not ND (an MLDv2 report to ff02::16): not for us.
     let mut mld = ipv6_header(0, 8, 58, 1, &A6, &"ff02::16".parse().unwrap());
     mld.extend_from_slice(&[143, 0, 0, 0, 0, 0, 0, 0]);
     assert!(gw0.push("inside", &[eth([0x33, 0x33, 0, 0, 0, 0x16], a, 0x86dd, &mld)]).is_empty());
     assert_eq!(gw0.drop_count("not_for_us"), 1);
-    assert_eq!(gw0.stats().drops.values().sum::<u64>(), 6);
+    assert_eq!(gw0.stats().drops.values().sum::<u64>(), 7);
 }
 
 // ---- NAT-T over IPv6, inbound selectors ----------------------------------------------

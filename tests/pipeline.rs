@@ -402,3 +402,21 @@ fn esn_across_the_2_pow_32_boundary() {
     assert!(gw1_plain.push("outside", &[esp]).is_empty());
     assert_eq!(gw1_plain.drop_count("auth_failed"), 1);
 }
+
+/// A packet that arrives through the tunnel but is addressed to the
+/// receiving gateway itself (gw1's inside address) is not forwarded nor
+/// taken: `to_us`, as for cleartext to the gateway (README drop reasons).
+#[test]
+fn decapsulated_packet_to_the_gateway_is_to_us() {
+    let mut gw0 = Gw::from_config("configs/ep0.toml");
+    let mut gw1 = Gw::from_config("configs/ep1.toml");
+    let gw1_inside = Ipv4Addr::new(198, 51, 100, 1);
+    let ip = udp_packet(HOST_A, gw1_inside, 0, 64, 1, 2, b"to the gateway");
+    let out = gw0.push("inside", &[eth(mac("02:00:00:00:00:01"), mac("02:00:00:00:0a:01"), 0x0800, &ip)]);
+    assert_eq!(out.len(), 1, "gw0 protects it like any packet to 198.51.100.0/24");
+    let back = gw1.push("outside", std::slice::from_ref(&out[0].1));
+    assert!(back.is_empty(), "{back:?}");
+    let s = gw1.stats();
+    assert_eq!(s.drops["to_us"], 1);
+    assert_eq!(s.drops.iter().filter(|(_, &v)| v > 0).count(), 1, "{:?}", s.drops);
+}

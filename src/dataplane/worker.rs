@@ -496,6 +496,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                         && ipv6::upper_layer_checksum_ok(&src, &dst, ipv6::NH_ICMPV6, msg)
                         && t.is_local(port, IpAddr::V6(ns.target()))
                         && !t.is_local(port, IpAddr::V6(src))
+                        // A multicast source is never valid (RFC 4291 §2.7).
+                        && !ipv6::is_multicast(&src)
                         && eth_src[0] & 1 == 0
                         && eth_src != [0; 6] =>
                 {
@@ -974,6 +976,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         if !e.admits(&key) {
             self.counters.sa_in[i].errors.add(1);
             return self.drop_buf(port, DropReason::InnerPolicyMismatch, buf);
+        }
+        // The gateway is not a host: traffic to its own addresses, also
+        // from inside a tunnel, is not taken (README: `to_us`).
+        if t.is_ours(key.dst) {
+            return self.drop_buf(port, DropReason::ToUs, buf);
         }
         if ttl <= 1 {
             return self.drop_buf(port, DropReason::TtlExceeded, buf);

@@ -58,6 +58,12 @@ impl Tables {
         })
     }
 
+    /// True if `ip` is one of our addresses on any port.
+    #[inline]
+    pub fn is_ours(&self, ip: IpAddr) -> bool {
+        (0..self.ports.len()).any(|p| self.is_local(p, ip))
+    }
+
     /// True if UDP to `port` at one of our addresses is NAT traversal
     /// (RFC 3948) traffic.
     #[inline]
