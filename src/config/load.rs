@@ -81,6 +81,11 @@
 //! udp_dport = 4500          # with udp_encap: overrides udp_port for the destination port
 //!                           #   (outbound: the peer's port as its NAT maps it; inbound: the
 //!                           #   port we receive on; an inbound SA does not check the source port)
+//! dummy_interval_ms = 0     # outbound tunnel SAs only: one dummy packet (RFC 4303 §2.6, Next
+//!                           #   Header 59) per this many ms, 0..=3600000, default 0 = none
+//! dummy_len = 0             # with dummy_interval_ms: bytes of (zero) payload per dummy,
+//!                           #   0..=1400, default 0; the dummy must fit the MTU of the port
+//!                           #   routed to tunnel_dst
 //! worker = 0                # optional worker index < gateway.workers; default: balanced
 //!
 //! [[policy]]                # SPD entry; lower priority wins, ties by file order
@@ -346,6 +351,8 @@ struct RawSa {
     udp_port: Field,
     udp_sport: Field,
     udp_dport: Field,
+    dummy_interval_ms: Field,
+    dummy_len: Field,
 }
 
 #[derive(Deserialize)]
@@ -697,6 +704,9 @@ impl Checker<'_> {
         );
         let routes = self.routes(raw.route.as_deref().unwrap_or_default(), &ports.names);
         let neighbours = self.neighbours(raw.neighbour.as_deref().unwrap_or_default());
+        if let (Some(s), Some(p), Some(r)) = (&sas.list, &ports.list, &routes) {
+            self.dummy_mtu(raw.sa.as_deref().unwrap_or_default(), s, p, r);
+        }
 
         Some(Config {
             source: self.source.to_path_buf(),
@@ -709,6 +719,35 @@ impl Checker<'_> {
             routes: routes?,
             neighbours: neighbours?,
         })
+    }
+
+    /// Every SA with dummy packets (RFC 4303 §2.6): the dummy, once
+    /// encapsulated, must fit the MTU of the port its `tunnel_dst` is
+    /// routed to (longest prefix; no route: nothing to check, the dummies
+    /// are dropped as `no_route` like the SA's traffic). `raws` are the
+    /// `[[sa]]` tables `sas` came from, in the same order.
+    fn dummy_mtu(&mut self, raws: &[Spanned<RawSa>], sas: &[Sa], ports: &[Port], routes: &[Route]) {
+        for (i, (r, sa)) in raws.iter().zip(sas).enumerate() {
+            if sa.dummy_interval_ms == 0 {
+                continue;
+            }
+            let route = routes
+                .iter()
+                .filter(|rt| crate::policy::spd::Prefix::new(rt.prefix.0, rt.prefix.1).contains(sa.tunnel_dst))
+                .max_by_key(|rt| rt.prefix.1);
+            let Some(port) = route.and_then(|rt| ports.get(rt.port)) else { continue };
+            let len = crate::esp::outbound::tunnel_len(sa.algorithm, sa.icv_len, sa.tunnel_dst.is_ipv6(), sa.udp_encap, sa.dummy_len);
+            if len > port.mtu as usize {
+                let raw = r.get_ref();
+                let (key, f) = if raw.dummy_len.is_some() { ("dummy_len", &raw.dummy_len) } else { ("dummy_interval_ms", &raw.dummy_interval_ms) };
+                let Some(v) = f else { continue };
+                let m = format!(
+                    "a dummy packet of {} bytes is {len} bytes once encapsulated, more than the MTU {} of port {:?} that tunnel_dst {} is routed to; make dummy_len smaller",
+                    sa.dummy_len, port.mtu, port.name, sa.tunnel_dst
+                );
+                self.problem(&v.span(), &format!("sa[{i}].{key}"), m);
+            }
+        }
     }
 
     /// Checks every entry of an array of tables; `None` if any failed.
@@ -1139,6 +1178,36 @@ impl Checker<'_> {
             let udp_dport = udp_port(ck, &s.udp_dport, "udp_dport", both).flatten();
             let dfs = &[("copy", DfMode::Copy), ("set", DfMode::Set), ("clear", DfMode::Clear)];
             let df = ck.opt_keyword(&s.df, &tab.field("df"), dfs, DfMode::Copy);
+            // RFC 4303 §2.6: the sender generates dummies; they need an
+            // outer header of the SA's own (tunnel mode) to be sent in.
+            let dummy_ok = |ck: &mut Self, f: &Field, key: &str| match (f, direction, transport) {
+                (Some(v), Some(Direction::Inbound), _) => {
+                    let m = format!("{key} applies to outbound SAs only (the sender generates dummy packets, RFC 4303 §2.6); remove it");
+                    ck.problem(&v.span(), &tab.field(key), m);
+                    false
+                }
+                (Some(v), _, true) => {
+                    let m = format!("{key} needs mode = \"tunnel\": a transport-mode SA has no endpoints of its own to send dummy packets to; remove it");
+                    ck.problem(&v.span(), &tab.field(key), m);
+                    false
+                }
+                _ => true,
+            };
+            let dummy_interval_ms = if dummy_ok(ck, &s.dummy_interval_ms, "dummy_interval_ms") {
+                ck.opt_integer(&s.dummy_interval_ms, &tab.field("dummy_interval_ms"), 0, 3_600_000, 0)
+            } else {
+                None
+            };
+            let max_len = crate::esp::outbound::MAX_DUMMY_LEN as i64;
+            let dummy_len = if dummy_ok(ck, &s.dummy_len, "dummy_len") {
+                ck.opt_integer(&s.dummy_len, &tab.field("dummy_len"), 0, max_len, 0)
+            } else {
+                None
+            };
+            if let (Some(v), Some(0)) = (&s.dummy_len, dummy_interval_ms) {
+                let m = "dummy_len applies only with dummy_interval_ms > 0 (no dummy packets are sent); add it or remove dummy_len";
+                ck.problem(&v.span(), &tab.field("dummy_len"), m);
+            }
             let worker = match (&s.worker, workers) {
                 (None, _) => Some(None),
                 (Some(v), Some(w)) => {
@@ -1173,6 +1242,8 @@ impl Checker<'_> {
                 udp_encap: udp_encap?,
                 udp_sport: udp_sport?,
                 udp_dport: udp_dport?,
+                dummy_interval_ms: dummy_interval_ms? as u64,
+                dummy_len: dummy_len? as usize,
             })
         });
         Sas { list, ids }
