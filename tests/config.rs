@@ -892,6 +892,7 @@ fn dummy_packets_defaults_ranges_and_where_they_apply() {
     let with = |lines: &str| edit(out, &format!("{out}\n{lines}"));
     let cfg = config::parse(&with("dummy_interval_ms = 250\ndummy_len = 1400"), Path::new(FILE)).unwrap();
     assert_eq!((cfg.sas[0].dummy_interval_ms, cfg.sas[0].dummy_len), (250, 1400));
+    assert!(config::summary(&cfg).contains("dummy 1400 B every 250 ms"), "{}", config::summary(&cfg));
     let text = with("dummy_interval_ms = 3600001");
     assert_one(&text, "dummy_interval_ms", 20, "sa[0].dummy_interval_ms", "expected an integer in 0..=3600000, found 3600001");
     let text = with("dummy_interval_ms = -1");
