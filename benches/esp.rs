@@ -49,6 +49,7 @@ fn bench(c: &mut Criterion) {
         udp_encap: None,
         owner: 0,
         dummy: None,
+        tfc_pad_to: 0,
     };
     let mut qp: SoftQueuePair<PktBuf> = dev.queue_pair_setup(0, QpConf { nb_descriptors: 64 }).unwrap();
     let raw = Aes128Gcm::new_from_slice(&key).unwrap();
@@ -114,6 +115,7 @@ fn bench_algorithms(c: &mut Criterion) {
             udp_encap: None,
             owner: 0,
             dummy: None,
+            tfc_pad_to: 0,
         };
         for size in [64usize, 1420] {
             g.throughput(Throughput::Bytes(size as u64));

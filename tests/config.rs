@@ -937,3 +937,23 @@ fn dummy_packets_must_fit_the_mtu_of_their_route() {
     let tiny = text.replace("dummy_len = 1400\n", "").replace("mtu = 1400", "mtu = 576");
     config::parse(&tiny, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}"));
 }
+
+#[test]
+fn tfc_pad_to_range_where_it_applies_and_mtu() {
+    assert_eq!(config::parse(BASE, Path::new(FILE)).unwrap().sas[0].tfc_pad_to, 0, "off by default");
+    let out = "tunnel_dst = \"203.0.113.2\"";
+    let with = |lines: &str| edit(out, &format!("{out}\n{lines}"));
+    let cfg = config::parse(&with("tfc_pad_to = 1400"), Path::new(FILE)).unwrap();
+    assert_eq!(cfg.sas[0].tfc_pad_to, 1400);
+    assert!(config::summary(&cfg).contains("tfc pad to 1400 B"), "{}", config::summary(&cfg));
+    assert_one(&with("tfc_pad_to = 1401"), "tfc_pad_to", 13, "sa[0].tfc_pad_to", "expected an integer in 0..=1400, found 1401");
+    let inb = "tunnel_dst = \"203.0.113.1\"";
+    let text = edit(inb, &format!("{inb}\ntfc_pad_to = 100"));
+    assert_one(&text, "tfc_pad_to", 13, "sa[1].tfc_pad_to", "applies to outbound SAs only (the sender pads, RFC 4303 §2.7");
+    let text = edit("tunnel_src = \"203.0.113.1\"\ntunnel_dst = \"203.0.113.2\"", "mode = \"transport\"\ntfc_pad_to = 100");
+    assert_one(&text, "tfc_pad_to", 13, "sa[0].tfc_pad_to", "needs mode = \"tunnel\"");
+    // Routed to a 576-byte MTU port: 600 bytes of inner packet do not fit.
+    let base = edit("addresses = [\"203.0.113.1/24\"]", "addresses = [\"203.0.113.1/24\"]\nmtu = 576");
+    let text = format!("{}\n[[route]]\nprefix = \"203.0.113.2/32\"\nport = \"outside\"\n", base.replacen(out, &format!("{out}\ntfc_pad_to = 600"), 1));
+    assert_one(&text, "tfc_pad_to", 13, "sa[0].tfc_pad_to", "an inner packet padded to 600 bytes is 656 bytes once encapsulated, more than the MTU 576");
+}

@@ -49,6 +49,7 @@ fn outbound_sa(dev: &SoftDevice, alg: Algorithm, src: IpAddr, dst: IpAddr, udp_e
         udp_encap,
         owner: 0,
         dummy: Some(DummyPlan { interval: Duration::from_millis(1), len: 0 }),
+        tfc_pad_to: 0,
     }
 }
 

@@ -86,6 +86,10 @@
 //! dummy_len = 0             # with dummy_interval_ms: bytes of (zero) payload per dummy,
 //!                           #   0..=1400, default 0; the dummy must fit the MTU of the port
 //!                           #   routed to tunnel_dst
+//! tfc_pad_to = 0            # outbound tunnel SAs only: TFC padding (RFC 4303 §2.7), inner packets
+//!                           #   shorter than this are padded with zeros to it, 0..=1400, default
+//!                           #   0 = off; padded, they must fit the mtu of the port routed to
+//!                           #   tunnel_dst
 //! worker = 0                # optional worker index < gateway.workers; default: balanced
 //!
 //! [[policy]]                # SPD entry; lower priority wins, ties by file order
@@ -353,6 +357,7 @@ struct RawSa {
     udp_dport: Field,
     dummy_interval_ms: Field,
     dummy_len: Field,
+    tfc_pad_to: Field,
 }
 
 #[derive(Deserialize)]
@@ -705,7 +710,7 @@ impl Checker<'_> {
         let routes = self.routes(raw.route.as_deref().unwrap_or_default(), &ports.names);
         let neighbours = self.neighbours(raw.neighbour.as_deref().unwrap_or_default());
         if let (Some(s), Some(p), Some(r)) = (&sas.list, &ports.list, &routes) {
-            self.dummy_mtu(raw.sa.as_deref().unwrap_or_default(), s, p, r);
+            self.sender_sizes_fit_mtu(raw.sa.as_deref().unwrap_or_default(), s, p, r);
         }
 
         Some(Config {
@@ -721,14 +726,25 @@ impl Checker<'_> {
         })
     }
 
-    /// Every SA with dummy packets (RFC 4303 §2.6): the dummy, once
-    /// encapsulated, must fit the MTU of the port its `tunnel_dst` is
-    /// routed to (longest prefix; no route: nothing to check, the dummies
-    /// are dropped as `no_route` like the SA's traffic). `raws` are the
+    /// Every SA with dummy packets (RFC 4303 §2.6) or TFC padding (§2.7):
+    /// a dummy of `dummy_len` bytes, and an inner packet padded to
+    /// `tfc_pad_to` bytes, must fit the MTU of the port `tunnel_dst` is
+    /// routed to once encapsulated (longest prefix; no route: nothing to
+    /// check, the SA's packets are dropped as `no_route`). `raws` are the
     /// `[[sa]]` tables `sas` came from, in the same order.
-    fn dummy_mtu(&mut self, raws: &[Spanned<RawSa>], sas: &[Sa], ports: &[Port], routes: &[Route]) {
+    fn sender_sizes_fit_mtu(&mut self, raws: &[Spanned<RawSa>], sas: &[Sa], ports: &[Port], routes: &[Route]) {
         for (i, (r, sa)) in raws.iter().zip(sas).enumerate() {
-            if sa.dummy_interval_ms == 0 {
+            let raw = r.get_ref();
+            // (size, field to blame, what it is)
+            let mut sizes = Vec::new();
+            if sa.dummy_interval_ms > 0 {
+                let f = if raw.dummy_len.is_some() { ("dummy_len", &raw.dummy_len) } else { ("dummy_interval_ms", &raw.dummy_interval_ms) };
+                sizes.push((sa.dummy_len, f, "a dummy packet of"));
+            }
+            if sa.tfc_pad_to > 0 {
+                sizes.push((sa.tfc_pad_to, ("tfc_pad_to", &raw.tfc_pad_to), "an inner packet padded to"));
+            }
+            if sizes.is_empty() {
                 continue;
             }
             let route = routes
@@ -736,14 +752,12 @@ impl Checker<'_> {
                 .filter(|rt| crate::policy::spd::Prefix::new(rt.prefix.0, rt.prefix.1).contains(sa.tunnel_dst))
                 .max_by_key(|rt| rt.prefix.1);
             let Some(port) = route.and_then(|rt| ports.get(rt.port)) else { continue };
-            let len = crate::esp::outbound::tunnel_len(sa.algorithm, sa.icv_len, sa.tunnel_dst.is_ipv6(), sa.udp_encap, sa.dummy_len);
-            if len > port.mtu as usize {
-                let raw = r.get_ref();
-                let (key, f) = if raw.dummy_len.is_some() { ("dummy_len", &raw.dummy_len) } else { ("dummy_interval_ms", &raw.dummy_interval_ms) };
-                let Some(v) = f else { continue };
+            for (size, (key, f), what) in sizes {
+                let len = crate::esp::outbound::tunnel_len(sa.algorithm, sa.icv_len, sa.tunnel_dst.is_ipv6(), sa.udp_encap, size);
+                let Some(v) = f.as_ref().filter(|_| len > port.mtu as usize) else { continue };
                 let m = format!(
-                    "a dummy packet of {} bytes is {len} bytes once encapsulated, more than the MTU {} of port {:?} that tunnel_dst {} is routed to; make dummy_len smaller",
-                    sa.dummy_len, port.mtu, port.name, sa.tunnel_dst
+                    "{what} {size} bytes is {len} bytes once encapsulated, more than the MTU {} of port {:?} that tunnel_dst {} is routed to; make {key} smaller",
+                    port.mtu, port.name, sa.tunnel_dst
                 );
                 self.problem(&v.span(), &format!("sa[{i}].{key}"), m);
             }
@@ -1178,29 +1192,44 @@ impl Checker<'_> {
             let udp_dport = udp_port(ck, &s.udp_dport, "udp_dport", both).flatten();
             let dfs = &[("copy", DfMode::Copy), ("set", DfMode::Set), ("clear", DfMode::Clear)];
             let df = ck.opt_keyword(&s.df, &tab.field("df"), dfs, DfMode::Copy);
-            // RFC 4303 §2.6: the sender generates dummies; they need an
-            // outer header of the SA's own (tunnel mode) to be sent in.
-            let dummy_ok = |ck: &mut Self, f: &Field, key: &str| match (f, direction, transport) {
+            // Sender settings of tunnel mode: dummy packets (RFC 4303 §2.6)
+            // need an outer header of the SA's own; TFC padding (§2.7) the
+            // inner IP header's length to be stripped by. (key, why
+            // outbound, why tunnel mode).
+            const DUMMY_WHY: (&str, &str) = (
+                "the sender generates dummy packets, RFC 4303 §2.6",
+                "a transport-mode SA has no endpoints of its own to send dummy packets to",
+            );
+            const TFC_WHY: (&str, &str) = (
+                "the sender pads, RFC 4303 §2.7; a receiver strips TFC padding whatever its config",
+                "only the inner IP header of tunnel mode tells the receiver where TFC padding starts",
+            );
+            let sender_tunnel_only = |ck: &mut Self, f: &Field, key: &str, (out_why, tunnel_why): (&str, &str)| match (f, direction, transport) {
                 (Some(v), Some(Direction::Inbound), _) => {
-                    let m = format!("{key} applies to outbound SAs only (the sender generates dummy packets, RFC 4303 §2.6); remove it");
+                    let m = format!("{key} applies to outbound SAs only ({out_why}); remove it");
                     ck.problem(&v.span(), &tab.field(key), m);
                     false
                 }
                 (Some(v), _, true) => {
-                    let m = format!("{key} needs mode = \"tunnel\": a transport-mode SA has no endpoints of its own to send dummy packets to; remove it");
+                    let m = format!("{key} needs mode = \"tunnel\": {tunnel_why}; remove it");
                     ck.problem(&v.span(), &tab.field(key), m);
                     false
                 }
                 _ => true,
             };
-            let dummy_interval_ms = if dummy_ok(ck, &s.dummy_interval_ms, "dummy_interval_ms") {
+            let dummy_interval_ms = if sender_tunnel_only(ck, &s.dummy_interval_ms, "dummy_interval_ms", DUMMY_WHY) {
                 ck.opt_integer(&s.dummy_interval_ms, &tab.field("dummy_interval_ms"), 0, 3_600_000, 0)
             } else {
                 None
             };
             let max_len = crate::esp::outbound::MAX_DUMMY_LEN as i64;
-            let dummy_len = if dummy_ok(ck, &s.dummy_len, "dummy_len") {
+            let dummy_len = if sender_tunnel_only(ck, &s.dummy_len, "dummy_len", DUMMY_WHY) {
                 ck.opt_integer(&s.dummy_len, &tab.field("dummy_len"), 0, max_len, 0)
+            } else {
+                None
+            };
+            let tfc_pad_to = if sender_tunnel_only(ck, &s.tfc_pad_to, "tfc_pad_to", TFC_WHY) {
+                ck.opt_integer(&s.tfc_pad_to, &tab.field("tfc_pad_to"), 0, max_len, 0)
             } else {
                 None
             };
@@ -1244,6 +1273,7 @@ impl Checker<'_> {
                 udp_dport: udp_dport?,
                 dummy_interval_ms: dummy_interval_ms? as u64,
                 dummy_len: dummy_len? as usize,
+                tfc_pad_to: tfc_pad_to? as usize,
             })
         });
         Sas { list, ids }

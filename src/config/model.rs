@@ -271,6 +271,11 @@ pub struct Sa {
     /// Bytes of payload in each dummy packet (0..=1400, default 0; bounded
     /// further by the MTU of the port routed to `tunnel_dst`).
     pub dummy_len: usize,
+    /// TFC padding (RFC 4303 §2.7): pad inner packets shorter than this
+    /// with zeros to this many bytes before encryption (outbound
+    /// tunnel-mode SAs only; 0..=1400, default 0 = off; bounded further by
+    /// the MTU of the port routed to `tunnel_dst`).
+    pub tfc_pad_to: usize,
 }
 
 impl std::fmt::Debug for Sa {
@@ -296,6 +301,7 @@ impl std::fmt::Debug for Sa {
             .field("udp_dport", &self.udp_dport)
             .field("dummy_interval_ms", &self.dummy_interval_ms)
             .field("dummy_len", &self.dummy_len)
+            .field("tfc_pad_to", &self.tfc_pad_to)
             .finish()
     }
 }

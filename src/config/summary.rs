@@ -140,6 +140,9 @@ pub fn summary(cfg: &Config) -> String {
                 if sa.esn { "esn".into() } else { "no-esn".into() },
                 if sa.udp_encap { format!("udp {}->{}", sa.udp_sport, sa.udp_dport) } else { "esp".into() },
             ];
+            if sa.tfc_pad_to > 0 {
+                row.push(format!("tfc pad to {} B", sa.tfc_pad_to));
+            }
             if sa.dummy_interval_ms > 0 {
                 row.push(format!("dummy {} B every {} ms", sa.dummy_len, sa.dummy_interval_ms));
             }

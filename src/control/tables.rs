@@ -102,6 +102,7 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
                         interval: std::time::Duration::from_millis(sa.dummy_interval_ms),
                         len: sa.dummy_len,
                     }),
+                    tfc_pad_to: sa.tfc_pad_to,
                 });
             }
             Direction::Inbound => {

@@ -71,11 +71,14 @@ pub const UDP_ENCAP_OVERHEAD: usize = udp::HEADER_LEN;
 /// packet's own headers of `hl` bytes stay in front (the IPv4 header, or
 /// the IPv6 header and the extension headers
 /// [`crate::wire::ipv6::esp_placement`] keeps in front) and only what
-/// follows them is padded and encrypted. `hl` is unused in tunnel mode. The
+/// follows them is padded and encrypted. A tunnel SA's `tfc_pad_to`
+/// counts as the least inner length (RFC 4303 §2.7). `hl` is unused in tunnel mode. The
 /// one place that knows an SA's overhead: the MTU check and
 /// [`max_inner_len`] both use it.
 pub fn encapsulated_len(sa: &OutboundSa, hl: usize, inner_len: usize) -> usize {
     let (kept, fixed, align) = layout(sa, hl);
+    // TFC padding (tunnel mode): a shorter packet goes out as long as this.
+    let inner_len = if sa.transport { inner_len } else { inner_len.max(sa.tfc_pad_to) };
     let enc = (inner_len.saturating_sub(kept) + TRAILER_LEN).div_ceil(align) * align;
     fixed + enc
 }
@@ -185,7 +188,11 @@ fn inner_facts(ip: &[u8]) -> Option<(u8, bool, usize, u8)> {
 ///
 /// A transport-mode SA (`sa.transport`) is dispatched to
 /// [`super::transport::outbound_prepare`].
-pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, buf: PktBuf) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+///
+/// With `sa.tfc_pad_to` the inner packet is first padded with zeros to
+/// that many bytes (TFC padding, RFC 4303 §2.7), so packets shorter than
+/// it all look the same size on the wire.
+pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
     if sa.transport {
         return super::transport::outbound_prepare(sa, st, buf);
     }
@@ -195,7 +202,28 @@ pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, buf: PktBuf) -> Result<C
     if total + ethernet::HEADER_LEN > buf.len() {
         return Err((EspError::BadInner, buf));
     }
-    seal_tunnel(sa, st, buf, total, tos, inner_df, next_header)
+    let payload_len = tfc_pad(&mut buf, total, sa.tfc_pad_to);
+    seal_tunnel(sa, st, buf, payload_len, tos, inner_df, next_header)
+}
+
+/// TFC padding (RFC 4303 §2.7): grows the inner packet of `total` bytes
+/// after the Ethernet header of `buf` with zero bytes up to `pad_to` bytes
+/// (anything already after the packet, such as Ethernet padding, is
+/// zeroed too). The receiver finds the packet's end from its own IPv4
+/// total length / IPv6 payload length and drops the rest. Returns the ESP
+/// payload length: `pad_to`, or `total` when the packet is at least that
+/// long already (or, never with a validated config, the buffer has no
+/// room: the packet goes unpadded).
+fn tfc_pad(buf: &mut PktBuf, total: usize, pad_to: usize) -> usize {
+    if pad_to <= total {
+        return total;
+    }
+    let want = ethernet::HEADER_LEN + pad_to;
+    if buf.len() < want && !buf.append(want - buf.len()) {
+        return total;
+    }
+    buf.frame_mut()[ethernet::HEADER_LEN + total..want].fill(0);
+    pad_to
 }
 
 /// Bytes of dummy payload [`prepare_dummy`] accepts at most: 1400, which

@@ -60,6 +60,10 @@ pub struct OutboundSa {
     /// Dummy packets (RFC 4303 §2.6) the owner sends on this SA, or `None`
     /// (tunnel mode only: [`super::outbound::prepare_dummy`]).
     pub dummy: Option<DummyPlan>,
+    /// TFC padding (RFC 4303 §2.7, tunnel mode only): inner packets
+    /// shorter than this many bytes are padded with zeros to it before
+    /// encryption; 0 = off. At most [`super::outbound::MAX_DUMMY_LEN`].
+    pub tfc_pad_to: usize,
 }
 
 /// When and how big the dummy packets of a tunnel-mode outbound SA are
