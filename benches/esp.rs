@@ -48,6 +48,8 @@ fn bench(c: &mut Criterion) {
         iv_gen: IvGen::counter(),
         udp_encap: None,
         owner: 0,
+        dummy: None,
+        tfc_pad_to: 0,
     };
     let mut qp: SoftQueuePair<PktBuf> = dev.queue_pair_setup(0, QpConf { nb_descriptors: 64 }).unwrap();
     let raw = Aes128Gcm::new_from_slice(&key).unwrap();
@@ -112,6 +114,8 @@ fn bench_algorithms(c: &mut Criterion) {
             iv_gen: IvGen::for_algorithm(alg).unwrap(),
             udp_encap: None,
             owner: 0,
+            dummy: None,
+            tfc_pad_to: 0,
         };
         for size in [64usize, 1420] {
             g.throughput(Throughput::Bytes(size as u64));

@@ -883,3 +883,77 @@ fn nat_t_transport_sa_is_ipv4_only() {
         "SA 1001 is a transport-mode SA with udp_encap, which carries IPv4 only (RFC 3948); an IPv6 policy cannot protect with it",
     );
 }
+
+#[test]
+fn dummy_packets_defaults_ranges_and_where_they_apply() {
+    let cfg = config::parse(BASE, Path::new(FILE)).unwrap();
+    assert_eq!((cfg.sas[0].dummy_interval_ms, cfg.sas[0].dummy_len), (0, 0), "off by default");
+    let out = "tunnel_dst = \"203.0.113.2\"";
+    let with = |lines: &str| edit(out, &format!("{out}\n{lines}"));
+    let cfg = config::parse(&with("dummy_interval_ms = 250\ndummy_len = 1400"), Path::new(FILE)).unwrap();
+    assert_eq!((cfg.sas[0].dummy_interval_ms, cfg.sas[0].dummy_len), (250, 1400));
+    assert!(config::summary(&cfg).contains("dummy 1400 B every 250 ms"), "{}", config::summary(&cfg));
+    let text = with("dummy_interval_ms = 3600001");
+    assert_one(&text, "dummy_interval_ms", 20, "sa[0].dummy_interval_ms", "expected an integer in 0..=3600000, found 3600001");
+    let text = with("dummy_interval_ms = -1");
+    assert_one(&text, "dummy_interval_ms", 20, "sa[0].dummy_interval_ms", "expected an integer in 0..=3600000, found -1");
+    let text = with("dummy_interval_ms = 10\ndummy_len = 1401");
+    assert_one(&text, "dummy_len", 12, "sa[0].dummy_len", "expected an integer in 0..=1400, found 1401");
+    let text = with("dummy_interval_ms = \"10\"");
+    assert_one(&text, "dummy_interval_ms", 20, "sa[0].dummy_interval_ms", "an integer");
+    let text = with("dummy_len = 64");
+    assert_one(&text, "dummy_len", 12, "sa[0].dummy_len", "applies only with dummy_interval_ms > 0");
+    // Inbound SAs receive dummies, they do not send them.
+    let inb = "tunnel_dst = \"203.0.113.1\"";
+    let text = edit(inb, &format!("{inb}\ndummy_interval_ms = 10"));
+    assert_one(&text, "dummy_interval_ms", 20, "sa[1].dummy_interval_ms", "applies to outbound SAs only");
+    // Transport SAs have no endpoints of their own to address dummies to.
+    let text = edit(
+        "tunnel_src = \"203.0.113.1\"\ntunnel_dst = \"203.0.113.2\"",
+        "mode = \"transport\"\ndummy_interval_ms = 10\ndummy_len = 8",
+    );
+    let e = error(&text);
+    let shown = e.to_string();
+    assert_eq!(e.problems().len(), 2, "{shown}");
+    for key in ["dummy_interval_ms", "dummy_len"] {
+        let (line, col) = pos(&text, key);
+        assert!(shown.contains(&format!("{FILE}:{line}:{}: sa[0].{key}: {key} needs mode = \"tunnel\"", col + key.len() + 3)), "{shown}");
+    }
+}
+
+#[test]
+fn dummy_packets_must_fit_the_mtu_of_their_route() {
+    // A route to the tunnel end on a port with a small MTU: 1400 bytes of
+    // dummy payload become 20 + 8 + 8 + 1404 + 16 = 1456 bytes with AES-GCM.
+    let base = edit("addresses = [\"203.0.113.1/24\"]", "addresses = [\"203.0.113.1/24\"]\nmtu = 1400");
+    let route = "[[route]]\nprefix = \"203.0.113.0/24\"\nport = \"outside\"\n";
+    let out = "tunnel_dst = \"203.0.113.2\"";
+    let text = format!("{}\n{route}", base.replacen(out, &format!("{out}\ndummy_interval_ms = 10\ndummy_len = 1400"), 1));
+    assert_one(&text, "dummy_len", 12, "sa[0].dummy_len", "1456 bytes once encapsulated, more than the MTU 1400 of port \"outside\"");
+    // 1340 bytes: 1344 + 52 = 1396 fits.
+    let ok = text.replace("dummy_len = 1400", "dummy_len = 1340");
+    config::parse(&ok, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}"));
+    // The default dummy_len of 0 fits even a 576-byte MTU.
+    let tiny = text.replace("dummy_len = 1400\n", "").replace("mtu = 1400", "mtu = 576");
+    config::parse(&tiny, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn tfc_pad_to_range_where_it_applies_and_mtu() {
+    assert_eq!(config::parse(BASE, Path::new(FILE)).unwrap().sas[0].tfc_pad_to, 0, "off by default");
+    let out = "tunnel_dst = \"203.0.113.2\"";
+    let with = |lines: &str| edit(out, &format!("{out}\n{lines}"));
+    let cfg = config::parse(&with("tfc_pad_to = 1400"), Path::new(FILE)).unwrap();
+    assert_eq!(cfg.sas[0].tfc_pad_to, 1400);
+    assert!(config::summary(&cfg).contains("tfc pad to 1400 B"), "{}", config::summary(&cfg));
+    assert_one(&with("tfc_pad_to = 1401"), "tfc_pad_to", 13, "sa[0].tfc_pad_to", "expected an integer in 0..=1400, found 1401");
+    let inb = "tunnel_dst = \"203.0.113.1\"";
+    let text = edit(inb, &format!("{inb}\ntfc_pad_to = 100"));
+    assert_one(&text, "tfc_pad_to", 13, "sa[1].tfc_pad_to", "applies to outbound SAs only (the sender pads, RFC 4303 §2.7");
+    let text = edit("tunnel_src = \"203.0.113.1\"\ntunnel_dst = \"203.0.113.2\"", "mode = \"transport\"\ntfc_pad_to = 100");
+    assert_one(&text, "tfc_pad_to", 13, "sa[0].tfc_pad_to", "needs mode = \"tunnel\"");
+    // Routed to a 576-byte MTU port: 600 bytes of inner packet do not fit.
+    let base = edit("addresses = [\"203.0.113.1/24\"]", "addresses = [\"203.0.113.1/24\"]\nmtu = 576");
+    let text = format!("{}\n[[route]]\nprefix = \"203.0.113.2/32\"\nport = \"outside\"\n", base.replacen(out, &format!("{out}\ntfc_pad_to = 600"), 1));
+    assert_one(&text, "tfc_pad_to", 13, "sa[0].tfc_pad_to", "an inner packet padded to 600 bytes is 656 bytes once encapsulated, more than the MTU 576");
+}

@@ -139,6 +139,8 @@ fn outbound_matches_scapy() {
             iv_gen: IvGen::for_algorithm(c.alg).unwrap(),
             udp_encap: None,
             owner: 0,
+            dummy: None,
+            tfc_pad_to: 0,
         };
         let mut st = OutboundState { seq: c.seq - 1 };
         let op = esp::outbound::prepare(&sa, &mut st, frame(&c.inner)).map_err(|e| e.0).unwrap_or_else(|e| panic!("{}: {e:?}", c.name));
@@ -189,6 +191,8 @@ fn fragments_and_broken_chains_are_refused() {
         iv_gen: IvGen::counter(),
         udp_encap: None,
         owner: 0,
+        dummy: None,
+        tfc_pad_to: 0,
     };
     // IPv6 + Fragment header (offset 0, M set) + UDP: a fragment.
     let mut frag = c.inner[..40].to_vec();

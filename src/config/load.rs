@@ -81,6 +81,15 @@
 //! udp_dport = 4500          # with udp_encap: overrides udp_port for the destination port
 //!                           #   (outbound: the peer's port as its NAT maps it; inbound: the
 //!                           #   port we receive on; an inbound SA does not check the source port)
+//! dummy_interval_ms = 0     # outbound tunnel SAs only: one dummy packet (RFC 4303 §2.6, Next
+//!                           #   Header 59) per this many ms, 0..=3600000, default 0 = none
+//! dummy_len = 0             # with dummy_interval_ms: bytes of (zero) payload per dummy,
+//!                           #   0..=1400, default 0; the dummy must fit the MTU of the port
+//!                           #   routed to tunnel_dst
+//! tfc_pad_to = 0            # outbound tunnel SAs only: TFC padding (RFC 4303 §2.7), inner packets
+//!                           #   shorter than this are padded with zeros to it, 0..=1400, default
+//!                           #   0 = off; padded, they must fit the mtu of the port routed to
+//!                           #   tunnel_dst
 //! worker = 0                # optional worker index < gateway.workers; default: balanced
 //!
 //! [[policy]]                # SPD entry; lower priority wins, ties by file order
@@ -346,6 +355,9 @@ struct RawSa {
     udp_port: Field,
     udp_sport: Field,
     udp_dport: Field,
+    dummy_interval_ms: Field,
+    dummy_len: Field,
+    tfc_pad_to: Field,
 }
 
 #[derive(Deserialize)]
@@ -697,6 +709,9 @@ impl Checker<'_> {
         );
         let routes = self.routes(raw.route.as_deref().unwrap_or_default(), &ports.names);
         let neighbours = self.neighbours(raw.neighbour.as_deref().unwrap_or_default());
+        if let (Some(s), Some(p), Some(r)) = (&sas.list, &ports.list, &routes) {
+            self.sender_sizes_fit_mtu(raw.sa.as_deref().unwrap_or_default(), s, p, r);
+        }
 
         Some(Config {
             source: self.source.to_path_buf(),
@@ -709,6 +724,44 @@ impl Checker<'_> {
             routes: routes?,
             neighbours: neighbours?,
         })
+    }
+
+    /// Every SA with dummy packets (RFC 4303 §2.6) or TFC padding (§2.7):
+    /// a dummy of `dummy_len` bytes, and an inner packet padded to
+    /// `tfc_pad_to` bytes, must fit the MTU of the port `tunnel_dst` is
+    /// routed to once encapsulated (longest prefix; no route: nothing to
+    /// check, the SA's packets are dropped as `no_route`). `raws` are the
+    /// `[[sa]]` tables `sas` came from, in the same order.
+    fn sender_sizes_fit_mtu(&mut self, raws: &[Spanned<RawSa>], sas: &[Sa], ports: &[Port], routes: &[Route]) {
+        for (i, (r, sa)) in raws.iter().zip(sas).enumerate() {
+            let raw = r.get_ref();
+            // (size, field to blame, what it is)
+            let mut sizes = Vec::new();
+            if sa.dummy_interval_ms > 0 {
+                let f = if raw.dummy_len.is_some() { ("dummy_len", &raw.dummy_len) } else { ("dummy_interval_ms", &raw.dummy_interval_ms) };
+                sizes.push((sa.dummy_len, f, "a dummy packet of"));
+            }
+            if sa.tfc_pad_to > 0 {
+                sizes.push((sa.tfc_pad_to, ("tfc_pad_to", &raw.tfc_pad_to), "an inner packet padded to"));
+            }
+            if sizes.is_empty() {
+                continue;
+            }
+            let route = routes
+                .iter()
+                .filter(|rt| crate::policy::spd::Prefix::new(rt.prefix.0, rt.prefix.1).contains(sa.tunnel_dst))
+                .max_by_key(|rt| rt.prefix.1);
+            let Some(port) = route.and_then(|rt| ports.get(rt.port)) else { continue };
+            for (size, (key, f), what) in sizes {
+                let len = crate::esp::outbound::tunnel_len(sa.algorithm, sa.icv_len, sa.tunnel_dst.is_ipv6(), sa.udp_encap, size);
+                let Some(v) = f.as_ref().filter(|_| len > port.mtu as usize) else { continue };
+                let m = format!(
+                    "{what} {size} bytes is {len} bytes once encapsulated, more than the MTU {} of port {:?} that tunnel_dst {} is routed to; make {key} smaller",
+                    port.mtu, port.name, sa.tunnel_dst
+                );
+                self.problem(&v.span(), &format!("sa[{i}].{key}"), m);
+            }
+        }
     }
 
     /// Checks every entry of an array of tables; `None` if any failed.
@@ -1139,6 +1192,51 @@ impl Checker<'_> {
             let udp_dport = udp_port(ck, &s.udp_dport, "udp_dport", both).flatten();
             let dfs = &[("copy", DfMode::Copy), ("set", DfMode::Set), ("clear", DfMode::Clear)];
             let df = ck.opt_keyword(&s.df, &tab.field("df"), dfs, DfMode::Copy);
+            // Sender settings of tunnel mode: dummy packets (RFC 4303 §2.6)
+            // need an outer header of the SA's own; TFC padding (§2.7) the
+            // inner IP header's length to be stripped by. (key, why
+            // outbound, why tunnel mode).
+            const DUMMY_WHY: (&str, &str) = (
+                "the sender generates dummy packets, RFC 4303 §2.6",
+                "a transport-mode SA has no endpoints of its own to send dummy packets to",
+            );
+            const TFC_WHY: (&str, &str) = (
+                "the sender pads, RFC 4303 §2.7; a receiver strips TFC padding whatever its config",
+                "only the inner IP header of tunnel mode tells the receiver where TFC padding starts",
+            );
+            let sender_tunnel_only = |ck: &mut Self, f: &Field, key: &str, (out_why, tunnel_why): (&str, &str)| match (f, direction, transport) {
+                (Some(v), Some(Direction::Inbound), _) => {
+                    let m = format!("{key} applies to outbound SAs only ({out_why}); remove it");
+                    ck.problem(&v.span(), &tab.field(key), m);
+                    false
+                }
+                (Some(v), _, true) => {
+                    let m = format!("{key} needs mode = \"tunnel\": {tunnel_why}; remove it");
+                    ck.problem(&v.span(), &tab.field(key), m);
+                    false
+                }
+                _ => true,
+            };
+            let dummy_interval_ms = if sender_tunnel_only(ck, &s.dummy_interval_ms, "dummy_interval_ms", DUMMY_WHY) {
+                ck.opt_integer(&s.dummy_interval_ms, &tab.field("dummy_interval_ms"), 0, 3_600_000, 0)
+            } else {
+                None
+            };
+            let max_len = crate::esp::outbound::MAX_DUMMY_LEN as i64;
+            let dummy_len = if sender_tunnel_only(ck, &s.dummy_len, "dummy_len", DUMMY_WHY) {
+                ck.opt_integer(&s.dummy_len, &tab.field("dummy_len"), 0, max_len, 0)
+            } else {
+                None
+            };
+            let tfc_pad_to = if sender_tunnel_only(ck, &s.tfc_pad_to, "tfc_pad_to", TFC_WHY) {
+                ck.opt_integer(&s.tfc_pad_to, &tab.field("tfc_pad_to"), 0, max_len, 0)
+            } else {
+                None
+            };
+            if let (Some(v), Some(0)) = (&s.dummy_len, dummy_interval_ms) {
+                let m = "dummy_len applies only with dummy_interval_ms > 0 (no dummy packets are sent); add it or remove dummy_len";
+                ck.problem(&v.span(), &tab.field("dummy_len"), m);
+            }
             let worker = match (&s.worker, workers) {
                 (None, _) => Some(None),
                 (Some(v), Some(w)) => {
@@ -1173,6 +1271,9 @@ impl Checker<'_> {
                 udp_encap: udp_encap?,
                 udp_sport: udp_sport?,
                 udp_dport: udp_dport?,
+                dummy_interval_ms: dummy_interval_ms? as u64,
+                dummy_len: dummy_len? as usize,
+                tfc_pad_to: tfc_pad_to? as usize,
             })
         });
         Sas { list, ids }

@@ -265,6 +265,17 @@ pub struct Sa {
     /// UDP destination port with `udp_encap` (default 4500). Outbound: the
     /// peer's port (as its NAT maps it). Inbound: the port we receive on.
     pub udp_dport: u16,
+    /// Milliseconds between dummy packets (RFC 4303 §2.6) the SA's worker
+    /// sends (outbound tunnel-mode SAs only; 0 = none, the default).
+    pub dummy_interval_ms: u64,
+    /// Bytes of payload in each dummy packet (0..=1400, default 0; bounded
+    /// further by the MTU of the port routed to `tunnel_dst`).
+    pub dummy_len: usize,
+    /// TFC padding (RFC 4303 §2.7): pad inner packets shorter than this
+    /// with zeros to this many bytes before encryption (outbound
+    /// tunnel-mode SAs only; 0..=1400, default 0 = off; bounded further by
+    /// the MTU of the port routed to `tunnel_dst`).
+    pub tfc_pad_to: usize,
 }
 
 impl std::fmt::Debug for Sa {
@@ -288,6 +299,9 @@ impl std::fmt::Debug for Sa {
             .field("udp_encap", &self.udp_encap)
             .field("udp_sport", &self.udp_sport)
             .field("udp_dport", &self.udp_dport)
+            .field("dummy_interval_ms", &self.dummy_interval_ms)
+            .field("dummy_len", &self.dummy_len)
+            .field("tfc_pad_to", &self.tfc_pad_to)
             .finish()
     }
 }

@@ -121,7 +121,7 @@ pub fn summary(cfg: &Config) -> String {
             let worker = sa
                 .worker
                 .map_or("worker auto".to_owned(), |w| format!("worker {w}"));
-            vec![
+            let mut row = vec![
                 format!("SPI {}", sa.spi),
                 format!("{:#010x}", sa.spi),
                 dir(sa.direction).into(),
@@ -139,7 +139,14 @@ pub fn summary(cfg: &Config) -> String {
                 worker,
                 if sa.esn { "esn".into() } else { "no-esn".into() },
                 if sa.udp_encap { format!("udp {}->{}", sa.udp_sport, sa.udp_dport) } else { "esp".into() },
-            ]
+            ];
+            if sa.tfc_pad_to > 0 {
+                row.push(format!("tfc pad to {} B", sa.tfc_pad_to));
+            }
+            if sa.dummy_interval_ms > 0 {
+                row.push(format!("dummy {} B every {} ms", sa.dummy_len, sa.dummy_interval_ms));
+            }
+            row
         }),
     );
 

@@ -40,6 +40,8 @@ pub struct SaStats {
     pub bytes: u64,
     /// Packets dropped while processed with this SA.
     pub errors: u64,
+    /// Dummy packets (RFC 4303 §2.6) sent on this outbound SA (0 inbound).
+    pub dummies: u64,
 }
 
 /// Counters of one worker.
@@ -68,6 +70,8 @@ pub struct Snapshot {
     pub nd_replies: u64,
     /// IPv4 fragments sent.
     pub frags_sent: u64,
+    /// Dummy packets (RFC 4303 §2.6) sent, all SAs.
+    pub dummies_sent: u64,
     /// ICMP "fragmentation needed" and ICMPv6 Packet Too Big errors sent.
     pub icmp_sent: u64,
     /// ICMP errors suppressed by the per-worker rate limit.
@@ -111,6 +115,7 @@ pub fn snapshot(t: &Tables, workers: &[Arc<WorkerCounters>]) -> Snapshot {
                 ss.packets += c.packets.get();
                 ss.bytes += c.bytes.get();
                 ss.errors += c.errors.get();
+                ss.dummies += c.dummies.get();
             }
         }
         for r in DropReason::ALL {
@@ -119,6 +124,7 @@ pub fn snapshot(t: &Tables, workers: &[Arc<WorkerCounters>]) -> Snapshot {
         s.arp_replies += w.arp_replies.get();
         s.nd_replies += w.nd_replies.get();
         s.frags_sent += w.frags_sent.get();
+        s.dummies_sent += w.dummies_sent.get();
         s.icmp_sent += w.icmp_sent.get();
         s.icmp_rate_limited += w.icmp_rate_limited.get();
         s.frags_received += w.frags_received.get();
@@ -142,15 +148,16 @@ impl Snapshot {
                 p.name, p.rx_packets, p.rx_bytes, p.tx_packets, p.tx_bytes, p.drops, p.rx_dropped_backend
             );
         }
-        let _ = writeln!(o, "{:<12} {:<9} {:>12} {:>14} {:>10}", "sa spi", "dir", "packets", "bytes", "errors");
+        let _ = writeln!(o, "{:<12} {:<9} {:>12} {:>14} {:>10} {:>10}", "sa spi", "dir", "packets", "bytes", "errors", "dummies");
         for s in &self.sas {
-            let _ = writeln!(o, "{:<12} {:<9} {:>12} {:>14} {:>10}", s.spi, s.direction, s.packets, s.bytes, s.errors);
+            let _ = writeln!(o, "{:<12} {:<9} {:>12} {:>14} {:>10} {:>10}", s.spi, s.direction, s.packets, s.bytes, s.errors, s.dummies);
         }
         let nz: Vec<String> = self.drops.iter().filter(|(_, &v)| v > 0).map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(o, "drops: {}", if nz.is_empty() { "none".to_string() } else { nz.join(" ") });
         let _ = writeln!(o, "arp replies: {}", self.arp_replies);
         let _ = writeln!(o, "nd replies: {}", self.nd_replies);
         let _ = writeln!(o, "fragments sent: {}", self.frags_sent);
+        let _ = writeln!(o, "dummy packets sent: {}", self.dummies_sent);
         let _ = writeln!(o, "icmp sent: {} (rate limited: {})", self.icmp_sent, self.icmp_rate_limited);
         let _ = writeln!(
             o,

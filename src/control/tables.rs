@@ -4,7 +4,7 @@ use super::binding::Binding;
 use super::ControlError;
 use crate::config::model::{self, Action, Config, Direction};
 use crate::crypto::{CipherDirection, CryptoDevice, SymXform};
-use crate::esp::{DfMode, InboundSa, IvGen, OutboundSa, UdpEncap};
+use crate::esp::{DfMode, DummyPlan, InboundSa, IvGen, OutboundSa, UdpEncap};
 use crate::policy::neighbour::Neighbours;
 use crate::policy::route::{Route, Routes};
 use crate::policy::sad::{InboundEntry, Sad};
@@ -98,6 +98,11 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
                     iv_gen: IvGen::for_algorithm(algorithm)
                         .map_err(|e| ControlError::Unsupported(format!("SA {}: no IV key from the OS random source: {e}", sa.spi)))?,
                     owner,
+                    dummy: (sa.dummy_interval_ms > 0).then_some(DummyPlan {
+                        interval: std::time::Duration::from_millis(sa.dummy_interval_ms),
+                        len: sa.dummy_len,
+                    }),
+                    tfc_pad_to: sa.tfc_pad_to,
                 });
             }
             Direction::Inbound => {

@@ -292,6 +292,10 @@ pub struct SaCounters {
     pub bytes: Counter,
     /// Packets dropped while being processed with this SA.
     pub errors: Counter,
+    /// Outbound: dummy packets (RFC 4303 §2.6) sent on this SA (not in
+    /// `packets`/`bytes`). Inbound: always 0 (received dummies are the
+    /// `dummy` drop reason).
+    pub dummies: Counter,
 }
 
 /// All counters of one worker.
@@ -317,6 +321,9 @@ pub struct WorkerCounters {
     /// IPv4 fragments sent (RFC 791), counting the first: outer fragments
     /// and inner fragments made before encapsulation (RFC 4459 §3).
     pub frags_sent: Counter,
+    /// Dummy packets (RFC 4303 §2.6, Next Header 59) encrypted and sent
+    /// towards the peer, over every SA this worker owns.
+    pub dummies_sent: Counter,
     /// ICMP "fragmentation needed" (RFC 792, RFC 1191) and ICMPv6 Packet
     /// Too Big (RFC 4443 §3.2) errors sent.
     pub icmp_sent: Counter,
@@ -348,6 +355,7 @@ impl WorkerCounters {
             handoff_out: Counter::default(),
             handoff_in: Counter::default(),
             frags_sent: Counter::default(),
+            dummies_sent: Counter::default(),
             icmp_sent: Counter::default(),
             icmp_rate_limited: Counter::default(),
             frags_received: Counter::default(),

@@ -21,21 +21,28 @@ use std::time::Instant;
 pub const ICMP_RATE: u32 = 100;
 
 const TAG_INBOUND: u64 = 1 << 63;
+/// Set (with an outbound tag) on the op of a dummy packet the worker made
+/// itself (RFC 4303 §2.6): counted as a dummy, not as SA traffic.
+const TAG_DUMMY: u64 = 1 << 62;
+/// The "receive port" of a packet the worker made itself (a dummy): no
+/// port's counters, so a drop of it is counted by reason only.
+const NO_PORT: usize = 0xffff;
 
 /// Packs what the owner and `finish` need into a handoff tag / an op's
-/// `user[1]`: direction (bit 63), SA index (bits 32..63), a 16-bit auxiliary
+/// `user[1]`: direction (bit 63), dummy (bit 62, [`TAG_DUMMY`], set
+/// separately), SA index (bits 32..62), a 16-bit auxiliary
 /// value (bits 16..32: inner length for outbound ops, ESP offset for handed
 /// inbound packets, outer DS + ECN byte for inbound ops), receive port
 /// (bits 0..16).
 #[inline]
 fn tag(inbound: bool, sa: usize, aux: usize, port: u16) -> u64 {
-    (if inbound { TAG_INBOUND } else { 0 }) | ((sa as u64 & 0x7fff_ffff) << 32) | ((aux as u64 & 0xffff) << 16) | port as u64
+    (if inbound { TAG_INBOUND } else { 0 }) | ((sa as u64 & 0x3fff_ffff) << 32) | ((aux as u64 & 0xffff) << 16) | port as u64
 }
 
 /// (inbound, SA index, aux, receive port).
 #[inline]
 fn untag(t: u64) -> (bool, usize, u64, usize) {
-    (t & TAG_INBOUND != 0, ((t >> 32) & 0x7fff_ffff) as usize, (t >> 16) & 0xffff, (t & 0xffff) as usize)
+    (t & TAG_INBOUND != 0, ((t >> 32) & 0x3fff_ffff) as usize, (t >> 16) & 0xffff, (t & 0xffff) as usize)
 }
 
 /// Whether the ESP packet `at` bytes after the start of the IPv4 header
@@ -200,6 +207,10 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     tx: Vec<Vec<PktBuf>>,
     /// The clock of the current poll, read at most once per poll.
     now: Option<Instant>,
+    /// (outbound SA index, when its next dummy packet is due) of every SA
+    /// this worker owns that sends dummies (RFC 4303 §2.6); empty when
+    /// none does, and then the poll loop spends nothing on dummies.
+    dummies: Vec<(usize, Instant)>,
     icmp_tokens: u32,
     icmp_refill: Instant,
     icmp_ident: u16,
@@ -221,6 +232,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let t = tables.load_full();
         let out_state = t.sad.outbound.iter().map(|_| OutboundState::default()).collect();
         let in_state = t.sad.inbound.iter().map(|e| InboundState::new(&e.sa)).collect();
+        let start = Instant::now();
+        let dummies = (t.sad.outbound.iter().enumerate())
+            .filter(|(_, sa)| sa.owner == conf.id)
+            .filter_map(|(i, sa)| sa.dummy.map(|d| (i, start + d.interval)))
+            .collect();
         // Every buffer of every worker may end up here at once.
         let total = (conf.pool_size + conf.burst) * conf.nb_workers.max(1);
         let nports = ports.len();
@@ -249,6 +265,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             in_state,
             counters,
             now: None,
+            dummies,
             icmp_tokens: ICMP_RATE,
             icmp_refill: Instant::now(),
             icmp_ident: 0,
@@ -345,6 +362,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 self.classify(&t, buf);
             }
         }
+        if !self.dummies.is_empty() {
+            self.send_dummies(&t);
+        }
         self.crypto(&t);
         self.flush();
         // Backend drop counters cost a syscall: read them now and then.
@@ -360,6 +380,40 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     #[inline]
     fn now(&mut self) -> Instant {
         *self.now.get_or_insert_with(Instant::now)
+    }
+
+    /// Sends the dummy packets that are due (RFC 4303 §2.6): one per SA
+    /// whose time has come, built in a buffer of the pool by
+    /// [`outbound::prepare_dummy`] and sealed and routed like the SA's own
+    /// packets. The next one is due an interval later (an interval after
+    /// now if the worker fell behind: late dummies are not caught up in a
+    /// burst). No free buffer or crypto slot: tried again next poll. Runs
+    /// once per poll, and only when this worker owns an SA with dummies;
+    /// an idle worker polls at least every `idle_sleep_us` (at most 10 ms),
+    /// so a dummy goes out within that of its time.
+    fn send_dummies(&mut self, t: &Tables) {
+        let now = self.now();
+        for k in 0..self.dummies.len() {
+            let (i, due) = self.dummies[k];
+            let Some(sa) = t.sad.outbound.get(i) else { continue };
+            let Some(plan) = sa.dummy.filter(|_| now >= due) else { continue };
+            if self.ops.len() >= self.ops.capacity() {
+                return;
+            }
+            let Some(buf) = self.pool.pop() else { return };
+            let next = due + plan.interval;
+            self.dummies[k].1 = if next > now { next } else { now + plan.interval };
+            match outbound::prepare_dummy(sa, &mut self.out_state[i], buf, plan.len) {
+                Ok(mut op) => {
+                    op.user[1] = tag(false, i, 0, NO_PORT as u16) | TAG_DUMMY;
+                    self.ops.push(op);
+                }
+                Err((e, b)) => {
+                    self.counters.sa_out[i].errors.add(1);
+                    self.drop_buf(NO_PORT, e.into(), b)
+                }
+            }
+        }
     }
 
     /// Takes a token from the ICMP bucket; false when the rate is exhausted.
@@ -927,11 +981,17 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 return self.drop_buf(port, DropReason::NoSa, op.buf);
             };
             let dst = if sa.transport { ip_dst(&op.buf) } else { sa.tunnel_dst };
+            let dummy = op.user[1] & TAG_DUMMY != 0;
             match outbound::finish(op) {
                 Ok(buf) => {
                     let c = &self.counters.sa_out[i];
-                    c.packets.add(1);
-                    c.bytes.add(inner_len);
+                    if dummy {
+                        c.dummies.add(1);
+                        self.counters.dummies_sent.add(1);
+                    } else {
+                        c.packets.add(1);
+                        c.bytes.add(inner_len);
+                    }
                     self.forward(t, port, buf, dst)
                 }
                 Err((e, b)) => {

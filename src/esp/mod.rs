@@ -17,7 +17,7 @@ pub mod sa;
 pub mod transport;
 
 pub use iv::IvGen;
-pub use sa::{DfMode, InboundSa, InboundState, OutboundSa, OutboundState, UdpEncap};
+pub use sa::{DfMode, DummyPlan, InboundSa, InboundState, OutboundSa, OutboundState, UdpEncap};
 
 use crate::crypto::{Algorithm, Cipher, CryptoOp};
 

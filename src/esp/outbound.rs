@@ -4,7 +4,7 @@
 //! family being the SA's endpoints'.
 
 use super::{describe_op, front_len, pad_len, write_trailer, EspError, OutboundSa, OutboundState, ESP_HEADER_LEN, GCM_IV_LEN, TRAILER_LEN};
-use crate::crypto::{CryptoOp, OpStatus, Session};
+use crate::crypto::{Algorithm, CryptoOp, OpStatus, Session};
 use crate::io::PktBuf;
 use crate::wire::{esp as esp_hdr, ethernet, ipv4, ipv6, udp};
 use std::net::IpAddr;
@@ -71,11 +71,14 @@ pub const UDP_ENCAP_OVERHEAD: usize = udp::HEADER_LEN;
 /// packet's own headers of `hl` bytes stay in front (the IPv4 header, or
 /// the IPv6 header and the extension headers
 /// [`crate::wire::ipv6::esp_placement`] keeps in front) and only what
-/// follows them is padded and encrypted. `hl` is unused in tunnel mode. The
+/// follows them is padded and encrypted. A tunnel SA's `tfc_pad_to`
+/// counts as the least inner length (RFC 4303 §2.7). `hl` is unused in tunnel mode. The
 /// one place that knows an SA's overhead: the MTU check and
 /// [`max_inner_len`] both use it.
 pub fn encapsulated_len(sa: &OutboundSa, hl: usize, inner_len: usize) -> usize {
     let (kept, fixed, align) = layout(sa, hl);
+    // TFC padding (tunnel mode): a shorter packet goes out as long as this.
+    let inner_len = if sa.transport { inner_len } else { inner_len.max(sa.tfc_pad_to) };
     let enc = (inner_len.saturating_sub(kept) + TRAILER_LEN).div_ceil(align) * align;
     fixed + enc
 }
@@ -99,9 +102,26 @@ pub fn max_inner_len(sa: &OutboundSa, hl: usize, mtu: usize) -> usize {
 /// depend on the inner length; alignment of the encrypted part) for `sa`.
 fn layout(sa: &OutboundSa, hl: usize) -> (usize, usize, usize) {
     let alg = sa.session.algorithm();
-    let udp = if sa.udp_encap.is_some() { UDP_ENCAP_OVERHEAD } else { 0 };
     let (kept, outer) = if sa.transport { (hl, hl) } else { (0, outer_ip_len(sa)) };
-    (kept, outer + udp + front_len(alg) + sa.session.icv_len(), alg.block_size())
+    (kept, fixed_len(alg, sa.session.icv_len(), outer, sa.udp_encap.is_some()), alg.block_size())
+}
+
+/// Bytes of an ESP packet that do not depend on its payload: `outer`
+/// bytes of IP header(s), UDP (8, with `udp_encap`), ESP header, IV, ICV.
+fn fixed_len(alg: Algorithm, icv_len: usize, outer: usize, udp_encap: bool) -> usize {
+    let udp = if udp_encap { UDP_ENCAP_OVERHEAD } else { 0 };
+    outer + udp + front_len(alg) + icv_len
+}
+
+/// Size in bytes of the tunnel-mode ESP packet (outer IP header on) that
+/// carries `payload_len` bytes of payload for an SA of algorithm `alg`
+/// with `icv_len`-byte ICVs, an IPv6 (`ipv6`) or IPv4 outer header and
+/// optionally UDP encapsulation: [`encapsulated_len`] before the SA
+/// exists (config validation of dummy packet sizes against an MTU).
+pub fn tunnel_len(alg: Algorithm, icv_len: usize, ipv6: bool, udp_encap: bool, payload_len: usize) -> usize {
+    let outer = if ipv6 { ipv6::HEADER_LEN } else { ipv4::MIN_HEADER_LEN };
+    let align = alg.block_size();
+    fixed_len(alg, icv_len, outer, udp_encap) + (payload_len + TRAILER_LEN).div_ceil(align) * align
 }
 
 /// Length of `sa`'s outer IP header: 40 for IPv6 endpoints, else 20.
@@ -168,6 +188,10 @@ fn inner_facts(ip: &[u8]) -> Option<(u8, bool, usize, u8)> {
 ///
 /// A transport-mode SA (`sa.transport`) is dispatched to
 /// [`super::transport::outbound_prepare`].
+///
+/// With `sa.tfc_pad_to` the inner packet is first padded with zeros to
+/// that many bytes (TFC padding, RFC 4303 §2.7), so packets shorter than
+/// it all look the same size on the wire.
 pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
     if sa.transport {
         return super::transport::outbound_prepare(sa, st, buf);
@@ -178,6 +202,78 @@ pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Resu
     if total + ethernet::HEADER_LEN > buf.len() {
         return Err((EspError::BadInner, buf));
     }
+    let payload_len = tfc_pad(&mut buf, total, sa.tfc_pad_to);
+    seal_tunnel(sa, st, buf, payload_len, tos, inner_df, next_header)
+}
+
+/// TFC padding (RFC 4303 §2.7): grows the inner packet of `total` bytes
+/// after the Ethernet header of `buf` with zero bytes up to `pad_to` bytes
+/// (anything already after the packet, such as Ethernet padding, is
+/// zeroed too). The receiver finds the packet's end from its own IPv4
+/// total length / IPv6 payload length and drops the rest. Returns the ESP
+/// payload length: `pad_to`, or `total` when the packet is at least that
+/// long already (or, never with a validated config, the buffer has no
+/// room: the packet goes unpadded).
+fn tfc_pad(buf: &mut PktBuf, total: usize, pad_to: usize) -> usize {
+    if pad_to <= total {
+        return total;
+    }
+    let want = ethernet::HEADER_LEN + pad_to;
+    if buf.len() < want && !buf.append(want - buf.len()) {
+        return total;
+    }
+    buf.frame_mut()[ethernet::HEADER_LEN + total..want].fill(0);
+    pad_to
+}
+
+/// Bytes of dummy payload [`prepare_dummy`] accepts at most: 1400, which
+/// every SA fits into a 1500-byte MTU (IPv6 outer header, UDP, 16-byte
+/// IV, CBC padding and a 16-byte ICV add at most 96 bytes).
+pub const MAX_DUMMY_LEN: usize = 1400;
+
+/// Builds a dummy packet (RFC 4303 §2.6) for tunnel-mode SA `sa` in `buf`
+/// (its old contents are discarded): an ESP payload of `len` zero bytes
+/// (at most [`MAX_DUMMY_LEN`]) with Next Header 59 ("no next header"), in
+/// the same outer header, UDP encapsulation, padding and IV as
+/// [`prepare`] gives a real packet (DS/ECN 0; DF set only with
+/// `df = set`, as there is no inner header to copy it from). Zeros are
+/// enough: the payload is encrypted, so on the wire a dummy is as
+/// random-looking as real traffic of its length — except with NULL
+/// encryption (RFC 2410), where the zeros, and Next Header 59, are
+/// visible to anyone. The dummy takes the SA's next sequence number like
+/// any packet sent on it (RFC 4303 §3.3.3: the counter counts every
+/// packet sent; the receiver's anti-replay check runs before it can know
+/// a packet is a dummy), so dummies and real packets interleave without
+/// gaps. Result as [`prepare`]: a frame of Ethernet (addresses filled in
+/// by routing) + outer header + ESP, and the op that seals it.
+///
+/// Errors: `BadInner` for a transport-mode SA (it has no endpoints of its
+/// own to address a dummy to; config refuses dummies there) or `len` over
+/// [`MAX_DUMMY_LEN`], `SeqExhausted` as [`prepare`].
+pub fn prepare_dummy(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf, len: usize) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+    if sa.transport || len > MAX_DUMMY_LEN {
+        return Err((EspError::BadInner, buf));
+    }
+    let area = buf.reset();
+    area[ethernet::HEADER_LEN..ethernet::HEADER_LEN + len].fill(0);
+    buf.set_len(ethernet::HEADER_LEN + len);
+    seal_tunnel(sa, st, buf, len, 0, false, ipv4::PROTO_NONE)
+}
+
+/// The part of [`prepare`] after the inner packet is known: `buf` holds
+/// Ethernet + `payload_len` bytes of ESP payload (anything after them is
+/// cut). Takes the sequence number and IV, frames ESP with `next_header`
+/// ([`encap`]) and writes the outer header (DS + ECN byte `tos`, DF per
+/// `sa.df` with `inner_df` for `copy`) and the UDP header of `udp_encap`.
+fn seal_tunnel(
+    sa: &OutboundSa,
+    st: &mut OutboundState,
+    mut buf: PktBuf,
+    payload_len: usize,
+    tos: u8,
+    inner_df: bool,
+    next_header: u8,
+) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
     let Some(seq) = st.next_seq(sa.esn) else {
         return Err((EspError::SeqExhausted, buf));
     };
@@ -187,7 +283,7 @@ pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Resu
         return Err((EspError::CryptoError, buf));
     }
     buf.adj(ethernet::HEADER_LEN);
-    buf.trim_to(total);
+    buf.trim_to(payload_len);
     let mut op = match encap(sa.spi, &sa.session, seq, sa.esn, &iv[..alg.iv_len()], next_header, buf) {
         Ok(op) => op,
         Err((e, mut b)) => {

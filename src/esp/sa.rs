@@ -57,6 +57,24 @@ pub struct OutboundSa {
     pub udp_encap: Option<UdpEncap>,
     /// Worker that owns the SA's sequence counter.
     pub owner: usize,
+    /// Dummy packets (RFC 4303 §2.6) the owner sends on this SA, or `None`
+    /// (tunnel mode only: [`super::outbound::prepare_dummy`]).
+    pub dummy: Option<DummyPlan>,
+    /// TFC padding (RFC 4303 §2.7, tunnel mode only): inner packets
+    /// shorter than this many bytes are padded with zeros to it before
+    /// encryption; 0 = off. At most [`super::outbound::MAX_DUMMY_LEN`].
+    pub tfc_pad_to: usize,
+}
+
+/// When and how big the dummy packets of a tunnel-mode outbound SA are
+/// (RFC 4303 §2.6: Next Header 59, discarded silently by the receiver).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DummyPlan {
+    /// One dummy per this interval (never zero; the owner's loop sends it
+    /// within about one poll, or one idle sleep, of the due time).
+    pub interval: std::time::Duration,
+    /// Bytes of dummy payload, 0..=[`super::outbound::MAX_DUMMY_LEN`].
+    pub len: usize,
 }
 
 /// The sender's mutable state of an outbound SA. Owned by one worker.

@@ -57,6 +57,17 @@ pub fn mac(s: &str) -> [u8; 6] {
     v.try_into().unwrap()
 }
 
+/// Runs one op through the synchronous soft queue pair `qp`: enqueued,
+/// completed, returned.
+pub fn run_one(qp: &mut SoftQueuePair<PktBuf>, op: secgw::crypto::CryptoOp<PktBuf>) -> secgw::crypto::CryptoOp<PktBuf> {
+    use secgw::crypto::QueuePair;
+    let mut ops = vec![op];
+    assert_eq!(qp.enqueue_burst(&mut ops), 1);
+    let mut out = Vec::new();
+    assert_eq!(qp.dequeue_burst(&mut out, 1), 1);
+    out.pop().unwrap()
+}
+
 /// An IPv4 header checksum over 20 bytes.
 pub fn ip_checksum(h: &[u8]) -> u16 {
     let mut s: u32 = 0;
