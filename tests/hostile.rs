@@ -214,7 +214,7 @@ fn cut6(frame: &[u8], chunk: usize, id: u32, dest_opts: bool) -> Vec<Vec<u8>> {
         f.extend_from_slice(unfrag);
         let m = u16::from(off + n < data.len());
         f.extend_from_slice(&[frame[14 + 6], 0]);
-        f.extend_from_slice(&((off / 8) as u16 * 8 | m).to_be_bytes());
+        f.extend_from_slice(&(((off / 8) as u16 * 8) | m).to_be_bytes());
         f.extend_from_slice(&id.to_be_bytes());
         f.extend_from_slice(&data[off..off + n]);
         out.push(f);

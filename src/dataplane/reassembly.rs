@@ -215,9 +215,9 @@ pub fn parse_ipv4(frame: &[u8]) -> Result<Fragment, DropReason> {
     Ok(Fragment { key, head_len: ethernet::HEADER_LEN + hl, offset, len, more, ecn: ip.tos() & 3, nh_at: 0 })
 }
 
-/// Reads the IPv6 fragment in `frame` (Ethernet + IPv6 + extension headers
-/// + Fragment header + data), RFC 8200 §4.5, with the extension-header
-/// walk of [`ipv6::walk_ext`].
+/// Reads the IPv6 fragment in `frame` (Ethernet, IPv6, extension headers,
+/// Fragment header, data), RFC 8200 §4.5, with the extension-header walk
+/// of [`ipv6::walk_ext`].
 ///
 /// Errors: `Malformed` when the IPv6 header fails
 /// [`ipv6::Ipv6Packet::new_checked`] or its extension headers do not walk;
@@ -1183,7 +1183,7 @@ mod tests {
         f.extend_from_slice(&head);
         f.push(nh);
         f.push(0);
-        f.extend_from_slice(&((off / 8) as u16 * 8 | more as u16).to_be_bytes());
+        f.extend_from_slice(&(((off / 8) as u16 * 8) | more as u16).to_be_bytes());
         f.extend_from_slice(&id.to_be_bytes());
         f.extend_from_slice(&ip[split + off..split + off + len]);
         f
