@@ -4,8 +4,14 @@
 //! decrypts and forwards the inner packets byte for byte. Fragments are
 //! also cut here by hand (not with the gateway's fragmenter) and shuffled,
 //! duplicated, overlapped, left incomplete.
+//!
+//! Outer IPv6 fragments (RFC 8200 §4.5): ESP for gw1's SA 1101
+//! (configs/ep1-v6.toml) encrypted by scapy and cut by scapy's
+//! `fragment6()` (tests/vectors/frag6.json, made by gen_frag6.py), with and
+//! without extension headers before the Fragment header, in any order.
 
 mod common;
+use common::vectors::{h, json};
 use common::*;
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -365,5 +371,115 @@ fn fragments_not_for_the_gateway_are_forwarded() {
         assert_eq!(&o[14 + 20..], &f[14 + 20..]);
         assert_eq!(&o[14 + 4..14 + 8], &f[14 + 4..14 + 8], "id, flags and offset as they came");
     }
+    assert_eq!(gw1.stats().frags_received, 0);
+}
+
+// ---- IPv6 outer fragments (RFC 8200 §4.5) -----------------------------------
+
+/// The scapy cases of tests/vectors/frag6.json: (name, inner packet, fragments).
+fn frag6_cases() -> Vec<(String, Vec<u8>, Vec<Vec<u8>>)> {
+    let v = json("frag6.json");
+    assert_eq!(v["sa"], 1101);
+    let cases: Vec<_> = v["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let frames = c["frames"].as_array().unwrap().iter().map(|f| h(f.as_str().unwrap())).collect();
+            (c["name"].as_str().unwrap().to_string(), h(c["inner"].as_str().unwrap()), frames)
+        })
+        .collect();
+    assert!(cases.len() >= 6);
+    cases
+}
+
+/// `inner` as gw1 forwards it: hop limit / TTL − 1 (IPv4 checksum new).
+fn forwarded(inner: &[u8]) -> Vec<u8> {
+    let mut p = inner.to_vec();
+    if p[0] >> 4 == 6 {
+        p[7] -= 1;
+    } else {
+        p[8] -= 1;
+        p[10..12].copy_from_slice(&[0, 0]);
+        let ck = ip_checksum(&p[..20]);
+        p[10..12].copy_from_slice(&ck.to_be_bytes());
+    }
+    p
+}
+
+/// scapy's IPv6 fragments of scapy's ESP, each case in scapy's order,
+/// reversed and shuffled (each order a new gateway: the sequence numbers
+/// are scapy's), reach hostB byte for byte; nothing dropped, every buffer
+/// back.
+#[test]
+fn scapy_ipv6_fragments_reassemble_in_any_order() {
+    let mut rng = Rng(0x6666_0000_1101);
+    for order in 0..3 {
+        let mut gw1 = Gw::from_config("configs/ep1-v6.toml");
+        let mut nfrags = 0;
+        for (name, inner, frames) in frag6_cases() {
+            let mut frames = frames.clone();
+            match order {
+                0 => {}
+                1 => frames.reverse(),
+                _ => rng.shuffle(&mut frames),
+            }
+            assert!(frames.iter().all(|f| f[14 + 6] != 50), "{name}: ESP is behind a Fragment header");
+            nfrags += frames.len();
+            let out = gw1.push("outside", &frames);
+            assert_eq!(out.len(), 1, "{name} order {order}: {:?}", gw1.stats().drops.iter().filter(|(_, &v)| v > 0).collect::<Vec<_>>());
+            assert_eq!(out[0].0, "inside");
+            assert_eq!(&out[0].1[14..], &forwarded(&inner)[..], "{name} order {order}: inner packet byte for byte");
+        }
+        let s = gw1.stats();
+        assert_eq!(s.reassembled, frag6_cases().len() as u64);
+        assert_eq!((s.frags_received, s.frags_reassembled, s.frags_pending), (nfrags as u64, nfrags as u64, 0));
+        assert_eq!(s.drops.values().sum::<u64>(), 0);
+        assert_accounted(&s, "gw1");
+        assert_eq!(gw1.worker().free_buffers(), 512, "every buffer back in gw1's pool");
+    }
+}
+
+/// All cases' fragments interleaved and shuffled together, with a
+/// duplicate and an incomplete datagram: the complete ones come out, the
+/// duplicate is `reasm_duplicate`, the incomplete one times out later.
+#[test]
+fn scapy_ipv6_fragments_interleaved_duplicated_and_lost() {
+    let cfg = with_reassembly("ep1-v6.toml", "timeout_ms = 50", "reasm6-mix");
+    let mut gw1 = Gw::from_config(&cfg);
+    let cases = frag6_cases();
+    let mut wire: Vec<Vec<u8>> = cases[1..].iter().flat_map(|(_, _, f)| f.clone()).collect();
+    // Case 0 without its last fragment.
+    wire.extend(cases[0].2[..cases[0].2.len() - 1].iter().cloned());
+    Rng(0x1102).shuffle(&mut wire);
+    // A copy of case 2's first arriving fragment right after it (before
+    // its datagram can be complete).
+    let at = wire.iter().position(|f| cases[2].2.contains(f)).unwrap();
+    wire.insert(at + 1, wire[at].clone());
+    let out = gw1.push("outside", &wire);
+    assert_eq!(out.len(), cases.len() - 1, "{:?}", gw1.stats().drops.iter().filter(|(_, &v)| v > 0).collect::<Vec<_>>());
+    for (_, inner, _) in &cases[1..] {
+        assert!(out.iter().any(|(_, f)| f[14..] == forwarded(inner)[..]));
+    }
+    assert_eq!(gw1.drop_count("reasm_duplicate"), 1);
+    let held = cases[0].2.len() as u64 - 1;
+    assert_eq!(gw1.stats().frags_pending, held);
+    assert_accounted(&gw1.stats(), "gw1");
+    std::thread::sleep(Duration::from_millis(80));
+    assert!(gw1.push("outside", &[]).is_empty());
+    assert_eq!(gw1.drop_count("reasm_timeout"), held);
+    assert_eq!(gw1.stats().frags_pending, 0);
+    assert_accounted(&gw1.stats(), "gw1");
+    assert_eq!(gw1.worker().free_buffers(), 512);
+}
+
+/// With reassembly off, IPv6 fragments of ESP to the gateway are dropped as
+/// `fragment`, each of them.
+#[test]
+fn ipv6_fragments_with_reassembly_off_are_dropped_as_fragment() {
+    let mut gw1 = Gw::from_config(&with_reassembly("ep1-v6.toml", "contexts = 0", "reasm6-off"));
+    let (_, _, frames) = &frag6_cases()[2];
+    assert!(gw1.push("outside", frames).is_empty());
+    assert_eq!(gw1.drop_count("fragment"), frames.len() as u64);
     assert_eq!(gw1.stats().frags_received, 0);
 }

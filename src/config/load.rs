@@ -21,7 +21,7 @@
 //! max_sessions_per_qp = 64  # descriptor only: 1..=65536, default 64
 //! engines = 1               # descriptor only: engine threads, 1..=64, default 1
 //!
-//! [reassembly]              # optional table: outer IPv4 fragments to the gateway (ESP, ESP in
+//! [reassembly]              # optional table: outer IPv4/IPv6 fragments to the gateway (ESP, ESP in
 //!                           # UDP) are reassembled per worker before decryption (RFC 4303 §3.4.1)
 //! contexts = 64             # datagrams being reassembled at once per worker, 0..=1024; 0 = off
 //!                           # (fragments to the gateway dropped as `fragment`); default 64

@@ -30,11 +30,10 @@ pub enum DropReason {
     CleartextProtected,
     /// ESP with no matching SA, or SPI 0 (RFC 4303 §2.1, §3.4.2).
     NoSa,
-    /// An outer fragment carrying ESP that is not reassembled: IPv4 to the
-    /// gateway with reassembly off (`reassembly.contexts = 0`), IPv4 for a
-    /// transport-mode SA and not addressed to the gateway, or an IPv6
-    /// packet to us with a Fragment header (RFC 4303 §3.4.1; IPv6
-    /// reassembly not yet).
+    /// An outer fragment carrying ESP that is not reassembled: IPv4 or IPv6
+    /// to the gateway with reassembly off (`reassembly.contexts = 0`), or
+    /// a fragment for a transport-mode SA and not addressed to the gateway
+    /// (RFC 4303 §3.4.1: only datagrams to the gateway are reassembled).
     Fragment,
     /// Replayed or too old (RFC 4303 §3.4.3).
     Replay,
@@ -114,9 +113,11 @@ pub enum DropReason {
     /// new one; one per fragment it held.
     ReasmTableFull,
     /// A fragment with zero data, a non-last fragment whose data is not a
-    /// multiple of 8 bytes, offset + length past 65535 (RFC 791), or one
-    /// that contradicts its datagram (another end, data past the end,
-    /// Not-ECT mixed with ECT, RFC 3168 §5.3; then the whole datagram).
+    /// multiple of 8 bytes, offset + length past 65535 (RFC 791, RFC 8200
+    /// §4.5), an IPv6 first fragment without the whole upper-layer header
+    /// (RFC 7112), or one that contradicts its datagram (another end, data
+    /// past the end, Not-ECT mixed with ECT, RFC 3168 §5.3; then the whole
+    /// datagram).
     ReasmBadFragment,
     /// Neighbor Discovery (ICMPv6 133..=137) not answered: anything but a
     /// valid Neighbor Solicitation (RFC 4861 §7.1.1: hop limit 255, code 0,
@@ -330,7 +331,8 @@ pub struct WorkerCounters {
     /// ICMP errors not sent because the worker's rate limit was reached
     /// (the packet that caused them is counted under its drop reason).
     pub icmp_rate_limited: Counter,
-    /// IPv4 fragments addressed to the gateway taken by the reassembler.
+    /// IPv4 and IPv6 fragments addressed to the gateway taken by the
+    /// reassembler.
     pub frags_received: Counter,
     /// Datagrams reassembled (each goes on as one received packet).
     pub reassembled: Counter,

@@ -1,6 +1,6 @@
 //! Reassembly of outer IP fragments addressed to the gateway, before
-//! decryption (RFC 4303 §3.4.1; IPv4 rules of RFC 791 §3.2), one
-//! [`Reassembler`] per worker.
+//! decryption (RFC 4303 §3.4.1; IPv4 rules of RFC 791 §3.2, IPv6 rules of
+//! RFC 8200 §4.5, RFC 5722 and RFC 7112), one [`Reassembler`] per worker.
 //!
 //! A non-first fragment carries no SPI, so the worker that receives the
 //! fragments reassembles them before the SAD lookup and before handing the
@@ -36,7 +36,8 @@
 //! - Key: (family, source, destination, protocol, identification), RFC 791
 //!   §3.2. IPv6 (RFC 8200 §4.5) keys on source, destination and the 32-bit
 //!   identification: the same [`FragKey`] with family [`Family::Ipv6`] and
-//!   protocol 0, 16-byte addresses.
+//!   protocol 0 (the protocol is not part of an IPv6 key), 16-byte
+//!   addresses.
 //! - Size: the fragmentable part of a datagram must fit one buffer's area,
 //!   [`CAPACITY`] = 2048 bytes (the largest reassembled IPv4 datagram is
 //!   its header + 2048); a fragment reaching past it drops the datagram
@@ -44,7 +45,15 @@
 //! - Checked per fragment (`reasm_bad_fragment`, that fragment only): data
 //!   length 0, a non-last fragment whose length is not a multiple of 8,
 //!   header + offset + length > 65535 (RFC 791: the datagram's total length
-//!   is 16 bits).
+//!   is 16 bits; RFC 8200 §4.5: the reassembled payload length, i.e. the
+//!   extension headers before the Fragment header + offset + length, is 16
+//!   bits). RFC 8200 §4.5 asks for an ICMPv6 Parameter Problem for the
+//!   last two; the gateway sends none (it answers no ICMPv6 errors to
+//!   packets addressed to itself) and counts the drop. An IPv6 first
+//!   fragment that does not hold the whole header chain up to and
+//!   including the upper-layer header (8 bytes of ESP or UDP header,
+//!   RFC 8200 §4.5 / RFC 7112) is dropped the same way (a chain cut inside
+//!   an extension header fails the IPv6 walk earlier and is `malformed`).
 //! - Inconsistent with the datagram (`reasm_bad_fragment`, whole
 //!   datagram): a second last fragment with another end, data past the end
 //!   a last fragment set, a last fragment ending before data already held;
@@ -75,10 +84,21 @@
 //!   headers (options kept: RFC 791 puts them all in the first fragment),
 //!   MF and the offset cleared (DF kept), total length and header checksum
 //!   new.
+//! - The reassembled IPv6 datagram (RFC 8200 §4.5): the first fragment's
+//!   Ethernet header, IPv6 header and the extension headers before its
+//!   Fragment header (the unfragmentable part), the Fragment header
+//!   removed (the Next Header field that named it gets the Fragment
+//!   header's Next Header), payload length = those extension headers + the
+//!   data. The traffic class's ECN bits follow the IPv4 rules above.
+//! - An IPv6 atomic fragment (Fragment header with offset 0 and M clear,
+//!   RFC 8200 §4.5 / RFC 6946) is not a fragment: the worker never sends
+//!   it here but processes it whole, the Fragment header being one more
+//!   extension header before ESP ([`parse_ipv6`] refuses it as
+//!   `reasm_bad_fragment`).
 
 use super::counters::{DropReason, WorkerCounters};
 use crate::io::{PktBuf, BUF_SIZE, HEADROOM};
-use crate::wire::{checksum, ethernet, ipv4};
+use crate::wire::{checksum, ethernet, ipv4, ipv6};
 use std::time::{Duration, Instant};
 
 /// Bytes of a datagram's fragmentable part one assembly buffer holds: the
@@ -124,8 +144,7 @@ impl Default for ReassemblyConf {
 pub enum Family {
     /// IPv4 (RFC 791).
     Ipv4,
-    /// IPv6 Fragment header (RFC 8200 §4.5): reserved for the IPv6 data
-    /// path, not parsed yet.
+    /// IPv6 Fragment header (RFC 8200 §4.5).
     Ipv6,
 }
 
@@ -149,8 +168,10 @@ pub struct FragKey {
 pub struct Fragment {
     /// Its datagram.
     pub key: FragKey,
-    /// Frame bytes before the fragment's data (Ethernet + IPv4 header with
-    /// options), at most [`HEAD_MAX`].
+    /// Frame bytes before the fragment's data: Ethernet + IPv4 header with
+    /// options, or Ethernet + IPv6 header + the extension headers before
+    /// the Fragment header + the 8-byte Fragment header. Up to
+    /// [`HEAD_MAX`] bytes are kept (more drops the datagram as too big).
     pub head_len: usize,
     /// Offset of its data in the datagram's fragmentable part, bytes.
     pub offset: usize,
@@ -160,7 +181,14 @@ pub struct Fragment {
     pub more: bool,
     /// ECN codepoint of its IP header (RFC 3168: 0 Not-ECT … 3 CE).
     pub ecn: u8,
+    /// IPv6: frame offset of the Next Header field that names the Fragment
+    /// header (in the fixed header or the last extension header before
+    /// it); 0 for IPv4.
+    pub nh_at: usize,
 }
+
+/// Length of the IPv6 Fragment header (RFC 8200 §4.5).
+pub const FRAG_HEADER_LEN: usize = 8;
 
 /// Reads the IPv4 fragment in `frame` (Ethernet + IPv4 + data).
 ///
@@ -184,7 +212,40 @@ pub fn parse_ipv4(frame: &[u8]) -> Result<Fragment, DropReason> {
     src[..4].copy_from_slice(&ip.src().octets());
     dst[..4].copy_from_slice(&ip.dst().octets());
     let key = FragKey { family: Family::Ipv4, src, dst, protocol: ip.protocol(), id: u32::from(be16(frame, ethernet::HEADER_LEN + ipv4::IDENT)) };
-    Ok(Fragment { key, head_len: ethernet::HEADER_LEN + hl, offset, len, more, ecn: ip.tos() & 3 })
+    Ok(Fragment { key, head_len: ethernet::HEADER_LEN + hl, offset, len, more, ecn: ip.tos() & 3, nh_at: 0 })
+}
+
+/// Reads the IPv6 fragment in `frame` (Ethernet, IPv6, extension headers,
+/// Fragment header, data), RFC 8200 §4.5, with the extension-header walk
+/// of [`ipv6::walk_ext`].
+///
+/// Errors: `Malformed` when the IPv6 header fails
+/// [`ipv6::Ipv6Packet::new_checked`] or its extension headers do not walk;
+/// `ReasmBadFragment` when it has no Fragment header or is an atomic
+/// fragment (offset 0, M clear: not a fragment), its data is empty, a
+/// non-last fragment's data is not a multiple of 8 bytes, the extension
+/// headers before the Fragment header + offset + data exceed 65535, or it
+/// is a first fragment without the whole upper-layer header (8 bytes of
+/// ESP or UDP header; RFC 7112). A fragment reaching past [`CAPACITY`] is
+/// returned: the reassembler drops its datagram.
+pub fn parse_ipv6(frame: &[u8]) -> Result<Fragment, DropReason> {
+    let ip = frame.get(ethernet::HEADER_LEN..).and_then(|b| ipv6::Ipv6Packet::new_checked(b).ok()).ok_or(DropReason::Malformed)?;
+    let up = ip.upper_layer().map_err(|_| DropReason::Malformed)?;
+    let fi = match up.fragment {
+        Some(fi) if up.is_fragment() => fi,
+        _ => return Err(DropReason::ReasmBadFragment),
+    };
+    let data_at = fi.at + FRAG_HEADER_LEN;
+    let total = ip.total_len();
+    let len = total.saturating_sub(data_at);
+    let offset = fi.offset as usize * 8;
+    let unfragmentable = fi.at - ipv6::HEADER_LEN;
+    let upper_len = if up.protocol == ipv4::PROTO_TCP { 20 } else { 8 };
+    if len == 0 || (fi.more && len % 8 != 0) || unfragmentable + offset + len > u16::MAX as usize || (offset == 0 && up.offset + upper_len > total) {
+        return Err(DropReason::ReasmBadFragment);
+    }
+    let key = FragKey { family: Family::Ipv6, src: ip.src().octets(), dst: ip.dst().octets(), protocol: 0, id: fi.ident };
+    Ok(Fragment { key, head_len: ethernet::HEADER_LEN + data_at, offset, len, more: fi.more, ecn: ip.traffic_class() & 3, nh_at: ethernet::HEADER_LEN + fi.nh_at })
 }
 
 fn be16(b: &[u8], at: usize) -> u16 {
@@ -213,6 +274,8 @@ struct Context {
     head: [u8; HEAD_MAX],
     /// 0 until the offset-0 fragment arrived.
     head_len: usize,
+    /// IPv6: [`Fragment::nh_at`] of the offset-0 fragment.
+    nh_at: usize,
     /// (offset, end) of every fragment held.
     ranges: Vec<(u16, u16)>,
     bytes: usize,
@@ -250,6 +313,7 @@ impl Reassembler {
                 buf: None,
                 head: [0; HEAD_MAX],
                 head_len: 0,
+                nh_at: 0,
                 ranges: Vec::with_capacity(max),
                 bytes: 0,
                 end: None,
@@ -281,9 +345,10 @@ impl Reassembler {
         self.spent.pop()
     }
 
-    /// Takes the IPv4 fragment in `buf` (Ethernet + IPv4, received on port
-    /// `buf.port`) at time `now`. Returns the reassembled datagram
-    /// (Ethernet and IPv4 header of the first fragment, then the data) when
+    /// Takes the IPv4 or IPv6 fragment in `buf` (Ethernet + IPv4 or IPv6,
+    /// by its EtherType; received on port `buf.port`) at time `now`.
+    /// Returns the reassembled datagram (Ethernet and IP headers of the
+    /// first fragment, IPv6 without its Fragment header, then the data) when
     /// this fragment completed it; otherwise the fragment is held or dropped
     /// and counted in `c` (see the module documentation for the reasons).
     pub fn push(&mut self, buf: PktBuf, now: Instant, c: &WorkerCounters) -> Option<PktBuf> {
@@ -321,7 +386,8 @@ impl Reassembler {
 
     fn take(&mut self, buf: PktBuf, now: Instant, c: &WorkerCounters) -> Option<PktBuf> {
         let port = buf.port as usize;
-        let f = match parse_ipv4(buf.frame()) {
+        let v6 = buf.frame().get(12..14) == Some(&ethernet::ETHERTYPE_IPV6.to_be_bytes()[..]);
+        let f = match if v6 { parse_ipv6(buf.frame()) } else { parse_ipv4(buf.frame()) } {
             Ok(f) => f,
             Err(r) => return self.reject(port, r, buf, c),
         };
@@ -368,9 +434,10 @@ impl Reassembler {
         if f.offset == 0 {
             ctx.head[..f.head_len].copy_from_slice(&buf.frame()[..f.head_len]);
             ctx.head_len = f.head_len;
+            ctx.nh_at = f.nh_at;
         }
         if !buf.move_to_area(f.head_len..f.head_len + f.len, f.offset) {
-            // Not reached: parse_ipv4 and the capacity check vouch for both ranges.
+            // Not reached: the parsers and the capacity check vouch for both ranges.
             ctx.state = State::Condemned(DropReason::ReasmBadFragment);
             return self.reject(port, DropReason::ReasmBadFragment, buf, c);
         }
@@ -440,6 +507,7 @@ impl Reassembler {
         if f.offset == 0 {
             ctx.head[..f.head_len].copy_from_slice(&buf.frame()[..f.head_len]);
             ctx.head_len = f.head_len;
+            ctx.nh_at = f.nh_at;
         }
         ctx.ranges.push((f.offset as u16, end as u16));
         ctx.bytes += f.len;
@@ -453,7 +521,8 @@ impl Reassembler {
     }
 
     /// The datagram of context `i` if it is whole: headers back in front of
-    /// the data, IPv4 header fixed, context freed.
+    /// the data (IPv6: without the Fragment header), IP header fixed,
+    /// context freed.
     fn complete(&mut self, i: usize, c: &WorkerCounters) -> Option<PktBuf> {
         let ctx = &mut self.ctxs[i];
         let end = ctx.end?;
@@ -462,20 +531,40 @@ impl Reassembler {
             return None;
         }
         let mut buf = ctx.buf.take()?;
-        let (n, hl, port, ecn, head) = (ctx.ranges.len(), ctx.head_len, ctx.port, ctx.ecn, ctx.head);
-        let ok = ctx.key.family == Family::Ipv4 && buf.set_len(end) && buf.prepend(hl);
+        let (n, port, ecn, head, nh_at, family) = (ctx.ranges.len(), ctx.port, ctx.ecn, ctx.head, ctx.nh_at, ctx.key.family);
+        let head_len = ctx.head_len;
+        // Headers put back: IPv6 without its Fragment header (the head's last 8 bytes).
+        let hl = if family == Family::Ipv6 { head_len.saturating_sub(FRAG_HEADER_LEN) } else { head_len };
+        let ip_hdr = ethernet::HEADER_LEN + if family == Family::Ipv6 { ipv6::HEADER_LEN } else { ipv4::MIN_HEADER_LEN };
+        let ok = hl >= ip_hdr && nh_at < hl && buf.set_len(end) && buf.prepend(hl);
         ctx.ranges.clear();
         ctx.state = State::Free;
         self.active -= 1;
         self.held -= n;
         if !ok {
-            // Not reached for IPv4 (capacity and HEAD_MAX checked); IPv6 is not assembled yet.
+            // Not reached (capacity, HEAD_MAX and the header layout checked by the parsers).
             c.count_drops(port as usize, DropReason::ReasmBadFragment, n as u64);
             self.spent.push(buf);
             return None;
         }
         let frame = buf.frame_mut();
         frame[..hl].copy_from_slice(&head[..hl]);
+        if family == Family::Ipv6 {
+            // RFC 8200 §4.5: the Fragment header's Next Header goes to the
+            // field that named it; the payload is the unfragmentable
+            // extension headers and the data (≤ 65535, checked per fragment).
+            frame[nh_at] = head[hl];
+            let ip = &mut frame[ethernet::HEADER_LEN..hl];
+            let payload = (hl - ethernet::HEADER_LEN - ipv6::HEADER_LEN + end) as u16;
+            ip[ipv6::PAYLOAD_LEN..ipv6::PAYLOAD_LEN + 2].copy_from_slice(&payload.to_be_bytes());
+            if ecn & CE != 0 {
+                let tc = ipv6::traffic_class(ip);
+                ipv6::set_traffic_class(ip, tc | 3);
+            }
+            c.reassembled.add(1);
+            c.frags_reassembled.add(n as u64);
+            return Some(buf);
+        }
         let ip = &mut frame[ethernet::HEADER_LEN..hl];
         let total = (hl - ethernet::HEADER_LEN + end) as u16;
         ip[ipv4::TOTAL_LEN..ipv4::TOTAL_LEN + 2].copy_from_slice(&total.to_be_bytes());
@@ -1003,26 +1092,32 @@ mod tests {
     fn disabled_and_no_panic_on_any_bytes() {
         let h = Harness::new(ReassemblyConf { contexts: 0, ..ReassemblyConf::DEFAULT });
         assert!(!h.r.enabled());
-        let mut h = Harness::small();
-        let mut x: u64 = 42;
         let ip = datagram(70, 400);
-        let base = split(&ip, 136);
+        fuzz(&split(&ip, 136), 42, 0, |f, ff| {
+            // Random flags/offset with a right checksum.
+            f[ETH + 6..ETH + 8].copy_from_slice(&ff.to_be_bytes());
+            f[ETH + 10..ETH + 12].copy_from_slice(&[0, 0]);
+            let ck = checksum::checksum(&f[ETH..ETH + 20]);
+            f[ETH + 10..ETH + 12].copy_from_slice(&ck.to_be_bytes());
+        });
+    }
+
+    /// Pushes 20 000 frames made from `base` (bytes flipped from `from` on,
+    /// truncated, or `set_ff` writing a random offset/flags word) with the
+    /// clock moving: no panic, every fragment and buffer accounted for.
+    fn fuzz(base: &[Vec<u8>], seed: u64, from: usize, set_ff: impl Fn(&mut [u8], u16)) {
+        let mut h = Harness::small();
+        let mut x = seed;
         for _ in 0..20_000 {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             let mut f = base[(x >> 60) as usize % base.len()].clone();
             match (x >> 40) % 4 {
                 0 => {
-                    let i = (x >> 8) as usize % f.len();
+                    let i = from + (x >> 8) as usize % (f.len() - from);
                     f[i] ^= (x >> 32) as u8;
                 }
                 1 => f.truncate((x >> 8) as usize % (f.len() + 1)),
-                2 => {
-                    // Random flags/offset with a right checksum.
-                    f[ETH + 6..ETH + 8].copy_from_slice(&((x >> 16) as u16).to_be_bytes());
-                    f[ETH + 10..ETH + 12].copy_from_slice(&[0, 0]);
-                    let ck = checksum::checksum(&f[ETH..ETH + 20]);
-                    f[ETH + 10..ETH + 12].copy_from_slice(&ck.to_be_bytes());
-                }
+                2 => set_ff(&mut f, (x >> 16) as u16),
                 _ => {}
             }
             let _ = h.push(&f);
@@ -1034,5 +1129,236 @@ mod tests {
         h.advance(Duration::from_secs(1));
         h.check();
         assert_eq!(h.pool.len(), h.size);
+    }
+
+    // ---- IPv6 (RFC 8200 §4.5) ----
+
+    const SRC6: [u8; 16] = [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+    const DST6: [u8; 16] = [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+
+    /// An IPv6 datagram: fixed header (traffic class `tc`), the
+    /// unfragmentable extension headers `ext` (each a whole header whose
+    /// first byte is overwritten with the next one's type; `ext_types`
+    /// their types), then an ESP-like payload of `len` bytes (protocol 50).
+    fn datagram6(ext_types: &[u8], ext: &[Vec<u8>], tc: u8, len: usize, seed: u8) -> Vec<u8> {
+        let ext_len: usize = ext.iter().map(|e| e.len()).sum();
+        let mut ip = vec![0u8; ipv6::HEADER_LEN];
+        ip[0] = 0x60;
+        ipv6::set_traffic_class(&mut ip, tc);
+        ip[ipv6::PAYLOAD_LEN..ipv6::PAYLOAD_LEN + 2].copy_from_slice(&((ext_len + len) as u16).to_be_bytes());
+        ip[ipv6::NEXT_HEADER] = ext_types.first().copied().unwrap_or(ipv4::PROTO_ESP);
+        ip[ipv6::HOP_LIMIT] = 64;
+        ip[ipv6::SRC..ipv6::SRC + 16].copy_from_slice(&SRC6);
+        ip[ipv6::DST..ipv6::DST + 16].copy_from_slice(&DST6);
+        for (k, e) in ext.iter().enumerate() {
+            let mut e = e.clone();
+            e[0] = ext_types.get(k + 1).copied().unwrap_or(ipv4::PROTO_ESP);
+            ip.extend_from_slice(&e);
+        }
+        ip.extend((0..len).map(|k| (k as u8).wrapping_mul(13).wrapping_add(seed)));
+        ip
+    }
+
+    /// An 8-byte Hop-by-Hop or Destination Options header (PadN).
+    fn opts8() -> Vec<u8> {
+        vec![0, 0, 1, 4, 0, 0, 0, 0]
+    }
+
+    /// Fragment of the IPv6 datagram `ip` (whose unfragmentable extension
+    /// headers are `unfrag` bytes) with data [off, off + len) of its
+    /// fragmentable part, identification `id`, as an Ethernet frame.
+    fn frag6_at(ip: &[u8], unfrag: usize, id: u32, off: usize, len: usize, more: bool) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 1, 2, 2, 0, 0, 0, 0, 2, 0x86, 0xdd];
+        let split = ipv6::HEADER_LEN + unfrag;
+        let mut head = ip[..split].to_vec();
+        // The Next Header field that named the fragmentable part now names the Fragment header.
+        let walk = ipv6::walk_ext(ip[ipv6::NEXT_HEADER], &ip[ipv6::HEADER_LEN..]).unwrap();
+        let (nh_at, nh) = if unfrag == 0 { (ipv6::NEXT_HEADER, ip[ipv6::NEXT_HEADER]) } else {
+            // The last unfragmentable header starts at split − its length; every test header is 8 bytes.
+            (split - 8, ip[split - 8])
+        };
+        assert_eq!(walk.protocol, ipv4::PROTO_ESP);
+        head[nh_at] = ipv6::NH_FRAGMENT;
+        head[ipv6::PAYLOAD_LEN..ipv6::PAYLOAD_LEN + 2].copy_from_slice(&((unfrag + 8 + len) as u16).to_be_bytes());
+        f.extend_from_slice(&head);
+        f.push(nh);
+        f.push(0);
+        f.extend_from_slice(&(((off / 8) as u16 * 8) | more as u16).to_be_bytes());
+        f.extend_from_slice(&id.to_be_bytes());
+        f.extend_from_slice(&ip[split + off..split + off + len]);
+        f
+    }
+
+    fn split6(ip: &[u8], unfrag: usize, id: u32, chunk: usize) -> Vec<Vec<u8>> {
+        let n = ip.len() - ipv6::HEADER_LEN - unfrag;
+        (0..n).step_by(chunk).map(|off| frag6_at(ip, unfrag, id, off, chunk.min(n - off), off + chunk < n)).collect()
+    }
+
+    /// The reassembled frame is the original IPv6 datagram, byte for byte.
+    fn assert_whole6(got: &[u8], ip: &[u8]) {
+        assert_eq!(&got[12..14], &[0x86, 0xdd]);
+        assert_eq!(&got[ETH..], ip, "byte-exact, Fragment header gone");
+        let p = ipv6::Ipv6Packet::new_checked(&got[ETH..]).unwrap();
+        assert!(p.upper_layer().unwrap().fragment.is_none());
+    }
+
+    #[test]
+    fn ipv6_in_order_reversed_shuffled_with_and_without_extension_headers() {
+        let mut h = Harness::small();
+        let cases: [(&[u8], Vec<Vec<u8>>); 4] = [
+            (&[], vec![]),
+            (&[ipv6::NH_DEST_OPTS], vec![opts8()]),
+            (&[ipv6::NH_HOP_BY_HOP], vec![opts8()]),
+            (&[ipv6::NH_HOP_BY_HOP, ipv6::NH_DEST_OPTS], vec![opts8(), opts8()]),
+        ];
+        let mut x: u64 = 7;
+        let mut done = 0;
+        for (k, (types, ext)) in cases.iter().enumerate() {
+            let unfrag = 8 * ext.len();
+            let ip = datagram6(types, ext, 0, 1000 + k, k as u8);
+            let frags = split6(&ip, unfrag, 0x1234_0000 + k as u32, 256);
+            assert_eq!(frags.len(), 4);
+            let mut orders = vec![vec![0, 1, 2, 3], vec![3, 2, 1, 0]];
+            for _ in 0..4 {
+                let mut o = vec![0usize, 1, 2, 3];
+                for i in (1..4).rev() {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    o.swap(i, (x >> 33) as usize % (i + 1));
+                }
+                orders.push(o);
+            }
+            for o in &orders {
+                for (n, &i) in o.iter().enumerate() {
+                    let out = h.push(&frags[i]);
+                    assert_eq!(out.is_some(), n == 3, "case {k} order {o:?}");
+                    if let Some(got) = out {
+                        assert_whole6(&got, &ip);
+                        done += 1;
+                    }
+                }
+                h.check();
+            }
+        }
+        assert_eq!(done, 4 * 6);
+        assert_eq!(h.drops(), 0);
+        assert_eq!(h.pool.len(), h.size, "every buffer back");
+    }
+
+    #[test]
+    fn ipv6_key_is_src_dst_id_not_ipv4() {
+        let mut h = Harness::small();
+        let ip = datagram6(&[], &[], 0, 64, 1);
+        let f = split6(&ip, 0, 9, 32);
+        // Same id, IPv4 fragments of another datagram do not mix in.
+        let ip4 = datagram(9, 64);
+        assert!(h.push(&f[0]).is_none());
+        assert!(h.push(&split(&ip4, 32)[1]).is_none());
+        // Same addresses, other id: another datagram.
+        assert!(h.push(&split6(&ip, 0, 10, 32)[1]).is_none());
+        assert_whole6(&h.push(&f[1]).unwrap(), &ip);
+        assert_eq!(h.c.frags_pending.get(), 2);
+        let k = parse_ipv6(&f[0]).unwrap().key;
+        assert_eq!((k.family, k.src, k.dst, k.protocol, k.id), (Family::Ipv6, SRC6, DST6, 0, 9));
+        h.check();
+    }
+
+    #[test]
+    fn ipv6_overlap_duplicate_timeout() {
+        let mut h = Harness::small();
+        let ext = [opts8()];
+        let ip = datagram6(&[ipv6::NH_DEST_OPTS], &ext, 0, 800, 3);
+        // Overlap: the whole datagram goes, and its later fragments (RFC 5722).
+        assert!(h.push(&frag6_at(&ip, 8, 1, 0, 400, true)).is_none());
+        assert!(h.push(&frag6_at(&ip, 8, 1, 392, 200, true)).is_none());
+        assert_eq!(h.drop_of(DropReason::ReasmOverlap), 2);
+        assert!(h.push(&frag6_at(&ip, 8, 1, 400, 400, false)).is_none());
+        assert_eq!(h.drop_of(DropReason::ReasmOverlap), 3);
+        // Exact duplicate: dropped alone, the datagram completes.
+        let f = split6(&ip, 8, 2, 400);
+        assert!(h.push(&f[1]).is_none());
+        assert!(h.push(&f[1]).is_none());
+        assert_eq!(h.drop_of(DropReason::ReasmDuplicate), 1);
+        assert_whole6(&h.push(&f[0]).unwrap(), &ip);
+        // Missing last: timed out, one drop per fragment held.
+        assert!(h.push(&split6(&ip, 8, 3, 200)[0]).is_none());
+        assert!(h.push(&split6(&ip, 8, 3, 200)[2]).is_none());
+        h.check();
+        h.advance(Duration::from_millis(101));
+        assert_eq!(h.drop_of(DropReason::ReasmTimeout), 2);
+        h.check();
+        h.advance(Duration::from_secs(1));
+        assert_eq!(h.pool.len(), h.size);
+    }
+
+    #[test]
+    fn ipv6_bad_fragments_and_atomic() {
+        let mut h = Harness::small();
+        let ip = datagram6(&[], &[], 0, 64, 4);
+        // Non-last fragment not a multiple of 8 (RFC 8200 §4.5: Parameter Problem; counted here).
+        assert!(h.push(&frag6_at(&ip, 0, 1, 0, 12, true)).is_none());
+        // Zero data.
+        assert!(h.push(&frag6_at(&ip, 0, 1, 8, 0, false)).is_none());
+        // Offset + length past 65535: offset 8189 × 8 = 65512, + 32 > 65535.
+        let mut far = frag6_at(&ip, 0, 1, 32, 32, false);
+        far[ETH + 42..ETH + 44].copy_from_slice(&(8189u16 * 8).to_be_bytes());
+        assert!(h.push(&far).is_none());
+        // A first fragment without the whole ESP header (RFC 7112): the
+        // fragmentable part starts with a Destination Options header and the
+        // first fragment ends with it (its Next Header names ESP, absent).
+        let ip_d = datagram6(&[ipv6::NH_DEST_OPTS], &[opts8()], 0, 64, 4);
+        assert!(h.push(&frag6_at(&ip_d, 0, 2, 0, 8, true)).is_none());
+        // The same with 8 bytes of ESP header (SPI and sequence number) is fine.
+        let ok = parse_ipv6(&frag6_at(&ip_d, 0, 2, 0, 16, true)).unwrap();
+        assert_eq!((ok.offset, ok.len, ok.more), (0, 16, true));
+        // Atomic fragment (offset 0, M clear): not a fragment.
+        let atomic = frag6_at(&ip, 0, 3, 0, 64, false);
+        assert!(h.push(&atomic).is_none());
+        assert_eq!(h.drop_of(DropReason::ReasmBadFragment), 5);
+        assert_eq!(parse_ipv6(&atomic), Err(DropReason::ReasmBadFragment));
+        // No Fragment header at all, and a broken header.
+        let mut whole = vec![2, 0, 0, 0, 1, 2, 2, 0, 0, 0, 0, 2, 0x86, 0xdd];
+        whole.extend_from_slice(&ip);
+        assert_eq!(parse_ipv6(&whole), Err(DropReason::ReasmBadFragment));
+        let mut broken = frag6_at(&ip, 0, 4, 0, 32, true);
+        broken[ETH] = 0x40;
+        assert!(h.push(&broken).is_none());
+        assert_eq!(h.drop_of(DropReason::Malformed), 1);
+        assert!(!h.r.pending(), "none of them took a context");
+        // The largest datagram one buffer holds still fits the 65535 rule.
+        let f = parse_ipv6(&frag6_at(&ip, 0, 5, 56, 8, false)).unwrap();
+        assert_eq!((f.offset, f.len, f.more, f.head_len, f.nh_at), (56, 8, false, ETH + 48, ETH + 6));
+        h.check();
+        assert_eq!(h.pool.len(), h.size);
+    }
+
+    #[test]
+    fn ipv6_ecn_and_next_header_after_hop_by_hop() {
+        let mut h = Harness::small();
+        // ECT(0) then CE: CE (RFC 3168 §5.3); the DSCP is kept.
+        let ip = datagram6(&[ipv6::NH_HOP_BY_HOP], &[opts8()], 0xb8 | 2, 64, 5);
+        let mut f = split6(&ip, 8, 11, 32);
+        ipv6::set_traffic_class(&mut f[1][ETH..], 0xb8 | 3);
+        assert!(h.push(&f[1]).is_none());
+        let got = h.push(&f[0]).unwrap();
+        assert_eq!(ipv6::traffic_class(&got[ETH..]), 0xb8 | 3);
+        assert_eq!(got[ETH + ipv6::HEADER_LEN], ipv4::PROTO_ESP, "hop-by-hop's Next Header: the Fragment header's");
+        let mut want = ip.clone();
+        ipv6::set_traffic_class(&mut want, 0xb8 | 3);
+        assert_whole6(&got, &want);
+        // Not-ECT mixed with ECT: dropped whole.
+        let ip = datagram6(&[], &[], 0, 64, 6);
+        let mut f = split6(&ip, 0, 12, 32);
+        ipv6::set_traffic_class(&mut f[1][ETH..], 1);
+        assert!(h.push(&f[0]).is_none());
+        assert!(h.push(&f[1]).is_none());
+        assert_eq!(h.drop_of(DropReason::ReasmBadFragment), 2);
+        h.check();
+    }
+
+    #[test]
+    fn ipv6_no_panic_on_any_bytes() {
+        let ip = datagram6(&[ipv6::NH_HOP_BY_HOP, ipv6::NH_DEST_OPTS], &[opts8(), opts8()], 2, 400, 9);
+        // The Fragment header's offset/M word sits after 16 bytes of extension headers.
+        fuzz(&split6(&ip, 16, 77, 136), 4242, ETH, |f, ff| f[ETH + 58..ETH + 60].copy_from_slice(&ff.to_be_bytes()));
     }
 }

@@ -658,7 +658,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         }
     }
 
-    /// An outer IPv4 fragment addressed to the gateway: into the
+    /// An outer IPv4 or IPv6 fragment addressed to the gateway: into the
     /// reassembler; a completed datagram goes on through [`Self::inbound`]
     /// as if received whole (it is counted once under rx by its fragments).
     fn reassemble(&mut self, t: &Tables, port: usize, buf: PktBuf) {
@@ -666,12 +666,26 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let done = self.reasm.push(buf, now, &self.counters);
         self.reasm_spent();
         let Some(buf) = done else { return };
-        let Ok(ip) = ipv4::Ipv4Packet::new_checked(&buf.frame()[ethernet::HEADER_LEN..]) else {
+        let inner = &buf.frame()[ethernet::HEADER_LEN..];
+        let parsed = if is_ipv6(buf.frame()) {
+            ipv6::Ipv6Packet::new_checked(inner).and_then(|ip| {
+                let up = ip.upper_layer()?;
+                let key = FlowKey { src: IpAddr::V6(ip.src()), dst: IpAddr::V6(ip.dst()), protocol: up.protocol, ports: ip.ports(&up) };
+                Ok((key, ip.hop_limit(), up.offset, up.is_fragment()))
+            })
+        } else {
+            ipv4::Ipv4Packet::new_checked(inner).map(|ip| {
+                let key = FlowKey { src: IpAddr::V4(ip.src()), dst: IpAddr::V4(ip.dst()), protocol: ip.protocol(), ports: ip.ports() };
+                (key, ip.ttl(), ip.header_len(), false)
+            })
+        };
+        let Ok((key, ttl, hl, frag)) = parsed else {
             return self.drop_buf(port, DropReason::Malformed, buf);
         };
-        let key = FlowKey { src: IpAddr::V4(ip.src()), dst: IpAddr::V4(ip.dst()), protocol: ip.protocol(), ports: ip.ports() };
-        let (ttl, hl) = (ip.ttl(), ip.header_len());
-        self.inbound(t, port, buf, key, ttl, hl, false)
+        // `frag`: a second Fragment header inside the reassembled IPv6
+        // datagram (nested fragmentation) goes round once more, bounded by
+        // the extension-header limit of the walk.
+        self.inbound(t, port, buf, key, ttl, hl, frag)
     }
 
     #[inline]
@@ -905,8 +919,14 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let natt = key.protocol == ipv4::PROTO_UDP && key.ports.is_some_and(|(_, d)| t.is_natt_port(d));
         let esp_proto = key.protocol == ipv4::PROTO_ESP;
         // A non-first fragment has no UDP header: every UDP fragment to us
-        // may be ESP in UDP (RFC 3948).
-        if frag && local && !key.dst.is_ipv6() && (esp_proto || key.protocol == ipv4::PROTO_UDP) && self.reasm.enabled() {
+        // may be ESP in UDP (RFC 3948). An IPv6 non-first fragment's
+        // protocol is its Fragment header's Next Header, which may also be
+        // a Destination Options header before ESP (RFC 8200 §4.1).
+        if frag
+            && local
+            && (esp_proto || key.protocol == ipv4::PROTO_UDP || (key.protocol == ipv6::NH_DEST_OPTS && key.dst.is_ipv6()))
+            && self.reasm.enabled()
+        {
             return self.reassemble(t, port, buf);
         }
         // Transport SAs (RFC 4303 §3.1.1, as ipsec-secgw): ESP (IPv4, or

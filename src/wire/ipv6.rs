@@ -56,6 +56,13 @@ pub struct FragmentInfo {
     pub more: bool,
     /// Identification.
     pub ident: u32,
+    /// Offset of the Fragment header from the start of the IPv6 header
+    /// (40 + the extension headers before it: the unfragmentable part).
+    pub at: usize,
+    /// Offset of the Next Header field that names the Fragment header: 6
+    /// in the fixed header, or byte 0 of the last extension header before
+    /// it (what reassembly rewrites when it removes the Fragment header).
+    pub nh_at: usize,
 }
 
 /// The end of the extension-header chain.
@@ -99,6 +106,8 @@ pub fn walk_ext(next_header: u8, payload: &[u8]) -> Result<UpperLayer, WireError
     let mut nh = next_header;
     let mut at = 0usize;
     let mut fragment = None;
+    // Offset (from the IPv6 header) of the Next Header field naming `nh`.
+    let mut nh_at = NEXT_HEADER;
     for n in 0..=MAX_EXT_HEADERS {
         let rest = &payload[at..];
         match nh {
@@ -113,6 +122,7 @@ pub fn walk_ext(next_header: u8, payload: &[u8]) -> Result<UpperLayer, WireError
                     have: rest.len(),
                 })?;
                 nh = h.next_header().0;
+                nh_at = HEADER_LEN + at;
                 at += h.slice().len();
             }
             NH_FRAGMENT => {
@@ -127,9 +137,10 @@ pub fn walk_ext(next_header: u8, payload: &[u8]) -> Result<UpperLayer, WireError
                 // M = bit 0 of byte 3, RFC 8200 §4.5).
                 let b = h.slice();
                 let word = be16(b, 2);
-                let f = FragmentInfo { offset: word >> 3, more: word & 1 != 0, ident: be32(b, 4) };
+                let f = FragmentInfo { offset: word >> 3, more: word & 1 != 0, ident: be32(b, 4), at: HEADER_LEN + at, nh_at };
                 fragment = Some(f);
                 nh = h.next_header().0;
+                nh_at = HEADER_LEN + at;
                 at += h.slice().len();
                 if f.offset != 0 {
                     // What follows is the middle of the original payload.
@@ -467,10 +478,14 @@ pub(crate) mod tests {
         let b = fixture("esp_first_fragment");
         let u = Ipv6Packet::new_checked(&b).unwrap().upper_layer().unwrap();
         assert!(u.is_fragment() && !u.is_later_fragment());
+        let f = u.fragment.unwrap();
+        assert_eq!((f.at, f.nh_at, b[f.nh_at]), (40, NEXT_HEADER, NH_FRAGMENT));
         let b = fixture("later_fragment");
         let p = Ipv6Packet::new_checked(&b).unwrap();
         let u = p.upper_layer().unwrap();
         assert!(u.is_fragment() && u.is_later_fragment());
+        let f = u.fragment.unwrap();
+        assert_eq!((f.at, f.nh_at, b[f.nh_at]), (40, NEXT_HEADER, NH_FRAGMENT));
         assert_eq!(p.ports(&u), None);
     }
 

@@ -17,6 +17,14 @@ in the netns testbed, against fragments we did not make:
 - timeout: gw1 with `timeout_ms = 1000` gets only the first fragments of two
   datagrams; `frags_pending` shows them held, and after the timeout
   `reasm_timeout` counts them and nothing is held; nothing reaches hostB.
+- IPv6 outer fragments (RFC 8200 §4.5), gateways on the dual-stack configs
+  ep0-v6/ep1-v6: scapy encrypts for gw1's inbound SA 1101 (IPv6 outer,
+  key from configs/ep1-v6.toml), cuts the ESP with scapy's `fragment6()`
+  (with no extension header, a Destination Options or a Hop-by-Hop header
+  before the Fragment header; IPv6 and IPv4 inner packets), shuffles and
+  interleaves the fragments and injects them from the wan: hostB receives
+  exactly the inner packets, once each, byte for byte (hop limit / TTL − 1),
+  gw1 counts the reassemblies and no drop.
 """
 from __future__ import annotations
 
@@ -245,3 +253,111 @@ def test_incomplete_datagrams_time_out(start_gws, artifacts):
     assert not others, others
     assert not got, f"{len(got)} frames reached hostB"
     print(f"\n{len(held)} fragments held, counted under reasm_timeout {elapsed:.1f} s after sending")
+
+
+V6_CONFIG = {"gw0": "ep0-v6.toml", "gw1": "ep1-v6.toml"}
+SPI6 = 1101
+
+
+def test_scapy_ipv6_fragments_reassembled_at_gw1(start_gws, artifacts):
+    import tomllib
+    from scapy.compat import raw
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, PadN, fragment6
+    from scapy.layers.ipsec import ESP, SecurityAssociation
+    from scapy.packet import Raw
+
+    gw = start_gws({g: L.CONFIG_DIR / f for g, f in V6_CONFIG.items()})
+    gw1 = gw["gw1"]
+    cfg = tomllib.loads((L.CONFIG_DIR / V6_CONFIG["gw1"]).read_text())
+    sa_cfg = next(x for x in cfg["sa"] if int(x["spi"]) == SPI6)
+    assert sa_cfg["direction"] == "inbound" and ":" in sa_cfg["tunnel_dst"], sa_cfg
+    assert (sa_cfg["tunnel_src"], sa_cfg["tunnel_dst"]) == (L.GW0_OUT_IP6, L.GW1_OUT_IP6)
+    sa = SecurityAssociation(ESP, spi=SPI6, crypt_algo="AES-GCM", crypt_key=bytes.fromhex(sa_cfg["key"]),
+                             auth_algo="NULL", tunnel_header=IPv6(src=L.GW0_OUT_IP6, dst=L.GW1_OUT_IP6))
+    rng = random.Random(8200)
+
+    def unfrag(kind):
+        opts = [PadN(optdata=b"\0\0\0\0")]
+        return {"none": [], "dst": [IPv6ExtHdrDestOpt(options=opts)], "hbh": [IPv6ExtHdrHopByHop(options=opts)],
+                "both": [IPv6ExtHdrHopByHop(options=opts), IPv6ExtHdrDestOpt(options=opts)]}[kind]
+
+    # (inner family, UDP payload size, fragment6 size, extension headers before the Fragment header, order);
+    # IPv4 inner to UDP ports 6000-6999 (v4-in-v6), IPv6 inner anything (v6-in-v6).
+    cases = [(6, 1200, 1280, "none", "reversed"), (6, 1200, 200, "none", "shuffled"), (6, 700, 300, "dst", "shuffled"),
+             (6, 1000, 400, "hbh", "reversed"), (6, 1400, 600, "both", "shuffled"), (6, 100, 96, "none", "in order"),
+             (4, 1300, 500, "none", "shuffled"), (4, 800, 256, "dst", "reversed")]
+    inners, per_datagram = {}, []
+    for n, (fam, size, fragsize, ext, order) in enumerate(cases):
+        dport = 6100 + n if fam == 4 else 45000 + n
+        data = Raw(bytes((n * 11 + j) & 0xFF for j in range(size)))
+        if fam == 6:
+            inner = IPv6(src=L.A_IP6, dst=L.B_IP6, hlim=64) / UDP(sport=40000, dport=dport) / data
+        else:
+            inner = IP(src=L.A_IP, dst=L.B_IP, ttl=64, id=0x3100 + n) / UDP(sport=40000, dport=dport) / data
+        inners[dport] = raw(inner)
+        esp = sa.encrypt(inner.__class__(raw(inner)), seq_num=n + 1)
+        assert esp[IPv6].nh == 50
+        head = IPv6(src=L.GW0_OUT_IP6, dst=L.GW1_OUT_IP6, hlim=64)
+        for h in unfrag(ext):
+            head = head / h
+        frags = fragment6(head / IPv6ExtHdrFragment(nh=50, id=0x7000_0000 + n) / Raw(raw(esp[ESP])), fragsize)
+        assert 2 <= len(frags) <= 16, f"case {n}: {len(frags)} fragments"
+        if order == "reversed":
+            frags = frags[::-1]
+        elif order == "shuffled":
+            rng.shuffle(frags)
+        per_datagram.append([to_gw1(f) for f in frags])
+    half = len(per_datagram) // 2
+    frames = [f for d in per_datagram[:half] for f in d]
+    rest = [list(d) for d in per_datagram[half:]]
+    while any(rest):
+        for d in rest:
+            if d:
+                frames.append(d.pop(0))
+    nfrags = sum(len(d) for d in per_datagram)
+
+    before = gw1.stats()
+    cap = L.Capture("hostB", "b0", "udp", artifacts / "b0-ipv6")
+    L.send_frames("wan", "wan1", frames, artifacts / "injected-ipv6", gap_ms=1)
+    want = before.get("reassembled", 0) + len(per_datagram)
+    st = gw1.wait_stats(lambda s: s.get("reassembled", 0) >= want and s.get("frags_pending", 1) == 0, timeout=10)
+    got = cap.stop(settle=1.0)
+
+    by_port: dict[int, list[bytes]] = {}
+    for f in got:
+        b = raw(f)[14:]
+        if b[0] >> 4 == 6:
+            ip, l4 = b[:40 + struct.unpack("!H", b[4:6])[0]], 40
+            ok = b[6] == 17
+        else:
+            ip, l4 = ip_bytes(raw(f)), 20
+            ok = b[9] == 17
+        if ok:
+            by_port.setdefault(struct.unpack("!H", ip[l4 + 2:l4 + 4])[0], []).append(ip)
+    problems = []
+    for dport, inner in inners.items():
+        arrived = by_port.get(dport, [])
+        if len(arrived) != 1:
+            problems.append(f"port {dport} ({len(inner)} bytes): arrived {len(arrived)} times")
+            continue
+        out = arrived[0]
+        if inner[0] >> 4 == 6:
+            want_ip = inner[:7] + bytes([inner[7] - 1]) + inner[8:]
+            if out != want_ip:
+                problems.append(f"port {dport}: differs\nsent {inner.hex()}\ngot  {out.hex()}")
+        elif out[8] != inner[8] - 1 or not L.ip_checksum_ok(out[:20]) or L.normalize_ttl_csum(out) != L.normalize_ttl_csum(inner):
+            problems.append(f"port {dport}: differs\nsent {inner.hex()}\ngot  {out.hex()}")
+    extra = set(by_port) - set(inners)
+    if extra:
+        problems.append(f"unexpected datagrams to ports {sorted(extra)}")
+    assert not problems, "\n".join(problems) + f"\ngw1 drops: { {k: v for k, v in st['drops'].items() if v} }"
+    assert st["reassembled"] - before.get("reassembled", 0) == len(per_datagram), st
+    assert st["frags_received"] - before.get("frags_received", 0) == nfrags, st
+    assert st["frags_reassembled"] - before.get("frags_reassembled", 0) == nfrags, st
+    assert st["frags_pending"] == 0, st
+    moved = {k: v - before["drops"].get(k, 0) for k, v in st["drops"].items() if v != before["drops"].get(k, 0)}
+    assert not moved, f"drop counters moved: {moved}"
+    sa_in = next(s for s in st["sas"] if s["spi"] == SPI6 and s["direction"] == "inbound")
+    assert sa_in["packets"] >= len(per_datagram), sa_in
+    print(f"\nipv6: {nfrags} scapy fragment6() fragments of {len(per_datagram)} datagrams → {len(got)} packets at hostB")
