@@ -98,6 +98,26 @@ fn run(qp: &mut SoftQueuePair<PktBuf>, op: CryptoOp<PktBuf>) -> CryptoOp<PktBuf>
     out.pop().unwrap()
 }
 
+/// A transport-mode outbound SA for case `c` (IVs as secgw makes them for
+/// its algorithm).
+fn outbound_sa(dev: &SoftDevice, c: &Case) -> OutboundSa {
+    OutboundSa {
+        spi: c.spi,
+        session: dev.session_create(&xform(c, CipherDirection::Encrypt)).unwrap(),
+        transport: true,
+        tunnel_src: "::".parse().unwrap(),
+        tunnel_dst: "::".parse().unwrap(),
+        outer_ttl: 64,
+        df: DfMode::Copy,
+        esn: false,
+        iv_gen: IvGen::for_algorithm(c.alg).unwrap(),
+        udp_encap: None,
+        owner: 0,
+        dummy: None,
+        tfc_pad_to: 0,
+    }
+}
+
 fn inbound_sa(dev: &SoftDevice, c: &Case) -> InboundSa {
     InboundSa {
         spi: c.spi,
@@ -127,21 +147,7 @@ fn outbound_matches_scapy() {
     let mut qp: SoftQueuePair<PktBuf> = dev.queue_pair_setup(0, QpConf { nb_descriptors: 4 }).unwrap();
     let (mut exact, mut opened) = (0, 0);
     for c in cases() {
-        let sa = OutboundSa {
-            spi: c.spi,
-            session: dev.session_create(&xform(&c, CipherDirection::Encrypt)).unwrap(),
-            transport: true,
-            tunnel_src: "::".parse().unwrap(),
-            tunnel_dst: "::".parse().unwrap(),
-            outer_ttl: 64,
-            df: DfMode::Copy,
-            esn: false,
-            iv_gen: IvGen::for_algorithm(c.alg).unwrap(),
-            udp_encap: None,
-            owner: 0,
-            dummy: None,
-            tfc_pad_to: 0,
-        };
+        let sa = outbound_sa(&dev, &c);
         let mut st = OutboundState { seq: c.seq - 1 };
         let op = esp::outbound::prepare(&sa, &mut st, frame(&c.inner)).map_err(|e| e.0).unwrap_or_else(|e| panic!("{}: {e:?}", c.name));
         let op = run(&mut qp, op);
@@ -179,21 +185,7 @@ fn inbound_opens_scapy_packets_and_rejects_tampering() {
 fn fragments_and_broken_chains_are_refused() {
     let dev = SoftDevice::new(1);
     let c = &cases()[0];
-    let sa = OutboundSa {
-        spi: c.spi,
-        session: dev.session_create(&xform(c, CipherDirection::Encrypt)).unwrap(),
-        transport: true,
-        tunnel_src: "::".parse().unwrap(),
-        tunnel_dst: "::".parse().unwrap(),
-        outer_ttl: 64,
-        df: DfMode::Copy,
-        esn: false,
-        iv_gen: IvGen::counter(),
-        udp_encap: None,
-        owner: 0,
-        dummy: None,
-        tfc_pad_to: 0,
-    };
+    let sa = outbound_sa(&dev, c);
     // IPv6 + Fragment header (offset 0, M set) + UDP: a fragment.
     let mut frag = c.inner[..40].to_vec();
     frag[6] = 44;
