@@ -957,3 +957,19 @@ fn tfc_pad_to_range_where_it_applies_and_mtu() {
     let text = format!("{}\n[[route]]\nprefix = \"203.0.113.2/32\"\nport = \"outside\"\n", base.replacen(out, &format!("{out}\ntfc_pad_to = 600"), 1));
     assert_one(&text, "tfc_pad_to", 13, "sa[0].tfc_pad_to", "an inner packet padded to 600 bytes is 656 bytes once encapsulated, more than the MTU 576");
 }
+
+/// Errors the toml parser reports with a position only (an integer beyond
+/// 64 bits) still name their field, found from the line and the table
+/// headers above it.
+#[test]
+fn integer_too_large_names_its_field() {
+    let text = edit("spi = 1002", "spi = 99999999999999999999999");
+    let err = error(&text);
+    let (line, _) = pos(&text, "99999999999999999999999");
+    let shown = err.to_string();
+    assert!(shown.starts_with(&format!("{FILE}:{line}:")), "{shown}");
+    assert!(shown.contains(": sa[1].spi: "), "{shown}");
+    let text = edit("workers = 1", "workers = 99999999999999999999999");
+    let shown = error(&text).to_string();
+    assert!(shown.contains(": gateway.workers: "), "{shown}");
+}

@@ -463,6 +463,9 @@ fn decode_problem(text: &str, source: &Path, e: &toml::de::Error) -> Problem {
             );
         }
     }
+    if field.is_empty() {
+        field = field_at(text, span.start).unwrap_or_default();
+    }
     let (line, column) = line_col(text, span.start);
     Problem {
         file: source.to_path_buf(),
@@ -471,6 +474,34 @@ fn decode_problem(text: &str, source: &Path, e: &toml::de::Error) -> Problem {
         field,
         message,
     }
+}
+
+/// The field of the `key = value` line holding byte `offset`, as
+/// `table.key` (`sa[1].spi`), for errors the toml parser reports with a
+/// position only (an integer too large for 64 bits, a malformed value).
+/// The table comes from the headers above the line (`[name]`, and
+/// `[[name]]` counted from 0), since such a text does not parse for
+/// [`Outline`]. `None` when the line is not a `key = value` line.
+fn field_at(text: &str, offset: usize) -> Option<String> {
+    let before = text.get(..offset)?;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let (key, _) = text[line_start..].lines().next()?.split_once('=')?;
+    let key = key.trim().trim_matches('"');
+    if key.is_empty() || key.contains(|c: char| c.is_whitespace() || "[]#".contains(c)) {
+        return None;
+    }
+    let mut table = String::new();
+    let mut arrays: HashMap<&str, usize> = HashMap::new();
+    for l in text[..line_start].lines().map(str::trim) {
+        if let Some(name) = l.strip_prefix("[[").and_then(|r| r.split_once("]]")).map(|(n, _)| n.trim()) {
+            let n = arrays.entry(name).or_insert(0);
+            table = format!("{name}[{n}]");
+            *n += 1;
+        } else if let Some(name) = l.strip_prefix('[').and_then(|r| r.split_once(']')).map(|(n, _)| n.trim()) {
+            table = name.to_owned();
+        }
+    }
+    Some(if table.is_empty() { key.to_owned() } else { format!("{table}.{key}") })
 }
 
 /// The expected name nearest to `key` by edit distance, if near enough.
