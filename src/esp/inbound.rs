@@ -2,8 +2,8 @@
 //! inner packets whatever the outer family, with the anti-replay check
 //! before crypto and the window update after the ICV verified (§3.4.3).
 
-use super::{describe_op, encrypted_part, front_len, parse_trailer, EspError, InboundSa, InboundState, ESP_HEADER_LEN};
-use crate::crypto::{CryptoOp, OpStatus};
+use super::{describe_op, front_len, EspError, InboundSa, InboundState, ESP_HEADER_LEN};
+use crate::crypto::CryptoOp;
 use crate::esp::replay::ReplayError;
 use crate::io::PktBuf;
 use crate::wire::{ethernet, ipv4, ipv6};
@@ -60,30 +60,8 @@ pub fn prepare(sa: &InboundSa, st: &InboundState, buf: PktBuf, esp_offset: usize
 /// there is none). On success the frame is 14 bytes of Ethernet header (to be
 /// filled by routing) followed by the inner packet exactly as it was sent.
 pub fn finish(st: &mut InboundState, op: CryptoOp<PktBuf>, outer_tos: u8) -> Result<PktBuf, (EspError, PktBuf)> {
-    match op.status {
-        OpStatus::Success => {}
-        OpStatus::AuthFailed => return Err((EspError::AuthFailed, op.buf)),
-        OpStatus::SessionNotAttached => return Err((EspError::SessionNotAttached, op.buf)),
-        _ => return Err((EspError::CryptoError, op.buf)),
-    }
-    let seq = op.user[0];
-    let enc = encrypted_part(&op);
-    let mut buf = op.buf;
-    if st.window.commit(seq).is_err() {
-        return Err((EspError::Replay, buf));
-    }
-    let d0 = enc.start;
-    let Some(plain) = buf.frame().get(enc) else {
-        return Err((EspError::BadLength, buf));
-    };
-    let (payload_len, next_header) = match parse_trailer(plain) {
-        Ok(t) => t,
-        Err(e) => return Err((e, buf)),
-    };
-    if next_header == ipv4::PROTO_NONE {
-        return Err((EspError::Dummy, buf));
-    }
-    let inner = &plain[..payload_len];
+    let (mut buf, d0, payload_len, next_header) = super::open(st, op)?;
+    let inner = &buf.frame()[d0..d0 + payload_len];
     let checked = match next_header {
         ipv4::PROTO_IPIP => ipv4::Ipv4Packet::new_checked(inner).map(|p| (p.total_len(), p.tos())),
         ipv6::NH_IPV6 => ipv6::Ipv6Packet::new_checked(inner).map(|p| (p.total_len(), p.traffic_class())),

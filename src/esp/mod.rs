@@ -19,7 +19,7 @@ pub mod transport;
 pub use iv::IvGen;
 pub use sa::{DfMode, DummyPlan, InboundSa, InboundState, OutboundSa, OutboundState, UdpEncap};
 
-use crate::crypto::{Algorithm, Cipher, CryptoOp};
+use crate::crypto::{Algorithm, Cipher, CryptoOp, OpStatus};
 
 /// ESP header length: SPI + sequence number (RFC 4303 §2).
 pub const ESP_HEADER_LEN: usize = 8;
@@ -182,6 +182,40 @@ pub fn encrypted_part<B>(op: &CryptoOp<B>) -> std::ops::Range<usize> {
     let alg = op.session.algorithm();
     let start = if alg.cipher() == Cipher::AesGmac { op.auth_offset as usize + alg.iv_len() } else { op.data_offset as usize };
     start..op.icv_offset as usize
+}
+
+/// The first steps of every inbound finish (tunnel and transport mode):
+/// the op's status (ICV failed → `AuthFailed`; `SessionNotAttached`;
+/// other → `CryptoError`) → the replay window updated, only now that the
+/// ICV verified (RFC 4303 §3.4.3) → the trailer checked ([`parse_trailer`])
+/// → Next Header 59 is a dummy (§2.6). Returns the buffer, the frame
+/// offset of the decrypted payload, its length without padding and
+/// trailer, and the Next Header.
+pub fn open(st: &mut InboundState, op: CryptoOp<crate::io::PktBuf>) -> Result<(crate::io::PktBuf, usize, usize, u8), (EspError, crate::io::PktBuf)> {
+    match op.status {
+        OpStatus::Success => {}
+        OpStatus::AuthFailed => return Err((EspError::AuthFailed, op.buf)),
+        OpStatus::SessionNotAttached => return Err((EspError::SessionNotAttached, op.buf)),
+        _ => return Err((EspError::CryptoError, op.buf)),
+    }
+    let seq = op.user[0];
+    let enc = encrypted_part(&op);
+    let buf = op.buf;
+    if st.window.commit(seq).is_err() {
+        return Err((EspError::Replay, buf));
+    }
+    let d0 = enc.start;
+    let Some(plain) = buf.frame().get(enc) else {
+        return Err((EspError::BadLength, buf));
+    };
+    let (payload_len, next_header) = match parse_trailer(plain) {
+        Ok(t) => t,
+        Err(e) => return Err((e, buf)),
+    };
+    if next_header == crate::wire::ipv4::PROTO_NONE {
+        return Err((EspError::Dummy, buf));
+    }
+    Ok((buf, d0, payload_len, next_header))
 }
 
 #[cfg(test)]

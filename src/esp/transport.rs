@@ -22,8 +22,8 @@
 //! sent without a checksum (0) keeps none; ICMP has no pseudo-header.
 
 use super::outbound::encap;
-use super::{encrypted_part, front_len, parse_trailer, EspError, InboundState, OutboundSa, OutboundState};
-use crate::crypto::{CryptoOp, OpStatus};
+use super::{front_len, EspError, InboundState, OutboundSa, OutboundState};
+use crate::crypto::CryptoOp;
 use crate::io::PktBuf;
 use crate::wire::{checksum, ethernet, ipv4, ipv6, udp};
 
@@ -200,30 +200,8 @@ pub fn outbound_prepare_v6(sa: &OutboundSa, st: &mut OutboundState, mut buf: Pkt
 /// it (with a NAT between IPv4 peers: with the addresses as the NAT
 /// rewrote them).
 pub fn inbound_finish(st: &mut InboundState, op: CryptoOp<PktBuf>) -> Result<PktBuf, (EspError, PktBuf)> {
-    match op.status {
-        OpStatus::Success => {}
-        OpStatus::AuthFailed => return Err((EspError::AuthFailed, op.buf)),
-        OpStatus::SessionNotAttached => return Err((EspError::SessionNotAttached, op.buf)),
-        _ => return Err((EspError::CryptoError, op.buf)),
-    }
-    let seq = op.user[0];
-    let enc = encrypted_part(&op);
     let alg = op.session.algorithm();
-    let mut buf = op.buf;
-    if st.window.commit(seq).is_err() {
-        return Err((EspError::Replay, buf));
-    }
-    let d0 = enc.start;
-    let Some(plain) = buf.frame().get(enc) else {
-        return Err((EspError::BadLength, buf));
-    };
-    let (payload_len, next_header) = match parse_trailer(plain) {
-        Ok(t) => t,
-        Err(e) => return Err((e, buf)),
-    };
-    if next_header == ipv4::PROTO_NONE {
-        return Err((EspError::Dummy, buf));
-    }
+    let (mut buf, d0, payload_len, next_header) = super::open(st, op)?;
     if next_header == ipv4::PROTO_IPIP || next_header == ipv6::NH_IPV6 {
         return Err((EspError::BadNextHeader, buf));
     }
