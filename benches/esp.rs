@@ -37,6 +37,9 @@ fn bench(c: &mut Criterion) {
         .session_create(&SymXform { algorithm: AeadAlgorithm::Aes128Gcm, direction: CipherDirection::Encrypt, key: key.to_vec(), salt: [1, 2, 3, 4], icv_len: 16, auth_key: Vec::new() })
         .unwrap();
     let sa = OutboundSa {
+        id: 0,
+        life: Default::default(),
+        first_seq: 1,
         spi: 1001,
         session,
         transport: false,
@@ -103,6 +106,9 @@ fn bench_algorithms(c: &mut Criterion) {
             auth_key: vec![9; alg.auth_key_len()],
         };
         let sa = OutboundSa {
+            id: 0,
+            life: Default::default(),
+            first_seq: 1,
             spi: 1001,
             session: dev.session_create(&x).unwrap(),
             transport: false,

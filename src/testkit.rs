@@ -85,7 +85,7 @@ impl<D: CryptoDevice> MemGateway<D> {
                 ports.push(port);
                 ws.push((p.name.clone(), wire));
             }
-            let c = Arc::new(WorkerCounters::new(t.ports.len(), t.sad.outbound.len(), t.sad.inbound.len()));
+            let c = Arc::new(WorkerCounters::new(t.ports.len()));
             let qp = dev.queue_pair_setup(w as u16, QpConf { nb_descriptors: 256.min(cfg.crypto.ring_depth) })?;
             let conf = WorkerConf { id: w, burst: 32, pool_size: 512, nb_workers: n, idle_sleep_us: 0, reasm: crate::control::run::reassembly_conf(&cfg.reassembly) };
             workers.push(Worker::new(conf, ports, qp, tables.clone(), c.clone(), handoff));

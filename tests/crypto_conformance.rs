@@ -360,6 +360,8 @@ fn every_algorithm_esp_round_trip<D: Dut>(dev: &D) -> Vec<Vec<u8>> {
         let dec = attached(dev, &algo_xform(alg, CipherDirection::Decrypt, icv_len));
         for esn in [false, true] {
             let sa = InboundSa {
+                id: 0,
+                life: Default::default(),
                 spi: 0x1000 + icv_len as u32,
                 session: dec.clone(),
                 transport: false,
@@ -432,6 +434,8 @@ fn every_algorithm_rejects_tampering<D: Dut>(dev: &D) {
         let op = esp::outbound::encap(77, &enc, 9, false, &iv[..alg.iv_len()], 4, buf).map_err(|e| e.0).unwrap();
         let pkt = run(&mut qp, vec![op]).pop().unwrap().buf.frame().to_vec();
         let sa = InboundSa {
+            id: 0,
+            life: Default::default(),
             spi: 77,
             session: dec.clone(),
             transport: false,

@@ -37,6 +37,9 @@ fn xform(alg: Algorithm, direction: CipherDirection) -> SymXform {
 /// A tunnel-mode outbound SA of `alg` between `src` and `dst` (test keys).
 fn outbound_sa(dev: &SoftDevice, alg: Algorithm, src: IpAddr, dst: IpAddr, udp_encap: Option<UdpEncap>) -> OutboundSa {
     OutboundSa {
+        id: 0,
+        life: Default::default(),
+        first_seq: 1,
         spi: 0x1234,
         session: dev.session_create(&xform(alg, CipherDirection::Encrypt)).unwrap(),
         transport: false,
@@ -67,6 +70,8 @@ fn prepare_dummy_every_algorithm_family_and_encapsulation() {
             for udp in [None, Some(UdpEncap { sport: 4500, dport: 4501 })] {
                 let sa = outbound_sa(&dev, alg, src, dst, udp);
                 let isa = InboundSa {
+                    id: 0,
+                    life: Default::default(),
                     spi: 0x1234,
                     session: dev.session_create(&xform(alg, CipherDirection::Decrypt)).unwrap(),
                     transport: false,
@@ -76,7 +81,7 @@ fn prepare_dummy_every_algorithm_family_and_encapsulation() {
                     replay_window: 64,
                     owner: 0,
                 };
-                let mut st = OutboundState { seq: 41 };
+                let mut st = OutboundState { seq: 41, ..Default::default() };
                 let mut ist = InboundState::new(&isa);
                 for len in [0usize, 1, 37, esp::outbound::MAX_DUMMY_LEN] {
                     let name = format!("{} {src} udp={} len={len}", alg.name(), udp.is_some());

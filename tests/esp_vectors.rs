@@ -66,6 +66,8 @@ fn inbound_opens_every_vector_and_rejects_tampering() {
         let Some(alg) = v.algorithm() else { continue };
         let x = SymXform { algorithm: alg, direction: CipherDirection::Decrypt, key, salt: h(&v.salt).try_into().unwrap(), icv_len: 16, auth_key: Vec::new() };
         let sa = InboundSa {
+            id: 0,
+            life: Default::default(),
             spi: v.spi32(),
             session: dev.session_create(&x).unwrap(),
             transport: false,
@@ -147,6 +149,8 @@ fn inbound_opens_cbc_chacha_and_gmac_packets_and_rejects_tampering() {
     let mut qp: SoftQueuePair<PktBuf> = dev.queue_pair_setup(0, QpConf { nb_descriptors: 4 }).unwrap();
     for c in packet_cases() {
         let sa = InboundSa {
+            id: 0,
+            life: Default::default(),
             spi: c.spi,
             session: session(&dev, &c, CipherDirection::Decrypt),
             transport: false,
@@ -204,6 +208,8 @@ fn cbc_ciphertext_not_whole_blocks_is_bad_length() {
     let dev = SoftDevice::new(1);
     let c = packet_cases().into_iter().find(|c| c.alg == Algorithm::Aes128CbcHmacSha1).unwrap();
     let sa = InboundSa {
+        id: 0,
+        life: Default::default(),
         spi: c.spi,
         session: session(&dev, &c, CipherDirection::Decrypt),
         transport: false,
@@ -257,6 +263,8 @@ fn esn_high_bits_are_in_the_hmac_input() {
     assert_ne!(&m.finalize().into_bytes()[..16], icv, "without the high bits the ICV differs");
 
     let sa = InboundSa {
+        id: 0,
+        life: Default::default(),
         spi: c.spi,
         session: session(&dev, &c, CipherDirection::Decrypt),
         transport: false,

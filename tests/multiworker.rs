@@ -22,7 +22,7 @@ fn packets_reach_their_sa_owner_and_sequence_numbers_stay_ordered() {
     let mut gw0 = MultiGw::from_config("configs/ep0-2w.toml");
     let mut gw1 = MultiGw::from_config("configs/ep1-2w.toml");
     let t = gw0.tables.clone();
-    let owner: HashMap<u32, usize> = t.sad.outbound.iter().map(|s| (s.spi, s.owner)).collect();
+    let owner: HashMap<u32, usize> = t.sad.outbound_sas().map(|(_, s)| (s.spi, s.owner)).collect();
     assert_eq!(owner[&2001], 0);
     assert_eq!(owner[&2002], 1);
     // Both flows arrive at both workers (as RSS would spread them).
@@ -121,8 +121,8 @@ mod descriptor {
         let gw = MemGateway::with_device(cfg, dev).unwrap();
         let t = &gw.tables;
         for q in 0..2u16 {
-            let mut want: Vec<u64> = t.sad.outbound.iter().filter(|s| s.owner == q as usize).map(|s| s.session.id()).collect();
-            want.extend(t.sad.inbound.iter().filter(|e| e.sa.owner == q as usize).map(|e| e.sa.session.id()));
+            let mut want: Vec<u64> = t.sad.outbound_sas().map(|(_, s)| s).filter(|s| s.owner == q as usize).map(|s| s.session.id()).collect();
+            want.extend(t.sad.inbound_sas().map(|(_, e)| e).filter(|e| e.sa.owner == q as usize).map(|e| e.sa.session.id()));
             let mut have = gw.dev.qp_session_ids(q).unwrap();
             want.sort();
             have.sort();

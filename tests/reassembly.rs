@@ -217,7 +217,7 @@ fn reassembled_by_the_receiving_worker_then_handed_to_the_owner() {
     assert!(frags.len() >= 40, "{}", frags.len());
     assert!(frags.iter().all(|f| is_fragment(f)));
     let spi = u32::from_be_bytes(frags[0][34..38].try_into().unwrap());
-    let owner = gw1.tables.sad.inbound.iter().find(|e| e.sa.spi == spi).unwrap().sa.owner;
+    let owner = gw1.tables.sad.inbound_sas().map(|(_, e)| e).find(|e| e.sa.spi == spi).unwrap().sa.owner;
     let other = 1 - owner;
     frags.reverse();
     for f in &frags {

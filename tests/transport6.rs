@@ -102,6 +102,9 @@ fn run(qp: &mut SoftQueuePair<PktBuf>, op: CryptoOp<PktBuf>) -> CryptoOp<PktBuf>
 /// its algorithm).
 fn outbound_sa(dev: &SoftDevice, c: &Case) -> OutboundSa {
     OutboundSa {
+        id: 0,
+        life: Default::default(),
+        first_seq: 1,
         spi: c.spi,
         session: dev.session_create(&xform(c, CipherDirection::Encrypt)).unwrap(),
         transport: true,
@@ -120,6 +123,8 @@ fn outbound_sa(dev: &SoftDevice, c: &Case) -> OutboundSa {
 
 fn inbound_sa(dev: &SoftDevice, c: &Case) -> InboundSa {
     InboundSa {
+        id: 0,
+        life: Default::default(),
         spi: c.spi,
         session: dev.session_create(&xform(c, CipherDirection::Decrypt)).unwrap(),
         transport: true,
@@ -148,7 +153,7 @@ fn outbound_matches_scapy() {
     let (mut exact, mut opened) = (0, 0);
     for c in cases() {
         let sa = outbound_sa(&dev, &c);
-        let mut st = OutboundState { seq: c.seq - 1 };
+        let mut st = OutboundState { seq: c.seq - 1, ..Default::default() };
         let op = esp::outbound::prepare(&sa, &mut st, frame(&c.inner)).map_err(|e| e.0).unwrap_or_else(|e| panic!("{}: {e:?}", c.name));
         let op = run(&mut qp, op);
         let out = esp::outbound::finish(op).map_err(|e| e.0).unwrap();

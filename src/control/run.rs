@@ -114,7 +114,7 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
     let (ready_tx, ready_rx) = mpsc::channel::<(usize, Result<(), String>)>();
     for (w, handoff) in meshes.drain(..).enumerate() {
         let qp = dev.queue_pair_setup::<PktBuf>(w as u16, QpConf { nb_descriptors: cfg.crypto.ring_depth })?;
-        let c = Arc::new(WorkerCounters::new(t.ports.len(), t.sad.outbound.len(), t.sad.inbound.len()));
+        let c = Arc::new(WorkerCounters::new(t.ports.len()));
         counters.push(c.clone());
         let port_cfgs: Vec<AfXdpConfig> = cfg
             .ports

@@ -2,6 +2,7 @@
 //! JSON (the `--stats-file` format).
 
 use crate::dataplane::{DropReason, WorkerCounters};
+use crate::esp::lifetime::SaCounters;
 use crate::policy::Tables;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -94,12 +95,19 @@ pub fn snapshot(t: &Tables, workers: &[Arc<WorkerCounters>]) -> Snapshot {
         ports: t.ports.iter().map(|p| PortStats { name: p.name.clone(), ..Default::default() }).collect(),
         ..Default::default()
     };
-    s.sas.extend(t.sad.outbound.iter().map(|sa| SaStats { spi: sa.spi, direction: "outbound", ..Default::default() }));
-    s.sas.extend(t.sad.inbound.iter().map(|e| SaStats { spi: e.sa.spi, direction: "inbound", ..Default::default() }));
+    let sa = |spi, direction, c: &SaCounters| SaStats {
+        spi,
+        direction,
+        packets: c.packets.get(),
+        bytes: c.bytes.get(),
+        errors: c.errors.get(),
+        dummies: c.dummies.get(),
+    };
+    s.sas.extend(t.sad.outbound_sas().map(|(_, o)| sa(o.spi, "outbound", &o.life.counters)));
+    s.sas.extend(t.sad.inbound_sas().map(|(_, e)| sa(e.sa.spi, "inbound", &e.sa.life.counters)));
     for r in DropReason::ALL {
         s.drops.insert(r.name(), 0);
     }
-    let nout = t.sad.outbound.len();
     for (wi, w) in workers.iter().enumerate() {
         s.workers.push(WorkerStats { worker: wi, handoff_out: w.handoff_out.get(), handoff_in: w.handoff_in.get() });
         for (ps, pc) in s.ports.iter_mut().zip(&w.ports) {
@@ -109,14 +117,6 @@ pub fn snapshot(t: &Tables, workers: &[Arc<WorkerCounters>]) -> Snapshot {
             ps.tx_bytes += pc.tx_bytes.get();
             ps.drops += pc.drops.get();
             ps.rx_dropped_backend += pc.rx_dropped_backend.get();
-        }
-        for (i, c) in w.sa_out.iter().chain(&w.sa_in).enumerate() {
-            if let Some(ss) = s.sas.get_mut(if i < w.sa_out.len() { i } else { nout + i - w.sa_out.len() }) {
-                ss.packets += c.packets.get();
-                ss.bytes += c.bytes.get();
-                ss.errors += c.errors.get();
-                ss.dummies += c.dummies.get();
-            }
         }
         for r in DropReason::ALL {
             *s.drops.entry(r.name()).or_default() += w.drops[r as usize].get();

@@ -83,6 +83,9 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
                 out_idx.insert(sa.spi, outbound.len());
                 outbound.push(OutboundSa {
                     spi: sa.spi,
+                    id: sa_index as u32 + 1,
+                    life: Default::default(),
+                    first_seq: 1,
                     session,
                     transport: sa.mode == model::SaMode::Transport,
                     tunnel_src: sa.tunnel_src,
@@ -110,6 +113,8 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
                 inbound.push(InboundEntry {
                     sa: InboundSa {
                         spi: sa.spi,
+                        id: sa_index as u32 + 1,
+                        life: Default::default(),
                         session,
                         transport: sa.mode == model::SaMode::Transport,
                         tunnel_src: sa.tunnel_src,
@@ -159,6 +164,7 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
     }
     let routes = cfg.routes.iter().map(|r| Route { prefix: Prefix::new(r.prefix.0, r.prefix.1), port: r.port, via: r.via }).collect();
     Ok(Tables {
+        version: 0,
         ports,
         spd_out: Spd::new(spd_out),
         spd_in: Spd::new(spd_in),
@@ -180,10 +186,10 @@ pub fn install<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]]) -> Resu
     let binding = super::binding::bind(cfg, info.max_sessions_per_qp)?;
     let t = build(cfg, dev, macs, &binding)?;
     if info.max_sessions_per_qp > 0 && info.flags.attach_sessions {
-        for sa in &t.sad.outbound {
+        for (_, sa) in t.sad.outbound_sas() {
             dev.queue_pair_attach_session(sa.owner as u16, &sa.session)?;
         }
-        for e in &t.sad.inbound {
+        for (_, e) in t.sad.inbound_sas() {
             dev.queue_pair_attach_session(e.sa.owner as u16, &e.sa.session)?;
         }
     }

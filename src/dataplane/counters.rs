@@ -4,7 +4,7 @@
 //! load and store, not a locked read-modify-write; the control thread reads
 //! them with relaxed loads for stats.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+pub use crate::esp::lifetime::{Counter, SaCounters};
 
 /// Why a packet was dropped. `Copy`, and its discriminant is the counter index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,11 +123,15 @@ pub enum DropReason {
     /// valid Neighbor Solicitation (RFC 4861 §7.1.1: hop limit 255, code 0,
     /// checksum, lengths, options) for one of the port's IPv6 addresses.
     NdIgnored,
+    /// The SA reached a hard lifetime limit (RFC 4301 §4.4.2.1: packets,
+    /// bytes, seconds, or its sequence counter ran out) and processes
+    /// nothing until it is replaced.
+    SaExpired,
 }
 
 impl DropReason {
     /// Every reason, in counter-index order.
-    pub const ALL: [DropReason; 42] = [
+    pub const ALL: [DropReason; 43] = [
         DropReason::Malformed,
         DropReason::UnsupportedEthertype,
         DropReason::NotForUs,
@@ -170,6 +174,7 @@ impl DropReason {
         DropReason::ReasmTableFull,
         DropReason::ReasmBadFragment,
         DropReason::NdIgnored,
+        DropReason::SaExpired,
     ];
 
     /// Number of reasons.
@@ -220,6 +225,7 @@ impl DropReason {
             DropReason::ReasmTableFull => "reasm_table_full",
             DropReason::ReasmBadFragment => "reasm_bad_fragment",
             DropReason::NdIgnored => "nd_ignored",
+            DropReason::SaExpired => "sa_expired",
         }
     }
 }
@@ -244,28 +250,6 @@ impl From<crate::esp::EspError> for DropReason {
     }
 }
 
-/// A counter with one writer.
-#[derive(Debug, Default)]
-pub struct Counter(AtomicU64);
-
-impl Counter {
-    /// Adds `n` (single writer: load + store, no lock prefix).
-    #[inline]
-    pub fn add(&self, n: u64) {
-        self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-    }
-    /// Sets the value (single writer).
-    #[inline]
-    pub fn set(&self, v: u64) {
-        self.0.store(v, Ordering::Relaxed);
-    }
-    /// Current value.
-    #[inline]
-    pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
 /// Per-port counters.
 #[derive(Debug, Default)]
 pub struct PortCounters {
@@ -284,21 +268,6 @@ pub struct PortCounters {
     pub rx_dropped_backend: Counter,
 }
 
-/// Per-SA counters.
-#[derive(Debug, Default)]
-pub struct SaCounters {
-    /// Packets processed successfully.
-    pub packets: Counter,
-    /// Bytes of those packets (inner packet length).
-    pub bytes: Counter,
-    /// Packets dropped while being processed with this SA.
-    pub errors: Counter,
-    /// Outbound: dummy packets (RFC 4303 §2.6) sent on this SA (not in
-    /// `packets`/`bytes`). Inbound: always 0 (received dummies are the
-    /// `dummy` drop reason).
-    pub dummies: Counter,
-}
-
 /// All counters of one worker.
 #[derive(Debug)]
 pub struct WorkerCounters {
@@ -306,10 +275,6 @@ pub struct WorkerCounters {
     pub drops: [Counter; DropReason::COUNT],
     /// Per port id.
     pub ports: Vec<PortCounters>,
-    /// Per outbound SA index.
-    pub sa_out: Vec<SaCounters>,
-    /// Per inbound SA index.
-    pub sa_in: Vec<SaCounters>,
     /// ARP replies sent.
     pub arp_replies: Counter,
     /// Neighbor Advertisements sent in answer to solicitations (RFC 4861
@@ -342,16 +307,21 @@ pub struct WorkerCounters {
     /// gauge: with it, received = transmitted + dropped + frags_reassembled
     /// − reassembled + frags_pending at any moment).
     pub frags_pending: Counter,
+    /// Version of the tables ([`crate::policy::Tables::version`]) this
+    /// worker runs on such that every crypto op it prepared under an older
+    /// version has finished: once every worker shows at least version V,
+    /// nothing in flight refers to an SA that V no longer holds, and the
+    /// control thread may detach and free its session.
+    pub quiesced: Counter,
 }
 
 impl WorkerCounters {
-    /// Zeroed counters for `ports` ports and the given SA counts.
-    pub fn new(ports: usize, sa_out: usize, sa_in: usize) -> WorkerCounters {
+    /// Zeroed counters for `ports` ports. (Per-SA counters live in each
+    /// SA's [`crate::esp::SaLife`].)
+    pub fn new(ports: usize) -> WorkerCounters {
         WorkerCounters {
             drops: std::array::from_fn(|_| Counter::default()),
             ports: (0..ports).map(|_| PortCounters::default()).collect(),
-            sa_out: (0..sa_out).map(|_| SaCounters::default()).collect(),
-            sa_in: (0..sa_in).map(|_| SaCounters::default()).collect(),
             arp_replies: Counter::default(),
             nd_replies: Counter::default(),
             handoff_out: Counter::default(),
@@ -364,6 +334,7 @@ impl WorkerCounters {
             reassembled: Counter::default(),
             frags_reassembled: Counter::default(),
             frags_pending: Counter::default(),
+            quiesced: Counter::default(),
         }
     }
 

@@ -675,7 +675,7 @@ mod tests {
     impl Harness {
         fn new(conf: ReassemblyConf) -> Harness {
             let size = 2 * conf.contexts + 8;
-            Harness { r: Reassembler::new(conf), c: WorkerCounters::new(2, 0, 0), pool: (0..size).map(|_| PktBuf::new()).collect(), size, now: Instant::now() }
+            Harness { r: Reassembler::new(conf), c: WorkerCounters::new(2), pool: (0..size).map(|_| PktBuf::new()).collect(), size, now: Instant::now() }
         }
         fn small() -> Harness {
             Harness::new(ReassemblyConf { contexts: 4, max_fragments: 8, timeout: Duration::from_millis(100) })

@@ -3,7 +3,7 @@
 use super::counters::{DropReason, WorkerCounters};
 use super::reassembly::{ReassemblyConf, Reassembler};
 use crate::crypto::{CryptoOp, QueuePair};
-use crate::esp::{inbound, outbound, transport, InboundState, OutboundState};
+use crate::esp::{inbound, outbound, transport, InboundState, OutboundSa, OutboundState};
 use crate::io::{PktBuf, Port};
 use crate::policy::spd::{FlowKey, SpdAction};
 use crate::policy::Tables;
@@ -39,10 +39,51 @@ fn tag(inbound: bool, sa: usize, aux: usize, port: u16) -> u64 {
     (if inbound { TAG_INBOUND } else { 0 }) | ((sa as u64 & 0x3fff_ffff) << 32) | ((aux as u64 & 0xffff) << 16) | port as u64
 }
 
-/// (inbound, SA index, aux, receive port).
+/// (inbound, SA reference, aux, receive port).
 #[inline]
 fn untag(t: u64) -> (bool, usize, u64, usize) {
     (t & TAG_INBOUND != 0, ((t >> 32) & 0x3fff_ffff) as usize, (t >> 16) & 0xffff, (t & 0xffff) as usize)
+}
+
+/// Bits of an SA reference that hold the SA's slot in the SAD.
+const SLOT_BITS: u32 = 20;
+/// SAD slots a worker can address in a tag (per direction).
+pub const MAX_SA_SLOTS: usize = 1 << SLOT_BITS;
+const SLOT_MASK: usize = MAX_SA_SLOTS - 1;
+/// Bits of the SA's id kept beside the slot (30 bits in all).
+const ID_MASK: usize = (1 << (30 - SLOT_BITS)) - 1;
+
+/// The reference to an SA that travels in a tag: its slot and the low bits
+/// of its id, so a packet handed over or an op prepared before the SA was
+/// replaced is not processed with the SA that took its slot later.
+#[inline]
+fn sa_ref(slot: usize, id: u32) -> usize {
+    (slot & SLOT_MASK) | ((id as usize & ID_MASK) << SLOT_BITS)
+}
+
+/// True if tag `tag` names an SA that `t` does not hold (any more, or yet).
+#[inline]
+fn stale(t: &Tables, tag: u64) -> bool {
+    let (is_in, r, _, _) = untag(tag);
+    if is_in {
+        in_sa(t, r).is_none()
+    } else {
+        out_sa(t, r).is_none()
+    }
+}
+
+/// The outbound SA `r` refers to, with its slot, if it is still there.
+#[inline]
+fn out_sa(t: &Tables, r: usize) -> Option<(usize, &OutboundSa)> {
+    let slot = r & SLOT_MASK;
+    t.sad.outbound_at(slot).filter(|sa| sa.id as usize & ID_MASK == r >> SLOT_BITS).map(|sa| (slot, sa))
+}
+
+/// The inbound SA entry `r` refers to, with its slot, if it is still there.
+#[inline]
+fn in_sa(t: &Tables, r: usize) -> Option<(usize, &crate::policy::sad::InboundEntry)> {
+    let slot = r & SLOT_MASK;
+    t.sad.inbound_at(slot).filter(|e| e.sa.id as usize & ID_MASK == r >> SLOT_BITS).map(|e| (slot, e))
 }
 
 /// Whether the ESP packet `at` bytes after the start of the IPv4 header
@@ -52,7 +93,7 @@ fn transport_spi(t: &Tables, buf: &PktBuf, at: usize) -> bool {
     let Some(Ok(esp)) = buf.frame().get(ethernet::HEADER_LEN + at..).map(esp_hdr::EspPacket::new_checked) else {
         return false;
     };
-    t.sad.inbound_by_spi(esp.spi()).is_some_and(|i| t.sad.inbound[i].sa.transport)
+    t.sad.inbound_by_spi(esp.spi()).and_then(|i| t.sad.inbound_at(i)).is_some_and(|e| e.sa.transport)
 }
 
 /// True if the IP header after the Ethernet header of `f` is IPv6.
@@ -207,10 +248,18 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     tx: Vec<Vec<PktBuf>>,
     /// The clock of the current poll, read at most once per poll.
     now: Option<Instant>,
-    /// (outbound SA index, when its next dummy packet is due) of every SA
-    /// this worker owns that sends dummies (RFC 4303 §2.6); empty when
+    /// (outbound SA reference, when its next dummy packet is due) of every
+    /// SA this worker owns that sends dummies (RFC 4303 §2.6); empty when
     /// none does, and then the poll loop spends nothing on dummies.
     dummies: Vec<(usize, Instant)>,
+    /// Version of the tables the SA state was last matched to.
+    version: u64,
+    /// Crypto ops prepared (pushed for enqueue) and finished, since start.
+    prepared: u64,
+    finished: u64,
+    /// `prepared` when `version` was adopted: once `finished` reaches it,
+    /// no op from an older snapshot is in flight (ops complete in order).
+    boundary: u64,
     icmp_tokens: u32,
     icmp_refill: Instant,
     icmp_ident: u16,
@@ -230,13 +279,6 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         handoff: Handoff,
     ) -> Self {
         let t = tables.load_full();
-        let out_state = t.sad.outbound.iter().map(|_| OutboundState::default()).collect();
-        let in_state = t.sad.inbound.iter().map(|e| InboundState::new(&e.sa)).collect();
-        let start = Instant::now();
-        let dummies = (t.sad.outbound.iter().enumerate())
-            .filter(|(_, sa)| sa.owner == conf.id)
-            .filter_map(|(i, sa)| sa.dummy.map(|d| (i, start + d.interval)))
-            .collect();
         // Every buffer of every worker may end up here at once.
         let total = (conf.pool_size + conf.burst) * conf.nb_workers.max(1);
         let nports = ports.len();
@@ -245,7 +287,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             b.home = conf.id as u16;
             b
         };
-        Worker {
+        let mut w = Worker {
             handoff,
             polls: 0,
             rx: (0..conf.burst).map(|_| mk()).collect(),
@@ -261,20 +303,78 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             ports,
             qp,
             tables,
-            out_state,
-            in_state,
+            out_state: Vec::new(),
+            in_state: Vec::new(),
             counters,
             now: None,
-            dummies,
+            dummies: Vec::new(),
+            version: u64::MAX,
+            prepared: 0,
+            finished: 0,
+            boundary: 0,
             icmp_tokens: ICMP_RATE,
             icmp_refill: Instant::now(),
             icmp_ident: 0,
             reasm: Reassembler::new(conf.reasm),
+        };
+        w.adopt(&t);
+        w
+    }
+
+    /// Matches the per-SA state to a new tables snapshot (control path:
+    /// runs once per snapshot, may allocate): state vectors grow to the
+    /// slot counts, the state of a slot whose SA changed starts afresh
+    /// (sequence number `first_seq`, empty replay window), the dummy
+    /// schedule is rebuilt (a surviving SA keeps its due time), and the
+    /// quiescence boundary moves to the ops prepared so far.
+    fn adopt(&mut self, t: &Tables) {
+        let me = self.conf.id;
+        if self.out_state.len() < t.sad.outbound.len() {
+            self.out_state.resize_with(t.sad.outbound.len(), OutboundState::default);
+        }
+        for (slot, sa) in t.sad.outbound_sas() {
+            if sa.owner == me && (self.out_state[slot].id != sa.id || self.version == u64::MAX) {
+                self.out_state[slot] = OutboundState::new(sa);
+            }
+        }
+        if self.in_state.len() < t.sad.inbound.len() {
+            self.in_state.resize_with(t.sad.inbound.len(), InboundState::empty);
+        }
+        for (slot, e) in t.sad.inbound_sas() {
+            if e.sa.owner == me && (self.in_state[slot].id != e.sa.id || self.version == u64::MAX) {
+                self.in_state[slot] = InboundState::new(&e.sa);
+            }
+        }
+        let start = Instant::now();
+        let old = std::mem::take(&mut self.dummies);
+        for (slot, sa) in t.sad.outbound_sas() {
+            let (Some(d), true) = (sa.dummy, sa.owner == me) else { continue };
+            let r = sa_ref(slot, sa.id);
+            let due = old.iter().find(|(o, _)| *o == r).map_or(start + d.interval, |&(_, due)| due);
+            self.dummies.push((r, due));
+        }
+        self.version = t.version;
+        self.boundary = self.prepared;
+        self.note_quiesced();
+    }
+
+    /// Publishes `version` as quiesced once every op prepared under an
+    /// older snapshot has finished.
+    #[inline]
+    fn note_quiesced(&mut self) {
+        if self.finished >= self.boundary && self.counters.quiesced.get() != self.version {
+            self.counters.quiesced.set(self.version);
         }
     }
 
-    /// Mutable state of outbound SA `i` (tests, and the control path when
-    /// starting an SA at a given sequence number).
+    /// Queues a prepared op for the queue pair.
+    #[inline]
+    fn push_op(&mut self, op: CryptoOp<PktBuf>) {
+        self.prepared += 1;
+        self.ops.push(op);
+    }
+
+    /// Mutable state of the outbound SA in slot `i` (tests).
     pub fn outbound_state(&mut self, i: usize) -> Option<&mut OutboundState> {
         self.out_state.get_mut(i)
     }
@@ -326,7 +426,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// One loop iteration: an rx burst from every port, crypto, tx. Returns
     /// the number of frames received.
     pub fn poll_once(&mut self) -> usize {
-        let t = self.tables.load_full();
+        let mut t = self.tables.load_full();
+        if t.version != self.version {
+            self.adopt(&t);
+        }
         let mut received = 0;
         self.now = None;
         if let Some(r) = self.handoff.returns.get(self.conf.id) {
@@ -348,6 +451,15 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 let Some(h) = self.handoff.from[k].pop() else { break };
                 self.counters.handoff_in.add(1);
                 received += 1;
+                // The sender may have classified it under a snapshot newer
+                // than ours (an SA just added): catch up first.
+                if stale(&t, h.tag) {
+                    let fresh = self.tables.load_full();
+                    if fresh.version != self.version {
+                        self.adopt(&fresh);
+                        t = fresh;
+                    }
+                }
                 self.owned(&t, h.buf, h.tag);
             }
         }
@@ -367,6 +479,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         }
         self.crypto(&t);
         self.flush();
+        self.note_quiesced();
         // Backend drop counters cost a syscall: read them now and then.
         self.polls = self.polls.wrapping_add(1);
         if self.polls.is_multiple_of(8192) {
@@ -394,8 +507,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     fn send_dummies(&mut self, t: &Tables) {
         let now = self.now();
         for k in 0..self.dummies.len() {
-            let (i, due) = self.dummies[k];
-            let Some(sa) = t.sad.outbound.get(i) else { continue };
+            let (r, due) = self.dummies[k];
+            let Some((i, sa)) = out_sa(t, r) else { continue };
             let Some(plan) = sa.dummy.filter(|_| now >= due) else { continue };
             if self.ops.len() >= self.ops.capacity() {
                 return;
@@ -403,13 +516,20 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             let Some(buf) = self.pool.pop() else { return };
             let next = due + plan.interval;
             self.dummies[k].1 = if next > now { next } else { now + plan.interval };
+            if sa.life.expired() {
+                self.drop_buf(NO_PORT, DropReason::SaExpired, buf);
+                continue;
+            }
             match outbound::prepare_dummy(sa, &mut self.out_state[i], buf, plan.len) {
                 Ok(mut op) => {
-                    op.user[1] = tag(false, i, 0, NO_PORT as u16) | TAG_DUMMY;
-                    self.ops.push(op);
+                    op.user[1] = tag(false, r, 0, NO_PORT as u16) | TAG_DUMMY;
+                    self.push_op(op);
                 }
                 Err((e, b)) => {
-                    self.counters.sa_out[i].errors.add(1);
+                    sa.life.counters.errors.add(1);
+                    if e == crate::esp::EspError::SeqExhausted {
+                        sa.life.raise_hard(crate::esp::lifetime::Expiry::Sequence);
+                    }
                     self.drop_buf(NO_PORT, e.into(), b)
                 }
             }
@@ -606,6 +726,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         if self.qp.dequeue_burst(&mut self.done, cap) > 0 {
             let mut done = std::mem::take(&mut self.done);
             for op in done.drain(..) {
+                self.finished += 1;
                 self.finish(t, op);
             }
             self.done = done;
@@ -711,36 +832,56 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
 
     /// ESP prepare for a packet whose SA this worker owns.
     fn owned(&mut self, t: &Tables, buf: PktBuf, tag_: u64) {
-        let (is_in, i, aux, port) = untag(tag_);
+        let (is_in, r, aux, port) = untag(tag_);
         if !is_in {
-            let Some(sa) = t.sad.outbound.get(i) else {
+            let Some((i, sa)) = out_sa(t, r) else {
                 return self.drop_buf(port, DropReason::NoSa, buf);
             };
+            let Some(st) = self.out_state.get_mut(i) else {
+                return self.drop_buf(port, DropReason::NotOwner, buf);
+            };
             let inner_len = buf.len() - ethernet::HEADER_LEN;
-            match outbound::prepare(sa, &mut self.out_state[i], buf) {
+            // Lifetime (RFC 4301 §4.4.2.1): counted before the packet takes
+            // a sequence number, so a hard limit of N sends exactly N.
+            if !st.usage.admit(&sa.life, inner_len as u64) {
+                sa.life.counters.errors.add(1);
+                return self.drop_buf(port, DropReason::SaExpired, buf);
+            }
+            match outbound::prepare(sa, st, buf) {
                 Ok(mut op) => {
-                    op.user[1] = tag(false, i, inner_len, port as u16);
-                    self.ops.push(op);
+                    op.user[1] = tag(false, r, inner_len, port as u16);
+                    self.push_op(op);
                 }
                 Err((e, b)) => {
-                    self.counters.sa_out[i].errors.add(1);
+                    sa.life.counters.errors.add(1);
+                    // RFC 4303 §3.3.3: never cycle; the SA is spent.
+                    if e == crate::esp::EspError::SeqExhausted {
+                        sa.life.raise_hard(crate::esp::lifetime::Expiry::Sequence);
+                    }
                     self.drop_buf(port, e.into(), b)
                 }
             }
             return;
         }
-        let Some(e) = t.sad.inbound.get(i) else {
+        let Some((i, e)) = in_sa(t, r) else {
             return self.drop_buf(port, DropReason::NoSa, buf);
+        };
+        if e.sa.life.expired() {
+            e.sa.life.counters.errors.add(1);
+            return self.drop_buf(port, DropReason::SaExpired, buf);
+        }
+        let Some(st) = self.in_state.get(i) else {
+            return self.drop_buf(port, DropReason::NotOwner, buf);
         };
         // The frame still starts with Ethernet + the outer IPv4 or IPv6 header.
         let outer_tos = ip_tos(buf.frame());
-        match inbound::prepare(&e.sa, &self.in_state[i], buf, aux as usize) {
+        match inbound::prepare(&e.sa, st, buf, aux as usize) {
             Ok(mut op) => {
-                op.user[1] = tag(true, i, outer_tos as usize, port as u16);
-                self.ops.push(op);
+                op.user[1] = tag(true, r, outer_tos as usize, port as u16);
+                self.push_op(op);
             }
             Err((err, b)) => {
-                self.counters.sa_in[i].errors.add(1);
+                e.sa.life.counters.errors.add(1);
                 self.drop_buf(port, err.into(), b)
             }
         }
@@ -861,13 +1002,14 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         if ttl <= 1 {
             return self.drop_buf(port, DropReason::TtlExceeded, buf);
         }
-        let SpdAction::Protect(i) = action else {
+        let SpdAction::Protect(slot) = action else {
             decrement_hops(&mut buf);
             return self.forward(t, port, buf, key.dst);
         };
-        let Some(sa) = t.sad.outbound.get(i) else {
+        let Some(sa) = t.sad.outbound_at(slot) else {
             return self.drop_buf(port, DropReason::NoSa, buf);
         };
+        let i = sa_ref(slot, sa.id);
         // Too big for the egress MTU of the route to the tunnel end (transport
         // mode: to the packet's own destination) once encapsulated (checked
         // before the decrement, so an error quotes the header as the host
@@ -965,7 +1107,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             let Some(i) = t.sad.inbound_by_spi(esp.spi()) else {
                 return self.drop_buf(port, DropReason::NoSa, buf);
             };
-            let e = &t.sad.inbound[i];
+            let Some(e) = t.sad.inbound_at(i) else {
+                return self.drop_buf(port, DropReason::NoSa, buf);
+            };
+            let i = sa_ref(i, e.sa.id);
             if !e.sa.transport && (e.sa.tunnel_dst != key.dst || e.sa.tunnel_src != key.src) {
                 return self.drop_buf(port, DropReason::NoSa, buf);
             }
@@ -995,16 +1140,16 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     }
 
     fn finish(&mut self, t: &Tables, op: CryptoOp<PktBuf>) {
-        let (is_in, i, inner_len, port) = untag(op.user[1]);
+        let (is_in, r, inner_len, port) = untag(op.user[1]);
         if !is_in {
-            let Some(sa) = t.sad.outbound.get(i) else {
+            let Some((_, sa)) = out_sa(t, r) else {
                 return self.drop_buf(port, DropReason::NoSa, op.buf);
             };
             let dst = if sa.transport { ip_dst(&op.buf) } else { sa.tunnel_dst };
             let dummy = op.user[1] & TAG_DUMMY != 0;
             match outbound::finish(op) {
                 Ok(buf) => {
-                    let c = &self.counters.sa_out[i];
+                    let c = &sa.life.counters;
                     if dummy {
                         c.dummies.add(1);
                         self.counters.dummies_sent.add(1);
@@ -1015,13 +1160,16 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                     self.forward(t, port, buf, dst)
                 }
                 Err((e, b)) => {
-                    self.counters.sa_out[i].errors.add(1);
+                    sa.life.counters.errors.add(1);
                     self.drop_buf(port, e.into(), b)
                 }
             }
             return;
         }
-        let (Some(e), Some(st)) = (t.sad.inbound.get(i), self.in_state.get_mut(i)) else {
+        let Some((i, e)) = in_sa(t, r) else {
+            return self.drop_buf(port, DropReason::NoSa, op.buf);
+        };
+        let Some(st) = self.in_state.get_mut(i) else {
             return self.drop_buf(port, DropReason::NoSa, op.buf);
         };
         // For inbound ops the tag's aux field is the outer DS + ECN byte.
@@ -1030,7 +1178,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let mut buf = match done {
             Ok(b) => b,
             Err((err, b)) => {
-                self.counters.sa_in[i].errors.add(1);
+                e.sa.life.counters.errors.add(1);
                 return self.drop_buf(port, err.into(), b);
             }
         };
@@ -1050,12 +1198,18 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             })
         };
         let Ok((key, ttl, len)) = parsed else {
-            self.counters.sa_in[i].errors.add(1);
+            e.sa.life.counters.errors.add(1);
             return self.drop_buf(port, DropReason::BadInner, buf);
         };
         if !e.admits(&key) {
-            self.counters.sa_in[i].errors.add(1);
+            e.sa.life.counters.errors.add(1);
             return self.drop_buf(port, DropReason::InnerPolicyMismatch, buf);
+        }
+        // Lifetime (RFC 4301 §4.4.2.1), counted on packets that decrypted
+        // and passed the SA's selectors.
+        if !self.in_state.get_mut(i).is_some_and(|st| st.usage.admit(&e.sa.life, len as u64)) {
+            e.sa.life.counters.errors.add(1);
+            return self.drop_buf(port, DropReason::SaExpired, buf);
         }
         // The gateway is not a host: traffic to its own addresses, also
         // from inside a tunnel, is not taken (README: `to_us`).
@@ -1066,7 +1220,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return self.drop_buf(port, DropReason::TtlExceeded, buf);
         }
         decrement_hops(&mut buf);
-        let c = &self.counters.sa_in[i];
+        let c = &e.sa.life.counters;
         c.packets.add(1);
         c.bytes.add(len as u64);
         self.forward(t, port, buf, key.dst)

@@ -11,12 +11,14 @@
 pub mod ecn;
 pub mod inbound;
 pub mod iv;
+pub mod lifetime;
 pub mod outbound;
 pub mod replay;
 pub mod sa;
 pub mod transport;
 
 pub use iv::IvGen;
+pub use lifetime::{Lifetime, Limits, SaLife};
 pub use sa::{DfMode, DummyPlan, InboundSa, InboundState, OutboundSa, OutboundState, UdpEncap};
 
 use crate::crypto::{Algorithm, Cipher, CryptoOp, OpStatus};

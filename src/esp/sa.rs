@@ -2,6 +2,7 @@
 //! and the mutable part owned by the SA's worker (hot).
 
 use super::iv::IvGen;
+use super::lifetime::{SaLife, Usage};
 use super::replay::ReplayWindow;
 use crate::crypto::Session;
 use std::net::IpAddr;
@@ -33,6 +34,16 @@ pub struct UdpEncap {
 pub struct OutboundSa {
     /// SPI, never 0.
     pub spi: u32,
+    /// Unique id the control thread gave this SA (never reused while the
+    /// gateway runs; 0 in tests that build SAs by hand). A worker's state
+    /// for an SA slot belongs to the SA with this id.
+    pub id: u32,
+    /// Counters, limits and expiry flags, shared with the control thread.
+    pub life: Arc<SaLife>,
+    /// Sequence number of the first packet (1 for a new SA, RFC 4303
+    /// §3.3.3; more when an SA continues elsewhere, and in tests of
+    /// sequence number exhaustion).
+    pub first_seq: u64,
     /// Encrypt session.
     pub session: Arc<Session>,
     /// Transport mode (RFC 4303 §3.1.1): the packet's own IPv4 header is
@@ -83,9 +94,18 @@ pub struct OutboundState {
     /// Last sequence number sent (0 = none yet, so the first packet carries
     /// 1, RFC 4303 §3.3.3).
     pub seq: u64,
+    /// Id of the SA this state belongs to ([`OutboundSa::id`]).
+    pub id: u32,
+    /// Packets and bytes used of the SA's lifetime.
+    pub usage: Usage,
 }
 
 impl OutboundState {
+    /// Fresh state for `sa`: the next packet carries `sa.first_seq`.
+    pub fn new(sa: &OutboundSa) -> OutboundState {
+        OutboundState { seq: sa.first_seq.saturating_sub(1), id: sa.id, usage: Usage::default() }
+    }
+
     /// Takes the next sequence number, refusing to cycle (RFC 4303 §3.3.3):
     /// past 2^32−1 without ESN, 2^64−1 with.
     #[inline]
@@ -104,6 +124,10 @@ impl OutboundState {
 pub struct InboundSa {
     /// SPI, never 0.
     pub spi: u32,
+    /// Unique id the control thread gave this SA ([`OutboundSa::id`]).
+    pub id: u32,
+    /// Counters, limits and expiry flags, shared with the control thread.
+    pub life: Arc<SaLife>,
     /// Decrypt session.
     pub session: Arc<Session>,
     /// Transport mode (RFC 4303 §3.1.1): matched by SPI alone, whatever the
@@ -126,11 +150,21 @@ pub struct InboundSa {
 pub struct InboundState {
     /// Anti-replay window.
     pub window: ReplayWindow,
+    /// Id of the SA this state belongs to ([`InboundSa::id`]).
+    pub id: u32,
+    /// Packets and bytes used of the SA's lifetime.
+    pub usage: Usage,
 }
 
 impl InboundState {
+    /// State of no SA (id 0, no window): what a worker keeps for slots it
+    /// does not own.
+    pub fn empty() -> InboundState {
+        InboundState { window: ReplayWindow::new(0), id: 0, usage: Usage::default() }
+    }
+
     /// Fresh state for `sa`. Allocates the bitmap: control path only.
     pub fn new(sa: &InboundSa) -> InboundState {
-        InboundState { window: ReplayWindow::new(sa.replay_window) }
+        InboundState { window: ReplayWindow::new(sa.replay_window), id: sa.id, usage: Usage::default() }
     }
 }

@@ -30,6 +30,10 @@ pub struct PortInfo {
 /// The read-mostly tables a worker loads once per burst.
 #[derive(Debug)]
 pub struct Tables {
+    /// Snapshot version: the control thread publishes versions 1, 2, …
+    /// (0 = built outside a running gateway, e.g. in tests). Workers notice
+    /// a new snapshot by it.
+    pub version: u64,
     /// Ports, indexed by port id.
     pub ports: Vec<PortInfo>,
     /// Outbound SPD.
