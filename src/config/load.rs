@@ -1305,6 +1305,8 @@ impl Checker<'_> {
                 dummy_interval_ms: dummy_interval_ms? as u64,
                 dummy_len: dummy_len? as usize,
                 tfc_pad_to: tfc_pad_to? as usize,
+                lifetime: crate::esp::Lifetime::default(),
+                first_seq: 1,
             })
         });
         Sas { list, ids }

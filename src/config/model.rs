@@ -276,6 +276,10 @@ pub struct Sa {
     /// tunnel-mode SAs only; 0..=1400, default 0 = off; bounded further by
     /// the MTU of the port routed to `tunnel_dst`).
     pub tfc_pad_to: usize,
+    /// Soft and hard lifetime limits (RFC 4301 §4.4.2.1), none by default.
+    pub lifetime: crate::esp::Lifetime,
+    /// Sequence number of the first packet sent (outbound; default 1).
+    pub first_seq: u64,
 }
 
 impl std::fmt::Debug for Sa {

@@ -84,8 +84,8 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
                 outbound.push(OutboundSa {
                     spi: sa.spi,
                     id: sa_index as u32 + 1,
-                    life: Default::default(),
-                    first_seq: 1,
+                    life: std::sync::Arc::new(crate::esp::SaLife::new(sa.lifetime)),
+                    first_seq: sa.first_seq,
                     session,
                     transport: sa.mode == model::SaMode::Transport,
                     tunnel_src: sa.tunnel_src,
@@ -114,7 +114,7 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
                     sa: InboundSa {
                         spi: sa.spi,
                         id: sa_index as u32 + 1,
-                        life: Default::default(),
+                        life: std::sync::Arc::new(crate::esp::SaLife::new(sa.lifetime)),
                         session,
                         transport: sa.mode == model::SaMode::Transport,
                         tunnel_src: sa.tunnel_src,
