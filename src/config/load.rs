@@ -185,6 +185,80 @@ pub fn parse(text: &str, source: &Path) -> Result<Config, ConfigError> {
     }
 }
 
+/// The SAs and policies of a config fragment (`secgw ctl sa add`).
+#[derive(Debug, Clone)]
+pub struct Fragment {
+    /// SAs, in file order.
+    pub sas: Vec<Sa>,
+    /// Policies, in file order.
+    pub policies: Vec<Policy>,
+}
+
+/// Validates `text`, a fragment holding only `[[sa]]` and `[[policy]]`
+/// tables, against a running gateway's config `base` (its ports, routes and
+/// workers) with the same rules and messages as [`parse`]; `source` names it
+/// in messages. `installed(spi, direction)` says whether such an SA is
+/// installed already (`Some(true)`: a transport SA with UDP encapsulation,
+/// which IPv4 policies only may name): a fragment SA that repeats one is
+/// refused, and the fragment's policies may name installed SAs.
+pub fn parse_fragment(
+    text: &str,
+    source: &Path,
+    base: &Config,
+    installed: &dyn Fn(u32, Direction) -> Option<bool>,
+) -> Result<Fragment, ConfigError> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct RawFragment {
+        sa: Option<Vec<Spanned<RawSa>>>,
+        policy: Option<Vec<Spanned<RawPolicy>>>,
+    }
+    let raw: RawFragment = toml::from_str(text).map_err(|e| ConfigError::Syntax(decode_problem(text, source, &e)))?;
+    let mut ck = Checker { text, source, problems: Vec::new() };
+    let raws = raw.sa.as_deref().unwrap_or_default();
+    let sas = ck.sas(raws, Some(base.gateway.workers as i64));
+    let mut ids = sas.ids.clone();
+    let mut v4_only = HashSet::new();
+    if let Some(list) = &sas.list {
+        for (i, (r, sa)) in raws.iter().zip(list).enumerate() {
+            if installed(sa.spi, sa.direction).is_some() {
+                if let Some(v) = &r.get_ref().spi {
+                    let m = format!("an {} SA with SPI {} is installed already (delete or rekey it)", dir_name(sa.direction), sa.spi);
+                    ck.problem(&v.span(), &format!("sa[{i}].spi"), m);
+                }
+            }
+            if sa.mode == SaMode::Transport && sa.udp_encap {
+                v4_only.insert((sa.spi, sa.direction as u8));
+            }
+        }
+        ck.sender_sizes_fit_mtu(raws, list, &base.ports, &base.routes);
+    }
+    // Policies may name installed SAs: look them up lazily.
+    let policy_raws = raw.policy.as_deref().unwrap_or_default();
+    for p in policy_raws {
+        if let Some(Raw::Str(a)) = p.get_ref().action.as_ref().map(|a| a.get_ref()) {
+            if let Some(spi) = a.strip_prefix("protect").map(str::trim).and_then(|n| parse_spi(n).ok()) {
+                for d in [Direction::Outbound, Direction::Inbound] {
+                    if let Some(v4) = installed(spi, d) {
+                        ids.entry((spi, d as u8)).or_insert(0);
+                        if v4 {
+                            v4_only.insert((spi, d as u8));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let policies = ck.all(policy_raws, "policy", |ck, r, tab| ck.policy(r, tab, &ids, &v4_only));
+    match (sas.list, policies) {
+        (Some(sas), Some(policies)) if ck.problems.is_empty() => Ok(Fragment { sas, policies }),
+        _ => {
+            ck.problems.sort_by_key(|p| (p.line, p.column));
+            Err(ConfigError::Invalid(ck.problems))
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Raw, spanned decoding.
 

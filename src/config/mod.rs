@@ -18,7 +18,7 @@ mod warnings;
 use std::fmt;
 use std::path::PathBuf;
 
-pub use load::{load, parse};
+pub use load::{load, parse, parse_fragment, Fragment};
 pub use model::*;
 pub use summary::summary;
 pub use warnings::warnings;

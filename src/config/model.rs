@@ -150,7 +150,7 @@ pub struct Port {
 }
 
 /// Direction of an SA or a policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Direction {
     /// Protected → unprotected (encrypt).
     Outbound,

@@ -3,6 +3,7 @@
 //! stops everything cleanly. It never touches packets.
 
 pub mod binding;
+pub mod manager;
 pub mod run;
 pub mod stats;
 pub mod tables;

@@ -7,6 +7,7 @@ pub mod sad;
 pub mod spd;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 /// What the data plane knows of a port.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,7 +28,8 @@ pub struct PortInfo {
     pub mtu: u16,
 }
 
-/// The read-mostly tables a worker loads once per burst.
+/// The read-mostly tables a worker loads once per burst. Parts that did not
+/// change between two snapshots are shared (`Arc`).
 #[derive(Debug)]
 pub struct Tables {
     /// Snapshot version: the control thread publishes versions 1, 2, …
@@ -35,17 +37,17 @@ pub struct Tables {
     /// a new snapshot by it.
     pub version: u64,
     /// Ports, indexed by port id.
-    pub ports: Vec<PortInfo>,
+    pub ports: Arc<Vec<PortInfo>>,
     /// Outbound SPD.
-    pub spd_out: spd::Spd,
+    pub spd_out: Arc<spd::Spd>,
     /// Inbound SPD.
-    pub spd_in: spd::Spd,
+    pub spd_in: Arc<spd::Spd>,
     /// SAs.
     pub sad: sad::Sad,
     /// Routes.
-    pub routes: route::Routes,
+    pub routes: Arc<route::Routes>,
     /// Neighbours.
-    pub neighbours: neighbour::Neighbours,
+    pub neighbours: Arc<neighbour::Neighbours>,
     /// UDP destination ports on which our addresses take ESP-in-UDP, NAT
     /// keepalives and (dropped) IKE (RFC 3948): 4500 and every inbound SA's
     /// `udp_dport`.

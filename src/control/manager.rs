@@ -1,0 +1,876 @@
+//! The SA manager: the control thread's live SAD and SPD.
+//!
+//! It holds every installed SA with its session, owner worker, slot and
+//! life, and the policies; it adds, deletes and rekeys SAs make-before-break
+//! and publishes each change as a new [`Tables`] snapshot (the workers only
+//! ever see snapshots). An SA that goes is first made unreachable (a rekeyed
+//! outbound SA: the policies name the new one; a rekeyed inbound SA: after
+//! the grace period its SPI stops matching), then, once every worker has
+//! quiesced past that snapshot (no op prepared with it is in flight), its
+//! session is detached from its owner's queue pair and freed. Lifetimes
+//! (RFC 4301 §4.4.2.1): the workers count packets and bytes and raise the
+//! flags; [`Manager::tick`] watches seconds and turns flags into events.
+//!
+//! Time is passed in (`now`), so the manager is testable without sleeping.
+
+use super::binding::{self, Binding};
+use super::tables;
+use super::ControlError;
+use crate::config::model::{self, Action, Config, Direction};
+use crate::crypto::{CryptoDevice, CryptoError, Session};
+use crate::dataplane::worker::MAX_SA_SLOTS;
+use crate::dataplane::WorkerCounters;
+use crate::esp::lifetime::Expiry;
+use crate::esp::SaLife;
+use crate::policy::neighbour::Neighbours;
+use crate::policy::route::Routes;
+use crate::policy::sad::Sad;
+use crate::policy::spd::{Selector, Spd, SpdAction, SpdEntry};
+use crate::policy::{PortInfo, Tables};
+use arc_swap::ArcSwap;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// How long a rekeyed outbound SA stays in its slot after the policies
+/// moved to its successor: packets classified under the older snapshot and
+/// still in a handoff ring find it.
+const OUTBOUND_GRACE: Duration = Duration::from_millis(100);
+/// How often [`Manager::tick`] checks time limits and flags.
+const LIFETIME_SCAN: Duration = Duration::from_millis(100);
+
+/// Why a manager request failed (mapped to the control protocol's codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MgrErrorKind {
+    /// No such SA.
+    NotFound,
+    /// The SA exists already.
+    Exists,
+    /// Invalid input (config fragment, key length, …).
+    Invalid,
+    /// The crypto device refused.
+    Device,
+    /// No room now (queue pair full, slots exhausted).
+    Busy,
+}
+
+/// A failed manager request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct MgrError {
+    /// What kind of failure.
+    pub kind: MgrErrorKind,
+    /// What happened, for the operator.
+    pub message: String,
+}
+
+fn err(kind: MgrErrorKind, message: impl Into<String>) -> MgrError {
+    MgrError { kind, message: message.into() }
+}
+
+impl From<ControlError> for MgrError {
+    fn from(e: ControlError) -> Self {
+        let kind = match e {
+            ControlError::Crypto(_) => MgrErrorKind::Device,
+            _ => MgrErrorKind::Invalid,
+        };
+        err(kind, e.to_string())
+    }
+}
+
+impl From<CryptoError> for MgrError {
+    fn from(e: CryptoError) -> Self {
+        err(MgrErrorKind::Device, format!("crypto device: {e}"))
+    }
+}
+
+/// Something that happened to an SA, for the event stream and the log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MgrEvent {
+    /// "added", "deleted", "rekeyed", "soft_expired", "hard_expired", "error".
+    pub kind: &'static str,
+    /// The SA's SPI (for "rekeyed": the old one).
+    pub spi: u32,
+    /// "outbound" / "inbound".
+    pub direction: &'static str,
+    /// Which limit ("packets", "bytes", "seconds", "sequence"), for expiries.
+    pub reason: Option<&'static str>,
+    /// Human text.
+    pub message: String,
+    /// Unix time in seconds.
+    pub time: f64,
+    /// The new SPI ("rekeyed").
+    pub new_spi: Option<u32>,
+    /// The SA's packets so far (final for "deleted").
+    pub packets: Option<u64>,
+    /// The SA's bytes so far.
+    pub bytes: Option<u64>,
+}
+
+/// "outbound" / "inbound".
+pub fn dir_name(d: Direction) -> &'static str {
+    match d {
+        Direction::Outbound => "outbound",
+        Direction::Inbound => "inbound",
+    }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// An installed SA.
+struct Live {
+    sa: model::Sa,
+    slot: usize,
+    id: u32,
+    owner: usize,
+    session: Arc<Session>,
+    life: Arc<SaLife>,
+    since: Instant,
+    reported_soft: bool,
+    reported_hard: bool,
+}
+
+#[derive(Clone, Copy)]
+enum Stage {
+    /// Still in its slot (and, inbound, matched by SPI) until then.
+    Grace(Instant),
+    /// Out of the tables from this snapshot version on; waiting for the
+    /// workers to quiesce past it.
+    Draining(u64),
+}
+
+/// An SA on its way out.
+struct Retiring {
+    live: Live,
+    direction: Direction,
+    stage: Stage,
+    /// Its session was detached already (limit-1 rekey).
+    detached: bool,
+    why: &'static str,
+}
+
+/// The control thread's SAD/SPD and the publisher of table snapshots.
+pub struct Manager<'d, D: CryptoDevice> {
+    dev: &'d D,
+    cfg: Config,
+    binding: Binding,
+    /// Sessions per queue pair are limited (and attached) when > 0.
+    limit: usize,
+    per_qp: Vec<usize>,
+    nworkers: usize,
+    grace: Duration,
+    ports: Arc<Vec<PortInfo>>,
+    routes: Arc<Routes>,
+    neighbours: Arc<Neighbours>,
+    spd: Option<(Arc<Spd>, Arc<Spd>)>,
+    sad: Sad,
+    free_out: Vec<usize>,
+    free_in: Vec<usize>,
+    live: HashMap<(u32, Direction), Live>,
+    /// Selectors of the inbound policies naming each inbound SPI.
+    in_selectors: HashMap<u32, Vec<Selector>>,
+    policies: Vec<model::Policy>,
+    retiring: Vec<Retiring>,
+    events: Vec<MgrEvent>,
+    next_id: u32,
+    version: u64,
+    dirty: bool,
+    /// Queue pairs stopped for a limit-1 session swap, started after the
+    /// next publish.
+    restart: Vec<u16>,
+    publisher: Option<(Arc<ArcSwap<Tables>>, Vec<Arc<WorkerCounters>>)>,
+    last_scan: Option<Instant>,
+}
+
+impl<'d, D: CryptoDevice> Manager<'d, D> {
+    /// Installs every SA and policy of `cfg` on `dev`: binds the SAs to
+    /// workers ([`binding::bind`]), creates their sessions and, on a device
+    /// with a per-queue-pair session limit, attaches each to its owner's
+    /// queue pair. `macs[i]` is port `i`'s MAC. Nothing is published until
+    /// [`Manager::start_publishing`]; [`Manager::tables_now`] builds the
+    /// first snapshot. Errors: SAs that do not fit the limit, an
+    /// unsupported transform, a refused attach.
+    pub fn new(cfg: &Config, dev: &'d D, macs: &[[u8; 6]]) -> Result<Self, ControlError> {
+        let info = dev.info();
+        let limit = if info.max_sessions_per_qp > 0 && info.flags.attach_sessions { info.max_sessions_per_qp as usize } else { 0 };
+        let binding = binding::bind(cfg, info.max_sessions_per_qp)?;
+        let nworkers = cfg.gateway.workers.max(1);
+        let mut m = Manager {
+            dev,
+            cfg: cfg.clone(),
+            binding: binding.clone(),
+            limit,
+            per_qp: vec![0; nworkers],
+            nworkers,
+            grace: Duration::from_millis(5000),
+            ports: Arc::new(tables::ports(cfg, macs)),
+            routes: Arc::new(tables::routes(cfg)),
+            neighbours: Arc::new(Neighbours::new(cfg.neighbours.iter().map(|n| (n.ip, n.mac)))),
+            spd: None,
+            sad: Sad::default(),
+            free_out: Vec::new(),
+            free_in: Vec::new(),
+            live: HashMap::with_capacity(cfg.sas.len()),
+            in_selectors: HashMap::new(),
+            policies: Vec::new(),
+            retiring: Vec::new(),
+            events: Vec::new(),
+            next_id: 1,
+            version: 0,
+            dirty: true,
+            restart: Vec::new(),
+            publisher: None,
+            last_scan: None,
+        };
+        m.set_policies(cfg.policies.clone());
+        for (i, sa) in cfg.sas.iter().enumerate() {
+            m.install(sa.clone(), binding.owner[i], Instant::now()).map_err(|e| ControlError::Unsupported(e.message))?;
+        }
+        Ok(m)
+    }
+
+    /// The initial SA → worker binding.
+    pub fn binding(&self) -> &Binding {
+        &self.binding
+    }
+
+    /// How long a rekeyed inbound SA keeps being accepted (default 5 s).
+    pub fn set_grace(&mut self, grace: Duration) {
+        self.grace = grace;
+    }
+
+    /// A snapshot of the tables as they are now (version: the last
+    /// published, 0 before any).
+    pub fn tables_now(&mut self) -> Tables {
+        let (spd_out, spd_in) = self.spd();
+        let mut natt_ports = vec![crate::wire::udp::NATT_PORT];
+        for (_, e) in self.sad.inbound_sas() {
+            if let Some(p) = e.udp_dport {
+                if !natt_ports.contains(&p) {
+                    natt_ports.push(p);
+                }
+            }
+        }
+        Tables {
+            version: self.version,
+            ports: self.ports.clone(),
+            spd_out,
+            spd_in,
+            sad: self.sad.clone(),
+            routes: self.routes.clone(),
+            neighbours: self.neighbours.clone(),
+            natt_ports,
+        }
+    }
+
+    /// From now on changes are published to `tables`, and SAs are freed
+    /// only once every worker of `workers` has quiesced past them.
+    pub fn start_publishing(&mut self, tables: Arc<ArcSwap<Tables>>, workers: Vec<Arc<WorkerCounters>>) {
+        self.publisher = Some((tables, workers));
+        self.dirty = true;
+        self.publish();
+    }
+
+    /// Publishes a new snapshot if anything changed since the last one,
+    /// then starts queue pairs stopped for a session swap.
+    pub fn publish(&mut self) {
+        if !self.dirty {
+            return;
+        }
+        self.dirty = false;
+        self.version += 1;
+        let t = self.tables_now();
+        if let Some((tables, _)) = &self.publisher {
+            tables.store(Arc::new(t));
+        }
+        for qp in std::mem::take(&mut self.restart) {
+            if let Err(e) = self.dev.queue_pair_start(qp) {
+                tracing::error!(qp, error = %e, "could not restart queue pair");
+            }
+        }
+    }
+
+    /// The current snapshot of the counters.
+    pub fn stats(&self) -> super::stats::Snapshot {
+        match &self.publisher {
+            Some((t, w)) => super::stats::snapshot(&t.load(), w),
+            None => super::stats::Snapshot::default(),
+        }
+    }
+
+    /// Takes the events that happened since the last call.
+    pub fn take_events(&mut self) -> Vec<MgrEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    fn event(&mut self, kind: &'static str, spi: u32, d: Direction, message: String, life: Option<&SaLife>) {
+        match kind {
+            "error" | "hard_expired" => tracing::warn!(spi, direction = dir_name(d), "{message}"),
+            _ => tracing::info!(spi, direction = dir_name(d), "{message}"),
+        }
+        self.events.push(MgrEvent {
+            kind,
+            spi,
+            direction: dir_name(d),
+            reason: None,
+            message,
+            time: unix_now(),
+            new_spi: None,
+            packets: life.map(|l| l.counters.packets.get()),
+            bytes: life.map(|l| l.counters.bytes.get()),
+        });
+    }
+
+    fn spd(&mut self) -> (Arc<Spd>, Arc<Spd>) {
+        if let Some(s) = &self.spd {
+            return s.clone();
+        }
+        let (mut out, mut inb) = (Vec::new(), Vec::new());
+        for p in &self.policies {
+            let action = match p.action {
+                Action::Bypass => SpdAction::Bypass,
+                Action::Discard => SpdAction::Discard,
+                Action::Protect(spi) => match self.live.get(&(spi, p.direction)) {
+                    Some(l) => SpdAction::Protect(l.slot),
+                    // Cannot happen (policies go with their SA); never
+                    // forward what should have been protected.
+                    None => SpdAction::Discard,
+                },
+            };
+            let e = SpdEntry { selector: tables::selector(p), priority: p.priority, action };
+            match p.direction {
+                Direction::Outbound => out.push(e),
+                Direction::Inbound => inb.push(e),
+            }
+        }
+        let s = (Arc::new(Spd::new(out)), Arc::new(Spd::new(inb)));
+        self.spd = Some(s.clone());
+        s
+    }
+
+    /// Replaces the policies; inbound SAs get the selectors of the
+    /// policies that name them.
+    fn set_policies(&mut self, policies: Vec<model::Policy>) {
+        self.in_selectors.clear();
+        for p in &policies {
+            if let (Direction::Inbound, Action::Protect(spi)) = (p.direction, p.action) {
+                self.in_selectors.entry(spi).or_default().push(tables::selector(p));
+            }
+        }
+        self.policies = policies;
+        self.spd = None;
+        self.dirty = true;
+        let spis: Vec<u32> = self.live.keys().filter(|k| k.1 == Direction::Inbound).map(|k| k.0).collect();
+        for spi in spis {
+            self.refresh_inbound(spi);
+        }
+    }
+
+    /// Rebuilds the inbound entry of `spi` with its current selectors (same
+    /// id and life: the owner keeps its replay window).
+    fn refresh_inbound(&mut self, spi: u32) {
+        let Some(l) = self.live.get(&(spi, Direction::Inbound)) else { return };
+        let sel = self.in_selectors.get(&spi).cloned().unwrap_or_default();
+        if self.sad.inbound_at(l.slot).is_some_and(|e| e.selectors == sel) {
+            return;
+        }
+        let e = tables::inbound_entry(&l.sa, l.session.clone(), l.owner, l.id, l.life.clone(), sel);
+        self.sad.set_inbound(l.slot, Some(Arc::new(e)));
+        self.dirty = true;
+    }
+
+    fn alloc_slot(&mut self, d: Direction) -> Result<usize, MgrError> {
+        let (free, used) = match d {
+            Direction::Outbound => (&mut self.free_out, self.sad.outbound.len()),
+            Direction::Inbound => (&mut self.free_in, self.sad.inbound.len()),
+        };
+        if let Some(s) = free.pop() {
+            return Ok(s);
+        }
+        if used >= MAX_SA_SLOTS {
+            return Err(err(MgrErrorKind::Busy, format!("no free {} SA slot ({MAX_SA_SLOTS} in use)", dir_name(d))));
+        }
+        Ok(used)
+    }
+
+    /// The worker a new SA goes to: its pin, else the queue pair with the
+    /// fewest sessions that has room.
+    fn pick_owner(&self, sa: &model::Sa) -> Result<usize, MgrError> {
+        if let Some(w) = sa.worker {
+            if w >= self.nworkers {
+                return Err(err(MgrErrorKind::Invalid, format!("SA {}: pinned to worker {w}, but gateway.workers = {}", sa.spi, self.nworkers)));
+            }
+            return Ok(w);
+        }
+        let w = (0..self.nworkers).min_by_key(|&w| self.per_qp[w]).unwrap_or(0);
+        Ok(w)
+    }
+
+    /// Creates the session of `sa`, attaches it to `owner`'s queue pair
+    /// (limited devices), puts it in a slot. Not published yet.
+    fn install(&mut self, sa: model::Sa, owner: usize, now: Instant) -> Result<(), MgrError> {
+        let d = sa.direction;
+        if self.live.contains_key(&(sa.spi, d)) {
+            return Err(err(MgrErrorKind::Exists, format!("an {} SA with SPI {} is installed already", dir_name(d), sa.spi)));
+        }
+        if self.limit > 0 && self.per_qp[owner] >= self.limit {
+            return Err(err(
+                MgrErrorKind::Busy,
+                format!("queue pair {owner} holds {} sessions, its limit (max_sessions_per_qp = {})", self.per_qp[owner], self.limit),
+            ));
+        }
+        let slot = self.alloc_slot(d)?;
+        let session = match tables::session(self.dev, &sa) {
+            Ok(s) => s,
+            Err(e) => {
+                self.release_slot(d, slot);
+                return Err(e.into());
+            }
+        };
+        if self.limit > 0 {
+            if let Err(e) = self.dev.queue_pair_attach_session(owner as u16, &session) {
+                let _ = self.dev.session_free(session);
+                self.release_slot(d, slot);
+                return Err(e.into());
+            }
+            self.per_qp[owner] += 1;
+        }
+        self.place(sa, slot, owner, session, now)
+    }
+
+    fn release_slot(&mut self, d: Direction, slot: usize) {
+        match d {
+            Direction::Outbound => self.free_out.push(slot),
+            Direction::Inbound => self.free_in.push(slot),
+        }
+    }
+
+    /// Puts an SA with its (attached) session in `slot`.
+    fn place(&mut self, sa: model::Sa, slot: usize, owner: usize, session: Arc<Session>, now: Instant) -> Result<(), MgrError> {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        let life = Arc::new(SaLife::new(sa.lifetime));
+        match sa.direction {
+            Direction::Outbound => {
+                let o = match tables::outbound_sa(&self.cfg.gateway, &sa, session.clone(), owner, id, life.clone()) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        self.release_slot(Direction::Outbound, slot);
+                        return Err(e.into());
+                    }
+                };
+                self.sad.set_outbound(slot, Some(Arc::new(o)));
+                // Policies naming it resolve to its slot.
+                self.spd = None;
+            }
+            Direction::Inbound => {
+                let sel = self.in_selectors.get(&sa.spi).cloned().unwrap_or_default();
+                let e = tables::inbound_entry(&sa, session.clone(), owner, id, life.clone(), sel);
+                self.sad.set_inbound(slot, Some(Arc::new(e)));
+                self.spd = None;
+            }
+        }
+        let key = (sa.spi, sa.direction);
+        self.live.insert(key, Live { sa, slot, id, owner, session, life, since: now, reported_soft: false, reported_hard: false });
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Whether an SA is installed: `Some(v4_only)`, v4_only for transport
+    /// SAs with UDP encapsulation (for [`crate::config::parse_fragment`]).
+    fn installed(&self, spi: u32, d: Direction) -> Option<bool> {
+        self.live.get(&(spi, d)).map(|l| l.sa.mode == model::SaMode::Transport && l.sa.udp_encap)
+    }
+
+    /// `sa add`: validates `text` (a fragment of `[[sa]]` and `[[policy]]`
+    /// tables, see [`crate::config::parse_fragment`]) and installs it; all
+    /// or nothing. Published with the next [`Manager::publish`].
+    pub fn add(&mut self, text: &str, now: Instant) -> Result<Value, MgrError> {
+        let frag = {
+            let installed = |spi, d| self.installed(spi, d);
+            crate::config::parse_fragment(text, std::path::Path::new("<sa add>"), &self.cfg, &installed)
+                .map_err(|e| err(MgrErrorKind::Invalid, e.to_string()))?
+        };
+        let mut done: Vec<(u32, Direction)> = Vec::with_capacity(frag.sas.len());
+        for sa in frag.sas {
+            let key = (sa.spi, sa.direction);
+            let r = self.pick_owner(&sa).and_then(|w| self.install(sa, w, now));
+            if let Err(e) = r {
+                for k in done {
+                    self.remove_now(k);
+                }
+                return Err(e);
+            }
+            done.push(key);
+        }
+        let npol = frag.policies.len();
+        if npol > 0 {
+            let mut p = std::mem::take(&mut self.policies);
+            p.extend(frag.policies);
+            self.set_policies(p);
+        }
+        for &(spi, d) in &done {
+            let owner = self.live.get(&(spi, d)).map_or(0, |l| l.owner);
+            self.event("added", spi, d, format!("SA {spi} {} added on worker {owner}", dir_name(d)), None);
+        }
+        Ok(json!({ "added": done.iter().map(|(spi, d)| json!({"spi": spi, "direction": dir_name(*d)})).collect::<Vec<_>>(), "policies": npol }))
+    }
+
+    /// Removes an SA that never carried traffic (a failed `add`).
+    fn remove_now(&mut self, key: (u32, Direction)) {
+        let Some(l) = self.live.remove(&key) else { return };
+        self.retire(l, key.1, Stage::Grace(Instant::now()), false, "rolled back");
+    }
+
+    fn find(&self, spi: u32, d: Option<Direction>) -> Result<Direction, MgrError> {
+        let dirs: Vec<Direction> = [Direction::Outbound, Direction::Inbound]
+            .into_iter()
+            .filter(|&x| d.is_none_or(|d| d == x) && self.live.contains_key(&(spi, x)))
+            .collect();
+        match dirs.as_slice() {
+            [x] => Ok(*x),
+            [] => Err(err(MgrErrorKind::NotFound, format!("no {}SA with SPI {spi}", d.map_or(String::new(), |d| format!("{} ", dir_name(d)))))),
+            _ => Err(err(MgrErrorKind::Invalid, format!("SPI {spi} names an outbound and an inbound SA: give the direction"))),
+        }
+    }
+
+    fn retire(&mut self, live: Live, direction: Direction, stage: Stage, detached: bool, why: &'static str) {
+        self.retiring.push(Retiring { live, direction, stage, detached, why });
+    }
+
+    /// `sa del`: the SA and the policies naming it go (the SA leaves the
+    /// tables with the next snapshot; its session is freed once no op uses
+    /// it).
+    pub fn del(&mut self, spi: u32, d: Option<Direction>, now: Instant) -> Result<Value, MgrError> {
+        let d = self.find(spi, d)?;
+        let Some(l) = self.live.remove(&(spi, d)) else { return Err(err(MgrErrorKind::NotFound, format!("no SA with SPI {spi}"))) };
+        let before = self.policies.len();
+        let p: Vec<model::Policy> = std::mem::take(&mut self.policies).into_iter().filter(|p| !(p.direction == d && p.action == Action::Protect(spi))).collect();
+        let removed = before - p.len();
+        self.set_policies(p);
+        self.retire(l, d, Stage::Grace(now), false, "deleted");
+        self.tick_retiring(now);
+        Ok(json!({ "deleted": {"spi": spi, "direction": dir_name(d)}, "policies_removed": removed }))
+    }
+
+    /// `sa rekey`: installs a copy of SA `spi` with `new_spi` and new key
+    /// material, make-before-break: outbound, the policies now name the new
+    /// SA (the old one leaves once nothing refers to it); inbound, both
+    /// SPIs are accepted until the grace period ends. On a device with one
+    /// session per queue pair the owner's queue pair is stopped, set up with
+    /// the new session and started after the publish (break-before-make:
+    /// ops of the old SA still queued then fail as `session_not_attached`).
+    pub fn rekey(&mut self, spi: u32, d: Option<Direction>, new_spi: u32, key: Vec<u8>, auth_key: Option<Vec<u8>>, now: Instant) -> Result<Value, MgrError> {
+        let d = self.find(spi, d)?;
+        if new_spi == 0 {
+            return Err(err(MgrErrorKind::Invalid, "new SPI 0 is reserved (RFC 4303 §2.1)"));
+        }
+        if self.live.contains_key(&(new_spi, d)) {
+            return Err(err(MgrErrorKind::Exists, format!("an {} SA with SPI {new_spi} is installed already", dir_name(d))));
+        }
+        let old = &self.live[&(spi, d)];
+        let mut sa = old.sa.clone();
+        let owner = old.owner;
+        sa.spi = new_spi;
+        let want = sa.algorithm.key_len() + sa.algorithm.salt_len();
+        if key.len() != want {
+            return Err(err(MgrErrorKind::Invalid, format!("{}: key material is {} bytes, expected {want}", sa.algorithm.name(), key.len())));
+        }
+        sa.key = key;
+        if let Some(a) = auth_key {
+            sa.auth_key = a;
+        }
+        if sa.auth_key.len() != sa.algorithm.auth_key_len() {
+            return Err(err(MgrErrorKind::Invalid, format!("{}: integrity key is {} bytes, expected {}", sa.algorithm.name(), sa.auth_key.len(), sa.algorithm.auth_key_len())));
+        }
+        let mut detached_old = false;
+        if self.limit == 1 {
+            // One session per queue pair: stop → setup with the new one → start.
+            let slot = self.alloc_slot(d)?;
+            let session = tables::session(self.dev, &sa)?;
+            self.dev.queue_pair_stop(owner as u16)?;
+            let deadline = Instant::now() + Duration::from_secs(1);
+            loop {
+                match self.dev.queue_pair_setup_session(owner as u16, &session) {
+                    Ok(()) => break,
+                    Err(CryptoError::Busy { .. }) if Instant::now() < deadline => std::thread::sleep(Duration::from_micros(100)),
+                    Err(e) => {
+                        let _ = self.dev.queue_pair_start(owner as u16);
+                        self.release_slot(d, slot);
+                        let _ = self.dev.session_free(session);
+                        return Err(e.into());
+                    }
+                }
+            }
+            self.restart.push(owner as u16);
+            detached_old = true;
+            self.place(sa, slot, owner, session, now)?;
+        } else {
+            self.install(sa, owner, now)?;
+        }
+        let old = self.live.remove(&(spi, d)).expect("checked above");
+        // Policies naming the old SPI name the new one.
+        let mut p = std::mem::take(&mut self.policies);
+        for x in p.iter_mut().filter(|x| x.direction == d && x.action == Action::Protect(spi)) {
+            x.action = Action::Protect(new_spi);
+        }
+        self.set_policies(p);
+        let until = now + if d == Direction::Inbound { self.grace } else { OUTBOUND_GRACE };
+        let msg = format!("SA {spi} {} rekeyed to SPI {new_spi}", dir_name(d));
+        self.event("rekeyed", spi, d, msg, Some(&old.life));
+        if let Some(e) = self.events.last_mut() {
+            e.new_spi = Some(new_spi);
+        }
+        self.retire(old, d, Stage::Grace(until), detached_old, "rekeyed");
+        Ok(json!({ "rekeyed": {"spi": spi, "new_spi": new_spi, "direction": dir_name(d), "worker": owner}, "old_valid_ms": (until - now).as_millis() as u64 }))
+    }
+
+    /// `reload`: reads the config file again and applies the difference:
+    /// SAs new in the file are added, SAs gone from it deleted, changed SAs
+    /// replaced (make-before-break for outbound); policies, routes and
+    /// neighbours are replaced. Ports, workers, crypto and reassembly
+    /// settings need a restart: a file that changes them is refused.
+    pub fn reload(&mut self, now: Instant) -> Result<Value, MgrError> {
+        let new = crate::config::load(&self.cfg.source).map_err(|e| err(MgrErrorKind::Invalid, e.to_string()))?;
+        let mut fixed = Vec::new();
+        if new.gateway != self.cfg.gateway {
+            fixed.push("[gateway]");
+        }
+        if new.crypto != self.cfg.crypto {
+            fixed.push("[crypto]");
+        }
+        if new.reassembly != self.cfg.reassembly {
+            fixed.push("[reassembly]");
+        }
+        if new.ports != self.cfg.ports {
+            fixed.push("[[port]]");
+        }
+        if !fixed.is_empty() {
+            return Err(err(MgrErrorKind::Invalid, format!("{}: {} changed; these take effect on restart only (nothing applied)", new.source.display(), fixed.join(", "))));
+        }
+        let wanted: HashMap<(u32, Direction), &model::Sa> = new.sas.iter().map(|s| ((s.spi, s.direction), s)).collect();
+        let (mut added, mut removed, mut replaced) = (0, 0, 0);
+        let gone: Vec<(u32, Direction)> = self.live.keys().filter(|k| !wanted.contains_key(k)).copied().collect();
+        for k in gone {
+            if let Some(l) = self.live.remove(&k) {
+                let msg = format!("SA {} {} removed by reload", k.0, dir_name(k.1));
+                self.event("deleted", k.0, k.1, msg, Some(&l.life));
+                self.retire(l, k.1, Stage::Grace(now), false, "removed by reload");
+                removed += 1;
+            }
+        }
+        for sa in &new.sas {
+            let k = (sa.spi, sa.direction);
+            match self.live.get(&k) {
+                Some(l) if l.sa == *sa => continue,
+                Some(l) => {
+                    let owner = l.owner;
+                    let old = self.live.remove(&k).expect("present");
+                    let grace = if k.1 == Direction::Outbound { OUTBOUND_GRACE } else { Duration::ZERO };
+                    if let Err(e) = self.install(sa.clone(), owner, now) {
+                        self.live.insert(k, old);
+                        return Err(e);
+                    }
+                    if k.1 == Direction::Inbound {
+                        // Same SPI: the index points at the new entry now;
+                        // the old one must not take it back when it goes.
+                        self.retire(old, k.1, Stage::Grace(now + grace), false, "replaced by reload");
+                    } else {
+                        self.retire(old, k.1, Stage::Grace(now + grace), false, "replaced by reload");
+                    }
+                    replaced += 1;
+                }
+                None => {
+                    let w = self.pick_owner(sa)?;
+                    self.install(sa.clone(), w, now)?;
+                    added += 1;
+                }
+            }
+        }
+        self.set_policies(new.policies.clone());
+        self.routes = Arc::new(tables::routes(&new));
+        self.neighbours = Arc::new(Neighbours::new(new.neighbours.iter().map(|n| (n.ip, n.mac))));
+        self.cfg.routes = new.routes.clone();
+        self.cfg.neighbours = new.neighbours.clone();
+        self.cfg.policies = new.policies.clone();
+        self.cfg.sas = new.sas.clone();
+        self.dirty = true;
+        self.tick_retiring(now);
+        Ok(json!({ "added": added, "removed": removed, "replaced": replaced, "sas": self.live.len(), "policies": self.policies.len() }))
+    }
+
+    /// Time limits, flags → events, and SAs on their way out: call often
+    /// (every few tens of milliseconds); then [`Manager::publish`].
+    pub fn tick(&mut self, now: Instant) {
+        if self.last_scan.is_none_or(|t| now.duration_since(t) >= LIFETIME_SCAN) {
+            self.last_scan = Some(now);
+            self.scan_lifetimes(now);
+        }
+        self.tick_retiring(now);
+    }
+
+    fn scan_lifetimes(&mut self, now: Instant) {
+        let mut fired = Vec::new();
+        for (k, l) in self.live.iter_mut() {
+            let age = now.saturating_duration_since(l.since).as_secs();
+            let lim = &l.life.limits;
+            if age >= lim.soft.seconds {
+                l.life.raise_soft(Expiry::Seconds);
+            }
+            if age >= lim.hard.seconds {
+                l.life.raise_hard(Expiry::Seconds);
+            }
+            if !l.reported_soft {
+                if let Some(why) = l.life.soft_expiry() {
+                    l.reported_soft = true;
+                    fired.push(("soft_expired", *k, why, l.life.clone()));
+                }
+            }
+            if !l.reported_hard {
+                if let Some(why) = l.life.hard_expiry() {
+                    l.reported_hard = true;
+                    fired.push(("hard_expired", *k, why, l.life.clone()));
+                }
+            }
+        }
+        for (kind, (spi, d), why, life) in fired {
+            let what = if kind == "soft_expired" { "soft limit reached: rekey it" } else { "hard limit reached: it processes no more packets" };
+            self.event(kind, spi, d, format!("SA {spi} {} {what} ({})", dir_name(d), why.name()), Some(&life));
+            if let Some(e) = self.events.last_mut() {
+                e.reason = Some(why.name());
+            }
+        }
+    }
+
+    fn quiesced(&self, version: u64) -> bool {
+        match &self.publisher {
+            Some((_, w)) => w.iter().all(|c| c.quiesced.get() >= version),
+            None => true,
+        }
+    }
+
+    fn tick_retiring(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.retiring.len() {
+            let stage = self.retiring[i].stage;
+            let drained = matches!(stage, Stage::Draining(v) if self.quiesced(v));
+            let r = &mut self.retiring[i];
+            match stage {
+                Stage::Grace(until) if now >= until => {
+                    let (slot, id) = (r.live.slot, r.live.id);
+                    match r.direction {
+                        Direction::Outbound => {
+                            if self.sad.outbound_at(slot).is_some_and(|s| s.id == id) {
+                                self.sad.set_outbound(slot, None);
+                            }
+                        }
+                        Direction::Inbound => {
+                            if self.sad.inbound_at(slot).is_some_and(|e| e.sa.id == id) {
+                                self.sad.set_inbound(slot, None);
+                            }
+                        }
+                    }
+                    r.stage = Stage::Draining(self.version + 1);
+                    self.dirty = true;
+                    i += 1;
+                }
+                Stage::Draining(_) if drained => {
+                    let r = &self.retiring[i];
+                    if self.limit > 0 && !r.detached {
+                        match self.dev.queue_pair_detach_session(r.live.owner as u16, &r.live.session) {
+                            Ok(()) | Err(CryptoError::NotAttached { .. }) => {}
+                            // Ops still in flight there: next tick.
+                            Err(CryptoError::Busy { .. }) => {
+                                i += 1;
+                                continue;
+                            }
+                            Err(e) => tracing::error!(spi = r.live.sa.spi, error = %e, "detach failed"),
+                        }
+                    }
+                    let r = self.retiring.swap_remove(i);
+                    if self.limit > 0 && !r.detached {
+                        self.per_qp[r.live.owner] = self.per_qp[r.live.owner].saturating_sub(1);
+                    }
+                    if let Err(e) = self.dev.session_free(r.live.session.clone()) {
+                        tracing::error!(spi = r.live.sa.spi, error = %e, "session free failed");
+                    }
+                    self.release_slot(r.direction, r.live.slot);
+                    let msg = format!("SA {} {} gone ({}): {} packets, {} bytes", r.live.sa.spi, dir_name(r.direction), r.why, r.live.life.counters.packets.get(), r.live.life.counters.bytes.get());
+                    self.event("deleted", r.live.sa.spi, r.direction, msg, Some(&r.live.life));
+                }
+                _ => i += 1,
+            }
+        }
+    }
+
+    /// `sa list`: every SA (installed and on its way out), never keys.
+    pub fn list_sas(&self, now: Instant) -> Value {
+        let one = |l: &Live, state: &str| {
+            let c = &l.life.counters;
+            let state = if state == "active" && l.life.expired() { "expired" } else { state };
+            json!({
+                "spi": l.sa.spi,
+                "direction": dir_name(l.sa.direction),
+                "mode": match l.sa.mode { model::SaMode::Tunnel => "tunnel", model::SaMode::Transport => "transport" },
+                "algorithm": l.sa.algorithm.name(),
+                "tunnel_src": l.sa.tunnel_src.to_string(),
+                "tunnel_dst": l.sa.tunnel_dst.to_string(),
+                "worker": l.owner,
+                "esn": l.sa.esn,
+                "udp_encap": l.sa.udp_encap,
+                "state": state,
+                "age_s": now.saturating_duration_since(l.since).as_secs_f64(),
+                "packets": c.packets.get(),
+                "bytes": c.bytes.get(),
+                "errors": c.errors.get(),
+                "soft_expired": l.life.soft_expiry().map(|e| e.name()),
+                "hard_expired": l.life.hard_expiry().map(|e| e.name()),
+            })
+        };
+        let mut v: Vec<(u32, u8, Value)> = self.live.values().map(|l| (l.sa.spi, l.sa.direction as u8, one(l, "active"))).collect();
+        v.extend(self.retiring.iter().map(|r| (r.live.sa.spi, r.direction as u8, one(&r.live, "retiring"))));
+        v.sort_by_key(|x| (x.1, x.0));
+        json!({ "sas": v.into_iter().map(|x| x.2).collect::<Vec<_>>() })
+    }
+
+    /// `policy list`: the SPD in config order.
+    pub fn list_policies(&self) -> Value {
+        let pfx = |p: (std::net::IpAddr, u8)| format!("{}/{}", p.0, p.1);
+        let ports = |r: (u16, u16)| format!("{}-{}", r.0, r.1);
+        let v: Vec<Value> = self
+            .policies
+            .iter()
+            .map(|p| {
+                json!({
+                    "direction": dir_name(p.direction),
+                    "src": pfx(p.src),
+                    "dst": pfx(p.dst),
+                    "protocol": match p.protocol { model::Protocol::Any => "any".to_string(), model::Protocol::Number(n) => n.to_string() },
+                    "src_ports": ports(p.src_ports),
+                    "dst_ports": ports(p.dst_ports),
+                    "priority": p.priority,
+                    "action": match p.action { Action::Protect(s) => format!("protect {s}"), Action::Bypass => "bypass".into(), Action::Discard => "discard".into() },
+                })
+            })
+            .collect();
+        json!({ "policies": v })
+    }
+
+    /// SAs installed (not counting those on their way out).
+    pub fn len(&self) -> usize {
+        self.live.len()
+    }
+
+    /// True when no SA is installed.
+    pub fn is_empty(&self) -> bool {
+        self.live.is_empty()
+    }
+
+    /// SAs on their way out (rekeyed or deleted, session not freed yet).
+    pub fn retiring(&self) -> usize {
+        self.retiring.len()
+    }
+}
