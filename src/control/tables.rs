@@ -75,7 +75,7 @@ pub fn build<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]], binding: 
             key: sa.key[..klen].to_vec(),
             salt,
             icv_len: sa.icv_len,
-            auth_key: sa.auth_key.clone(),
+            auth_key: sa.auth_key.to_vec(),
         })?;
         let owner = binding.owner.get(sa_index).copied().unwrap_or(0);
         match sa.direction {
