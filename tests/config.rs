@@ -313,7 +313,7 @@ fn key_with_colons_and_aes256() {
         &format!("algorithm = \"aes-256-gcm\"\nkey = \"{key256}\""),
     );
     let cfg = config::parse(&text, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(cfg.sas[0].key, (0..36).collect::<Vec<u8>>());
+    assert_eq!(*cfg.sas[0].key, (0..36).collect::<Vec<u8>>());
 }
 
 #[test]

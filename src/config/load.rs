@@ -134,6 +134,7 @@ use std::path::Path;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
+use zeroize::{Zeroize, Zeroizing};
 
 use super::model::*;
 use super::{ConfigError, Problem};
@@ -155,7 +156,8 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
             format!("{} bytes, more than the {MAX_CONFIG_BYTES}-byte limit for a config file", meta.len()),
         )));
     }
-    let text = std::fs::read_to_string(path).map_err(read_err)?;
+    // The text holds the keys in hex: wiped once parsed.
+    let text = Zeroizing::new(std::fs::read_to_string(path).map_err(read_err)?);
     parse(&text, path)
 }
 
@@ -275,6 +277,9 @@ enum Raw {
 }
 
 type Field = Option<Spanned<Raw>>;
+
+/// Key bytes decoded from hex, zeroized when dropped.
+type Key = Zeroizing<Vec<u8>>;
 
 impl<'de> Deserialize<'de> for Raw {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -432,6 +437,23 @@ struct RawSa {
     dummy_interval_ms: Field,
     dummy_len: Field,
     tfc_pad_to: Field,
+}
+
+impl RawSa {
+    /// Wipes the hex strings of the keys as the TOML parser handed them over.
+    fn wipe_keys(&mut self) {
+        for f in [&mut self.key, &mut self.auth_key].into_iter().flatten() {
+            if let Raw::Str(s) = f.get_mut() {
+                s.zeroize();
+            }
+        }
+    }
+}
+
+impl Drop for RawSa {
+    fn drop(&mut self) {
+        self.wipe_keys();
+    }
 }
 
 #[derive(Deserialize)]
@@ -1401,14 +1423,14 @@ impl Checker<'_> {
     /// `key`, `auth_key` and `icv_len` of an SA, checked against its
     /// algorithm (not checked for length when the algorithm itself is
     /// wrong). Returns them as (key, auth_key, icv_len).
-    fn sa_keys(&mut self, s: &RawSa, tab: &Tab, alg: Option<Algorithm>) -> (Option<Vec<u8>>, Option<Vec<u8>>, Option<usize>) {
+    fn sa_keys(&mut self, s: &RawSa, tab: &Tab, alg: Option<Algorithm>) -> (Option<Key>, Option<Key>, Option<usize>) {
         let key = match (alg.map(|a| (a, key_description(a))), &s.key) {
             (Some((a, None)), Some(v)) => {
                 let m = format!("{} uses NULL encryption (RFC 2410) and takes no key; remove it", a.name());
                 self.problem(&v.span(), &tab.field("key"), m);
                 None
             }
-            (Some((_, None)), None) => Some(Vec::new()),
+            (Some((_, None)), None) => Some(Key::default()),
             (Some((a, Some(desc))), _) => {
                 let want = Some((2 * key_material_len(a), desc));
                 self.required(&s.key, tab, "key").and_then(|v| self.key(v, &tab.field("key"), want))
@@ -1425,7 +1447,7 @@ impl Checker<'_> {
                 self.problem(&v.span(), &tab.field("auth_key"), m);
                 None
             }
-            (Some((_, None)), None) => Some(Vec::new()),
+            (Some((_, None)), None) => Some(Key::default()),
             (Some((_, Some((name, len)))), _) => {
                 let desc = match name {
                     "HMAC-SHA1-96" => "HMAC-SHA1-96 key",
@@ -1462,8 +1484,9 @@ impl Checker<'_> {
     }
 
     /// Key material in hex, `want` = (hex digits, what they hold) when the
-    /// algorithm is known; its value never appears in a message.
-    fn key(&mut self, v: &Spanned<Raw>, field: &str, want: Option<(usize, &str)>) -> Option<Vec<u8>> {
+    /// algorithm is known; its value never appears in a message, and the
+    /// copies made here (the digits, the bytes) are zeroized when dropped.
+    fn key(&mut self, v: &Spanned<Raw>, field: &str, want: Option<(usize, &str)>) -> Option<Key> {
         let Raw::Str(s) = v.get_ref() else {
             let found = v.get_ref().describe(true);
             self.problem(
@@ -1473,7 +1496,9 @@ impl Checker<'_> {
             );
             return None;
         };
-        let digits: String = s.chars().filter(|c| *c != ':').collect();
+        // Room for every digit up front, so growing never leaves a copy behind.
+        let mut digits = Zeroizing::new(String::with_capacity(s.len()));
+        digits.extend(s.chars().filter(|c| *c != ':'));
         if let Some((pos, _)) = s
             .char_indices()
             .find(|(_, c)| *c != ':' && !c.is_ascii_hexdigit())
@@ -1494,7 +1519,9 @@ impl Checker<'_> {
         } else if !digits.len().is_multiple_of(2) {
             return None;
         }
-        hex::decode(&digits).ok()
+        let mut bytes = Zeroizing::new(vec![0u8; digits.len() / 2]);
+        hex::decode_to_slice(digits.as_bytes(), &mut bytes[..]).ok()?;
+        Some(bytes)
     }
 
     // -- [[policy]] ----------------------------------------------------------
@@ -1905,6 +1932,27 @@ fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A loaded config keeps its SA keys in `Zeroizing` (compile-time
+    /// check: wiped when the `Config` drops) holding the decoded bytes, and
+    /// the raw SA's hex strings are wiped by its `Drop`.
+    #[test]
+    fn sa_keys_zeroize() {
+        fn zod<T: zeroize::ZeroizeOnDrop>(_: &T) {}
+        let cfg = load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/ep0.toml"))).unwrap();
+        let sa = &cfg.sas[0];
+        zod(&sa.key);
+        zod(&sa.auth_key);
+        assert_eq!(sa.key.len(), key_material_len(sa.algorithm));
+        assert!(sa.key.iter().any(|b| *b != 0));
+
+        let mut raw: RawSa = toml::from_str("key = \"00:11\"\nauth_key = \"2233\"\nspi = 5").unwrap();
+        raw.wipe_keys();
+        for f in [&raw.key, &raw.auth_key] {
+            assert!(matches!(f.as_ref().map(|v| v.get_ref()), Some(Raw::Str(s)) if s.is_empty()));
+        }
+        assert!(matches!(raw.spi.as_ref().map(|v| v.get_ref()), Some(Raw::Int(5))), "only the keys");
+    }
 
     #[test]
     fn line_col_counts_characters() {

@@ -5,6 +5,7 @@
 
 use std::net::IpAddr;
 use std::path::PathBuf;
+use zeroize::Zeroizing;
 
 /// A 6-byte Ethernet MAC address.
 pub type Mac = [u8; 6];
@@ -233,11 +234,12 @@ pub struct Sa {
     pub algorithm: Algorithm,
     /// Cipher key material, [`key_material_len`] bytes: the key followed
     /// by the 4-byte salt (GCM, GMAC, ChaCha20-Poly1305) or nonce (CTR);
-    /// the bare key for CBC; empty for NULL.
-    pub key: Vec<u8>,
+    /// the bare key for CBC; empty for NULL. Zeroized when dropped.
+    pub key: Zeroizing<Vec<u8>>,
     /// Integrity key for the HMAC algorithms (20 bytes for HMAC-SHA1-96,
-    /// 32 for HMAC-SHA-256-128); empty for combined modes.
-    pub auth_key: Vec<u8>,
+    /// 32 for HMAC-SHA-256-128); empty for combined modes. Zeroized when
+    /// dropped.
+    pub auth_key: Zeroizing<Vec<u8>>,
     /// ICV length in bytes, one of [`Algorithm::icv_lens`].
     pub icv_len: usize,
     /// Outer source address (tunnel mode, IPv4 or IPv6, the family of

@@ -579,9 +579,9 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         if key.len() != want {
             return Err(err(MgrErrorKind::Invalid, format!("{}: key material is {} bytes, expected {want}", sa.algorithm.name(), key.len())));
         }
-        sa.key = key;
+        sa.key = zeroize::Zeroizing::new(key);
         if let Some(a) = auth_key {
-            sa.auth_key = a;
+            sa.auth_key = zeroize::Zeroizing::new(a);
         }
         if sa.auth_key.len() != sa.algorithm.auth_key_len() {
             return Err(err(MgrErrorKind::Invalid, format!("{}: integrity key is {} bytes, expected {}", sa.algorithm.name(), sa.auth_key.len(), sa.algorithm.auth_key_len())));

@@ -84,7 +84,7 @@ pub fn session<D: CryptoDevice>(dev: &D, sa: &model::Sa) -> Result<Arc<Session>,
         key: sa.key[..klen].to_vec(),
         salt,
         icv_len: sa.icv_len,
-        auth_key: sa.auth_key.clone(),
+        auth_key: sa.auth_key.to_vec(),
     })?)
 }
 

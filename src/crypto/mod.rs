@@ -42,6 +42,7 @@ pub mod soft;
 pub(crate) use gate::QpGate;
 
 use std::sync::Arc;
+use zeroize::{Zeroize, ZeroizeOnDrop, Zeroizing};
 
 /// The ESP transforms a device may offer: each is what one SA selects
 /// (`algorithm = "…"` in the config; [`Algorithm::name`]).
@@ -279,6 +280,9 @@ pub enum CipherDirection {
 /// (RFC 4106 §4, RFC 4543 §3.1, RFC 7634 §2, RFC 3686 §4: the 4-byte salt
 /// or nonce is the end of the key material); CBC takes its IV from
 /// `op.iv[..16]`; NULL has none.
+///
+/// `key`, `salt` and `auth_key` are zeroized when the transform drops
+/// ([`zeroize::ZeroizeOnDrop`]), so build it where it is used and let it go.
 pub struct SymXform {
     /// Algorithm.
     pub algorithm: Algorithm,
@@ -295,6 +299,23 @@ pub struct SymXform {
     /// modes).
     pub auth_key: Vec<u8>,
 }
+
+impl Zeroize for SymXform {
+    /// Wipes `key`, `salt` and `auth_key` (leaving them empty / zero).
+    fn zeroize(&mut self) {
+        self.key.zeroize();
+        self.salt.zeroize();
+        self.auth_key.zeroize();
+    }
+}
+
+impl Drop for SymXform {
+    fn drop(&mut self) {
+        self.zeroize();
+    }
+}
+
+impl ZeroizeOnDrop for SymXform {}
 
 /// One algorithm a device supports, with its sizes in bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -558,12 +579,18 @@ impl<B> CryptoOp<B> {
 }
 
 /// An immutable session: transform and expanded key schedule.
+///
+/// When the last `Arc` drops, its key material is zeroized: the AES key
+/// schedules, the GHASH key, the ChaCha20 key and the salt or nonce. Not
+/// the keyed HMAC states (SHA state after the key's inner and outer pads):
+/// `hmac` 0.12 keeps them in types that cannot be wiped from outside and
+/// has no `zeroize` feature (RustCrypto/MACs#255).
 pub struct Session {
     id: u64,
     algorithm: Algorithm,
     direction: CipherDirection,
     icv_len: usize,
-    salt: [u8; 4],
+    salt: Zeroizing<[u8; 4]>,
     pub(crate) ctx: soft::Transform,
 }
 
@@ -715,7 +742,7 @@ pub(crate) fn new_session(id: u64, x: &SymXform) -> Session {
         algorithm: x.algorithm,
         direction: x.direction,
         icv_len: x.icv_len,
-        salt: x.salt,
+        salt: Zeroizing::new(x.salt),
         ctx: soft::Transform::new(x.algorithm, &x.key, &x.auth_key),
     }
 }
@@ -753,7 +780,7 @@ pub(crate) fn process_op<B: AsMut<[u8]>>(op: &mut CryptoOp<B>) {
         return;
     }
     let mut nonce = [0u8; 12];
-    nonce[..4].copy_from_slice(&s.salt);
+    nonce[..4].copy_from_slice(&s.salt[..]);
     nonce[4..].copy_from_slice(&op.iv[..8]);
     let args = soft::OpArgs {
         nonce: &nonce,
@@ -795,5 +822,41 @@ impl OpRanges {
             return None;
         }
         Some(OpRanges { data, auth, icv })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_zod<T: ZeroizeOnDrop>() {}
+
+    /// `SymXform`'s `Drop` is its `zeroize`, which must reach every field
+    /// holding key material.
+    #[test]
+    fn sym_xform_zeroizes_its_key_material() {
+        assert_zod::<SymXform>();
+        let mut x = SymXform {
+            algorithm: Algorithm::Aes128CbcHmacSha1,
+            direction: CipherDirection::Encrypt,
+            key: vec![0xa5; 16],
+            salt: [1, 2, 3, 4],
+            icv_len: 12,
+            auth_key: vec![0x5a; 20],
+        };
+        x.zeroize();
+        assert!(x.key.is_empty(), "key wiped");
+        assert!(x.auth_key.is_empty(), "auth_key wiped");
+        assert_eq!(x.salt, [0; 4], "salt wiped");
+    }
+
+    /// A session keeps its salt in a `Zeroizing` (compile-time check) that
+    /// holds the transform's salt.
+    #[test]
+    fn session_salt_is_zeroizing() {
+        let x = SymXform { algorithm: Algorithm::Aes128Gcm, direction: CipherDirection::Encrypt, key: vec![1; 16], salt: [9, 8, 7, 6], icv_len: 16, auth_key: Vec::new() };
+        let s = new_session(1, &x);
+        let salt: &Zeroizing<[u8; 4]> = &s.salt;
+        assert_eq!(**salt, [9, 8, 7, 6]);
     }
 }

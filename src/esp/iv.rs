@@ -23,9 +23,11 @@ use aes::cipher::generic_array::GenericArray;
 use aes::cipher::{BlockEncrypt, KeyInit};
 use aes::Aes128;
 use std::sync::Arc;
+use zeroize::{Zeroize, Zeroizing};
 
 /// How an outbound SA makes its explicit IVs (immutable; part of the SA's
-/// cold state).
+/// cold state). The IV key's AES schedule is zeroized when the last clone
+/// drops (`aes`'s `zeroize` feature).
 #[derive(Clone, Default)]
 pub struct IvGen {
     /// The CBC IV key; `None` for algorithms whose IV is the sequence number.
@@ -51,14 +53,22 @@ impl IvGen {
         if alg.cipher() != Cipher::AesCbc {
             return Ok(IvGen::counter());
         }
-        let mut key = [0u8; 16];
-        getrandom::getrandom(&mut key)?;
-        Ok(IvGen::with_key(key))
+        let mut key = Zeroizing::new([0u8; 16]);
+        getrandom::getrandom(&mut key[..])?;
+        Ok(IvGen::from_key(&key))
     }
 
     /// Encrypted-counter IVs under `key` (tests; see [`IvGen::for_algorithm`]).
-    pub fn with_key(key: [u8; 16]) -> IvGen {
-        IvGen { key: Some(Arc::new(Aes128::new(GenericArray::from_slice(&key)))) }
+    /// The caller's copy of `key` is the caller's to wipe; this one is
+    /// wiped here.
+    pub fn with_key(mut key: [u8; 16]) -> IvGen {
+        let g = IvGen::from_key(&key);
+        key.zeroize();
+        g
+    }
+
+    fn from_key(key: &[u8; 16]) -> IvGen {
+        IvGen { key: Some(Arc::new(Aes128::new(GenericArray::from_slice(key)))) }
     }
 
     /// Writes the IV of packet `seq` for `alg` to `out[..alg.iv_len()]`.
@@ -122,5 +132,16 @@ mod tests {
         b.write(Algorithm::Aes128CbcHmacSha1, 1, &mut y);
         assert_ne!(x, y, "each SA draws its own IV key");
         assert!(format!("{a:?}").contains("encrypted_counter: true"));
+    }
+
+    /// The IV key is wiped with its AES schedule when the last clone of the
+    /// generator drops: a compile-time check that the type it is kept in
+    /// zeroizes on drop (fails to build without `aes`'s `zeroize` feature).
+    #[test]
+    fn iv_key_schedule_zeroizes_on_drop() {
+        fn zod<T: zeroize::ZeroizeOnDrop>(_: &Option<Arc<T>>) {}
+        let g = IvGen::for_algorithm(Algorithm::Aes128CbcHmacSha1).unwrap();
+        zod(&g.key);
+        assert!(g.key.is_some());
     }
 }

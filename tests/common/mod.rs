@@ -48,7 +48,7 @@ impl Gw {
 
     pub fn sa_key(&self, spi: u32, inbound: bool) -> Vec<u8> {
         let dir = if inbound { secgw::config::model::Direction::Inbound } else { secgw::config::model::Direction::Outbound };
-        self.cfg.sas.iter().find(|s| s.spi == spi && s.direction == dir).expect("SA").key.clone()
+        self.cfg.sas.iter().find(|s| s.spi == spi && s.direction == dir).expect("SA").key.to_vec()
     }
 }
 

@@ -19,6 +19,10 @@
 //! completes `SessionNotAttached`. A reattached slot gets a new generation,
 //! so a worker holding an older snapshot can never count a job in on a slot
 //! that now holds another session.
+//!
+//! A descriptor holds the `Arc<Session>`, never a copy of its keys: the key
+//! material is wiped once, by the session's own drop, when the last
+//! reference (descriptor, op, SA) is gone.
 
 use crate::crypto::{CryptoError, Session};
 use arc_swap::ArcSwap;

@@ -15,23 +15,31 @@ use aes::cipher::{BlockCipher, BlockEncrypt, BlockSizeUser, InnerIvInit, KeyInit
 use ghash::universal_hash::UniversalHash;
 use ghash::GHash;
 use subtle::ConstantTimeEq;
+use zeroize::{Zeroizing, ZeroizeOnDrop};
 
 type Block = ghash::Block;
 type Ctr32<'a, C> = ctr::CtrCore<&'a C, ctr::flavors::Ctr32BE>;
 
-/// An expanded AES key and its GHASH key H = E_K(0^128).
+/// An expanded AES key and its GHASH key H = E_K(0^128), both wiped on
+/// drop: the AES key schedule by `aes`'s `zeroize` feature, H by
+/// [`Zeroizing`]. H is kept as bytes and a `GHash` made from it per op
+/// because `ghash`/`polyval` 0.6 on x86-64 (the autodetecting backend)
+/// never wipes the key it holds, whatever its `zeroize` feature says.
 pub(crate) struct Gcm<C> {
     cipher: C,
-    ghash: GHash,
+    h: Zeroizing<[u8; 16]>,
 }
+
+// Both fields wipe themselves; the bound makes the claim checked.
+impl<C: ZeroizeOnDrop> ZeroizeOnDrop for Gcm<C> {}
 
 impl<C: BlockCipher + BlockEncrypt + BlockSizeUser<BlockSize = U16> + KeyInit> Gcm<C> {
     /// Expands `key` (its length is the cipher's).
     pub(crate) fn new(key: &[u8]) -> Gcm<C> {
         let cipher = C::new(GenericArray::from_slice(key));
-        let mut h = Block::default();
-        cipher.encrypt_block(&mut h);
-        Gcm { ghash: GHash::new(&h), cipher }
+        let mut h = Zeroizing::new([0u8; 16]);
+        cipher.encrypt_block(GenericArray::from_mut_slice(&mut h[..]));
+        Gcm { h, cipher }
     }
 
     /// The counter at J0 + 1 and the tag mask E_K(J0), J0 = nonce ‖ 1.
@@ -47,7 +55,7 @@ impl<C: BlockCipher + BlockEncrypt + BlockSizeUser<BlockSize = U16> + KeyInit> G
 
     /// GHASH over A = `aad ‖ auth` and C = `ct`, masked: the full tag.
     fn tag(&self, mask: &Block, aad: &[u8], auth: &[u8], ct: &[u8]) -> Block {
-        let mut g = self.ghash.clone();
+        let mut g = GHash::new(GenericArray::from_slice(&self.h[..]));
         // A is one string: its first block joins the op's AAD (<= 16 bytes)
         // and the start of the auth range; zero padding only at A's end.
         let take = (16 - aad.len()).min(auth.len());
@@ -106,6 +114,20 @@ mod tests {
 
     fn ranges(data: std::ops::Range<usize>, auth: std::ops::Range<usize>, icv: std::ops::Range<usize>) -> OpRanges {
         OpRanges { data, auth, icv }
+    }
+
+    /// H = E_K(0^128) is kept in a `Zeroizing` (compile-time check: it is
+    /// wiped on drop), and `zeroize` reaches it.
+    #[test]
+    fn ghash_key_is_zeroizing() {
+        let key = [0x42u8; 16];
+        let mut g = Gcm::<Aes128>::new(&key);
+        let mut expect = Block::default();
+        Aes128::new(GenericArray::from_slice(&key)).encrypt_block(&mut expect);
+        let h: &mut Zeroizing<[u8; 16]> = &mut g.h;
+        assert_eq!(h[..], expect[..]);
+        zeroize::Zeroize::zeroize(h);
+        assert_eq!(*g.h, [0u8; 16]);
     }
 
     /// Same bytes as `aes-gcm` for every data length around the block

@@ -101,3 +101,25 @@ impl Transform {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_zod<T: zeroize::ZeroizeOnDrop>() {}
+
+    /// Every expanded key a `Transform` holds wipes itself on drop, except
+    /// the keyed HMAC states (`hmac` 0.12 cannot; see `crypto::Session`):
+    /// compile-time checks that fail if a crate's `zeroize` feature is off.
+    #[test]
+    fn expanded_keys_zeroize_on_drop() {
+        // GCM and GMAC.
+        assert_zod::<Gcm<Aes128>>();
+        assert_zod::<Gcm<Aes256>>();
+        // ChaCha20-Poly1305 (its key; chacha20poly1305 always wipes it).
+        assert_zod::<ChaCha20Poly1305>();
+        // The cipher half of CBC and CTR with an HMAC.
+        assert_zod::<Aes128>();
+        assert_zod::<Aes256>();
+    }
+}
