@@ -1,6 +1,7 @@
 //! Running the gateway: ports, crypto device, worker threads, stats, signals.
 
-use super::{stats, tables, ControlError};
+use super::manager::Manager;
+use super::{stats, ControlError};
 use crate::config::model::{Config, CryptoBackend, Reassembly, XdpMode};
 use crate::crypto::descriptor::{DescriptorConfig, DescriptorDevice};
 use crate::crypto::soft::SoftDevice;
@@ -88,6 +89,9 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).map_err(|e| ControlError::Io(e.into()))?;
     }
+    // SIGHUP: reload the config file (make-before-break).
+    let hup = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone()).map_err(|e| ControlError::Io(e.into()))?;
     let nworkers = cfg.gateway.workers.max(1);
     let cores = worker_cores(cfg)?;
     if let Some(path) = &opts.stats_file {
@@ -104,9 +108,9 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
     }
     let info = dev.info();
     tracing::info!(driver = info.driver, queue_pairs = info.nb_queue_pairs, max_sessions_per_qp = info.max_sessions_per_qp, "crypto device");
-    let (built, _binding) = tables::install(cfg, &dev, &macs)?;
-    let tables = Arc::new(ArcSwap::from_pointee(built));
-    let t = tables.load_full();
+    let mut mgr = Manager::new(cfg, &dev, &macs)?;
+    let t = Arc::new(mgr.tables_now());
+    let tables = Arc::new(ArcSwap::new(t.clone()));
 
     let mut meshes = Handoff::mesh(nworkers, HANDOFF_DEPTH, POOL_SIZE);
     let mut counters = Vec::with_capacity(nworkers);
@@ -181,13 +185,24 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
         }
         return Err(e);
     }
+    mgr.start_publishing(tables.clone(), counters.clone());
     tracing::info!(gateway = %cfg.gateway.name, workers = nworkers, ports = cfg.ports.len(), sas = cfg.sas.len(), "ready");
 
     let interval = opts.stats_interval.unwrap_or(cfg.gateway.stats_interval);
     let mut last_print = Instant::now();
     let mut last_file = Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(10));
+        let now = Instant::now();
+        if hup.swap(false, Ordering::Relaxed) {
+            match mgr.reload(now) {
+                Ok(r) => tracing::info!(result = %r, "SIGHUP: config reloaded"),
+                Err(e) => tracing::error!(error = %e, "SIGHUP: reload refused"),
+            }
+        }
+        mgr.tick(now);
+        mgr.publish();
+        mgr.take_events();
         if handles.iter().any(|h| h.is_finished()) {
             tracing::error!("a worker stopped unexpectedly; stopping");
             stop.store(true, Ordering::Relaxed);
@@ -195,12 +210,12 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
         }
         if interval > 0 && last_print.elapsed() >= Duration::from_secs(interval) {
             last_print = Instant::now();
-            println!("{}", stats::snapshot(&t, &counters).to_text());
+            println!("{}", mgr.stats().to_text());
         }
         if let Some(path) = &opts.stats_file {
             if last_file.elapsed() >= Duration::from_secs(1) {
                 last_file = Instant::now();
-                write_stats_file_logged(path, &stats::snapshot(&t, &counters));
+                write_stats_file_logged(path, &mgr.stats());
             }
         }
     }
@@ -211,7 +226,7 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
             panicked = Some(w);
         }
     }
-    let snap = stats::snapshot(&t, &counters);
+    let snap = mgr.stats();
     if let Some(path) = &opts.stats_file {
         write_stats_file_logged(path, &snap);
     }
