@@ -23,6 +23,9 @@ pub struct RunOptions {
     pub stats_interval: Option<u64>,
     /// Write JSON stats here every second and on exit (atomically).
     pub stats_file: Option<PathBuf>,
+    /// Control socket path (overrides `control.socket`; see
+    /// `control::socket::socket_path`).
+    pub socket: Option<PathBuf>,
 }
 
 /// Packet buffers per worker.
