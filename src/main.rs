@@ -26,21 +26,149 @@ enum Cmd {
         /// Write counters as JSON to PATH every second and on exit.
         #[arg(long, value_name = "PATH")]
         stats_file: Option<PathBuf>,
+        /// Control socket path (overrides control.socket in the config).
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
     },
     /// Validate a config file and print a summary.
     Check {
         /// Config file (TOML).
         config: PathBuf,
     },
+    /// Talk to a running gateway through its control socket.
+    ///
+    /// Exit status: 0 ok, 1 the gateway answered with an error (or the
+    /// request could not be made), 2 cannot connect to the socket.
+    Ctl {
+        /// Control socket [default: $SECGW_SOCKET, else /run/secgw/secgw.sock].
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+        #[command(subcommand)]
+        cmd: CtlCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum CtlCmd {
+    /// Counters: global, per port, per SA, per worker, drops by reason.
+    Stats {
+        /// The JSON result as it is (pretty-printed).
+        #[arg(long, conflicts_with = "prometheus")]
+        json: bool,
+        /// Prometheus text exposition format.
+        #[arg(long)]
+        prometheus: bool,
+    },
+    /// Security associations.
+    Sa {
+        #[command(subcommand)]
+        cmd: SaCmd,
+    },
+    /// Security policies.
+    Policy {
+        #[command(subcommand)]
+        cmd: PolicyCmd,
+    },
+    /// Re-read the config file and apply the difference (make-before-break).
+    Reload,
+    /// Print SA events (expiry, rekey, errors), one per line, until ^C.
+    Events {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The gateway's program and protocol versions.
+    Version,
+}
+
+#[derive(Subcommand)]
+enum SaCmd {
+    /// Every SA with its state and counters (never its keys).
+    List {
+        /// The JSON result as it is (pretty-printed).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add the [[sa]] (and [[policy]]) tables of a TOML file ("-" = stdin).
+    Add {
+        /// TOML fragment in the config file's syntax.
+        file: PathBuf,
+    },
+    /// Delete an SA.
+    Del {
+        /// SPI (decimal or 0x hex).
+        #[arg(value_parser = parse_spi)]
+        spi: u32,
+        /// Which SA when inbound and outbound share the SPI.
+        #[arg(long, value_enum)]
+        direction: Option<DirArg>,
+    },
+    /// Replace an SA by one with a new SPI and new keys (make-before-break).
+    Rekey {
+        /// SPI of the SA to replace (decimal or 0x hex).
+        #[arg(value_parser = parse_spi)]
+        old_spi: u32,
+        /// SPI of the new SA.
+        #[arg(long = "spi", value_parser = parse_spi)]
+        new_spi: u32,
+        /// File with the new key material ("-" = stdin): one line of hex, or
+        /// TOML key = "hex" and optional auth_key = "hex". Never on the
+        /// command line, where other users can read it.
+        #[arg(long, value_name = "F")]
+        key_file: PathBuf,
+        /// Which SA when inbound and outbound share the SPI.
+        #[arg(long, value_enum)]
+        direction: Option<DirArg>,
+    },
+}
+
+#[derive(Subcommand)]
+enum PolicyCmd {
+    /// The SPD entries.
+    List {
+        /// The JSON result as it is (pretty-printed).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum DirArg {
+    #[value(name = "in", alias = "inbound")]
+    In,
+    #[value(name = "out", alias = "outbound")]
+    Out,
+}
+
+impl From<DirArg> for secgw::config::model::Direction {
+    fn from(d: DirArg) -> Self {
+        match d {
+            DirArg::In => secgw::config::model::Direction::Inbound,
+            DirArg::Out => secgw::config::model::Direction::Outbound,
+        }
+    }
+}
+
+fn parse_spi(s: &str) -> Result<u32, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|_| format!("expected an SPI (decimal or 0x hex, at most 32 bits), found {s:?}"))
 }
 
 fn main() -> ExitCode {
+    let cmd = match Cli::parse().cmd {
+        // `ctl` prints only its result and its own errors: no log setup.
+        Cmd::Ctl { socket, cmd } => return ctl(socket.unwrap_or_else(secgw::control::client::default_socket), cmd),
+        cmd => cmd,
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .init();
-    match real_main() {
+    match real_main(cmd) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("secgw: {e:#}");
@@ -53,8 +181,8 @@ fn load(path: &std::path::Path) -> anyhow::Result<secgw::config::Config> {
     secgw::config::load(path).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
-fn real_main() -> anyhow::Result<()> {
-    match Cli::parse().cmd {
+fn real_main(cmd: Cmd) -> anyhow::Result<()> {
+    match cmd {
         Cmd::Check { config } => {
             let cfg = load(&config)?;
             print!("{}", secgw::config::summary(&cfg));
@@ -72,15 +200,93 @@ fn real_main() -> anyhow::Result<()> {
             println!("{}: OK", config.display());
             Ok(())
         }
-        Cmd::Run { config, stats_interval, stats_file } => {
+        Cmd::Run { config, stats_interval, stats_file, socket } => {
             let cfg = load(&config)?;
             for w in secgw::config::warnings(&cfg) {
                 tracing::warn!("{w}");
             }
-            let opts = secgw::control::RunOptions { stats_interval, stats_file };
+            let opts = secgw::control::RunOptions { stats_interval, stats_file, socket };
             let snap = secgw::control::run(&cfg, &opts).with_context(|| format!("running {}", config.display()))?;
             println!("final counters:\n{}", snap.to_text());
             Ok(())
         }
+        Cmd::Ctl { .. } => unreachable!("handled in main"),
+    }
+}
+
+/// Reads `path`, or stdin for "-".
+fn read_input(path: &std::path::Path) -> std::io::Result<String> {
+    if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(path)
+    }
+}
+
+/// `secgw ctl`: one request, its result on stdout. Exit status 0 ok, 1 an
+/// error (the server's `code: message`, or a local one), 2 no connection.
+fn ctl(socket: PathBuf, cmd: CtlCmd) -> ExitCode {
+    use secgw::control::client::{self, ClientError};
+    use secgw::control::protocol::{Command, StatsFormat};
+    let fail = |m: String| {
+        eprintln!("secgw ctl: {m}");
+        ExitCode::from(1)
+    };
+    let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
+    let request = |c: &Command| client::request(&socket, c);
+    let result = match cmd {
+        CtlCmd::Stats { json, prometheus } => {
+            let format = if prometheus { StatsFormat::Prometheus } else { StatsFormat::Json };
+            request(&Command::Stats { format }).map(|v| match (json, prometheus) {
+                (_, true) => Ok(v.get("text").and_then(|t| t.as_str()).unwrap_or_default().to_string()),
+                (true, _) => Ok(pretty(&v) + "\n"),
+                _ => client::render_stats_text(&v).map_err(|e| format!("{e}; use --json")),
+            })
+        }
+        CtlCmd::Sa { cmd: SaCmd::List { json } } => {
+            request(&Command::SaList).map(|v| if json { Ok(pretty(&v) + "\n") } else { client::render_sa_table(&v) })
+        }
+        CtlCmd::Policy { cmd: PolicyCmd::List { json } } => {
+            request(&Command::PolicyList).map(|v| if json { Ok(pretty(&v) + "\n") } else { client::render_policy_table(&v) })
+        }
+        CtlCmd::Sa { cmd: SaCmd::Add { file } } => match read_input(&file) {
+            Ok(toml) => request(&Command::SaAdd { toml }).map(|v| Ok(client::render_compact(&v) + "\n")),
+            Err(e) => return fail(format!("{}: {e}", file.display())),
+        },
+        CtlCmd::Sa { cmd: SaCmd::Del { spi, direction } } => {
+            request(&Command::SaDel { spi, direction: direction.map(Into::into) }).map(|v| Ok(client::render_compact(&v) + "\n"))
+        }
+        CtlCmd::Sa { cmd: SaCmd::Rekey { old_spi, new_spi, key_file, direction } } => {
+            let keys = read_input(&key_file).map_err(|e| e.to_string()).and_then(|t| client::parse_key_file(&t));
+            let (key, auth_key) = match keys {
+                Ok(k) => k,
+                Err(e) => return fail(format!("{}: {e}", key_file.display())),
+            };
+            let c = Command::SaRekey { spi: old_spi, direction: direction.map(Into::into), new_spi, key, auth_key };
+            request(&c).map(|v| Ok(client::render_compact(&v) + "\n"))
+        }
+        CtlCmd::Reload => request(&Command::Reload).map(|v| Ok(client::render_compact(&v) + "\n")),
+        CtlCmd::Version => request(&Command::Version).map(|v| Ok(client::render_compact(&v) + "\n")),
+        CtlCmd::Events { json } => {
+            use std::io::Write;
+            let mut out = std::io::stdout();
+            client::events(&socket, |ev| {
+                let line = if json { serde_json::to_string(&ev).unwrap_or_default() } else { client::render_event(&ev) };
+                writeln!(out, "{line}").and_then(|_| out.flush()).is_ok()
+            })
+            .map(|()| Ok(String::new()))
+        }
+    };
+    match result {
+        Ok(Ok(text)) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Ok(Err(e)) => fail(e),
+        Err(e @ ClientError::Connect { .. }) => {
+            eprintln!("secgw ctl: {e}\n(is `secgw run` running? the socket is set by control.socket in its config, or --socket / SECGW_SOCKET here)");
+            ExitCode::from(2)
+        }
+        Err(e) => fail(e.to_string()),
     }
 }

@@ -4,7 +4,8 @@
 #   bash testbed/test.sh        (as root, from any directory)
 #
 # 1. installs the Debian packages (once; quick when present) and the Python
-#    packages scapy, cryptography, pytest;
+#    packages scapy, cryptography, pytest, prometheus_client, jsonschema (the
+#    last two check `secgw ctl` output in tests/ctl.rs);
 # 2. cargo test --release (every Rust test), then the independent checks of
 #    the RFC vector files (tests/vectors/check_*.py, pyca/cryptography);
 # 3. cargo build --release, then python3 -m pytest -v tests/e2e (netns
@@ -34,8 +35,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
 fi
-if ! python3 -c 'import scapy, cryptography, pytest' 2>/dev/null; then
-    pip_args=(install --quiet scapy cryptography pytest)
+if ! python3 -c 'import scapy, cryptography, pytest, prometheus_client, jsonschema' 2>/dev/null; then
+    pip_args=(install --quiet scapy cryptography pytest prometheus_client jsonschema)
     # Debian's own python3 refuses pip installs without this flag (PEP 668).
     if python3 -c 'import sys, sysconfig, os; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)'; then
         pip_args+=(--break-system-packages)

@@ -973,3 +973,36 @@ fn integer_too_large_names_its_field() {
     let shown = error(&text).to_string();
     assert!(shown.contains(": gateway.workers: "), "{shown}");
 }
+
+#[test]
+fn control_table_defaults_values_and_ranges() {
+    let cfg = config::parse(BASE, Path::new(FILE)).unwrap();
+    let d = &cfg.control;
+    assert_eq!((d.socket.to_str().unwrap(), d.rekey_grace_ms), ("/run/secgw/secgw.sock", 5000));
+    let summary = config::summary(&cfg);
+    assert!(summary.contains("control socket /run/secgw/secgw.sock") && summary.contains("rekey grace 5000 ms"), "{summary}");
+    let named = edit("workers = 1\n", "workers = 1\nname = \"gw7\"\n");
+    assert_eq!(config::parse(&named, Path::new(FILE)).unwrap().control.socket, Path::new("/run/secgw/gw7.sock"));
+    let text = format!("{named}\n[control]\nsocket = \"/tmp/x/ctl.sock\"\nrekey_grace_ms = 0\n");
+    let c = config::parse(&text, Path::new(FILE)).unwrap().control;
+    assert_eq!((c.socket.to_str().unwrap(), c.rekey_grace_ms), ("/tmp/x/ctl.sock", 0));
+    let long = format!("socket = \"/{}\"", "s".repeat(107));
+    for (line, field, msg) in [
+        ("rekey_grace_ms = 3600001", "rekey_grace_ms", "expected an integer in 0..=3600000, found 3600001"),
+        ("rekey_grace_ms = -1", "rekey_grace_ms", "expected an integer in 0..=3600000, found -1"),
+        ("rekey_grace_ms = \"5s\"", "rekey_grace_ms", "an integer in 0..=3600000"),
+        ("socket = \"\"", "socket", "expected a path"),
+        ("socket = 5", "socket", "expected a string, found integer 5"),
+        (long.as_str(), "socket", "at most 107 bytes (a Unix socket address), found 108"),
+    ] {
+        let text = format!("{BASE}\n[control]\n{line}\n");
+        assert_one(&text, line, field.len() + 3, &format!("control.{field}"), msg);
+    }
+    let text = format!("{BASE}\n[control]\nsockt = \"/x\"\n");
+    assert_one(&text, "sockt =", 0, "control.sockt", "did you mean `socket`?");
+    // Without control.socket the default comes from gateway.name, which must make a path.
+    let bad = edit("workers = 1\n", "workers = 1\nname = \"a/b\"\n");
+    assert_one(&bad, "\"a/b\"", 0, "gateway.name", "the default control socket /run/secgw/a/b.sock is not usable");
+    let fixed = format!("{bad}\n[control]\nsocket = \"/run/ab.sock\"\n");
+    assert!(config::parse(&fixed, Path::new(FILE)).is_ok());
+}

@@ -29,6 +29,12 @@
 //! timeout_ms = 5000         # time a datagram has to complete from its first fragment,
 //!                           # 10..=120000 ms, default 5000
 //!
+//! [control]                 # optional table: the control socket (`secgw ctl`)
+//! socket = "/run/secgw/gw0.sock"  # path, at most 107 bytes; default "/run/secgw/<gateway.name>.sock"
+//!                           # (`secgw run --socket PATH` overrides it)
+//! rekey_grace_ms = 5000     # how long an inbound SA stays valid after a rekey replaced it,
+//!                           # 0..=3600000 ms, default 5000
+//!
 //! [[port]]                  # at least one protected and one unprotected
 //! name = "inside"           # required, unique; routes name ports by it
 //! interface = "gw0-in"      # required, unique, 1..=15 bytes (IFNAMSIZ-1), no '/', ':' or spaces
@@ -364,6 +370,7 @@ struct RawFile {
     gateway: Option<Spanned<RawGateway>>,
     crypto: Option<Spanned<RawCrypto>>,
     reassembly: Option<Spanned<RawReassembly>>,
+    control: Option<Spanned<RawControl>>,
     port: Option<Vec<Spanned<RawPort>>>,
     sa: Option<Vec<Spanned<RawSa>>>,
     policy: Option<Vec<Spanned<RawPolicy>>>,
@@ -398,6 +405,13 @@ struct RawReassembly {
     contexts: Field,
     max_fragments: Field,
     timeout_ms: Field,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawControl {
+    socket: Field,
+    rekey_grace_ms: Field,
 }
 
 #[derive(Deserialize)]
@@ -491,6 +505,7 @@ struct Outline {
     gateway: Option<Spanned<IgnoredAny>>,
     crypto: Option<Spanned<IgnoredAny>>,
     reassembly: Option<Spanned<IgnoredAny>>,
+    control: Option<Spanned<IgnoredAny>>,
     port: Option<Vec<Spanned<IgnoredAny>>>,
     sa: Option<Vec<Spanned<IgnoredAny>>>,
     policy: Option<Vec<Spanned<IgnoredAny>>>,
@@ -502,7 +517,8 @@ impl Outline {
     /// Path of the innermost table containing byte `offset` ("" = root).
     fn table_at(&self, offset: usize) -> String {
         let inside = |s: &Spanned<IgnoredAny>| s.span().contains(&offset);
-        let tables = [("gateway", &self.gateway), ("crypto", &self.crypto), ("reassembly", &self.reassembly)];
+        let tables =
+            [("gateway", &self.gateway), ("crypto", &self.crypto), ("reassembly", &self.reassembly), ("control", &self.control)];
         if let Some((name, _)) = tables.iter().find(|(_, t)| t.as_ref().is_some_and(inside)) {
             return (*name).into();
         }
@@ -817,6 +833,7 @@ impl Checker<'_> {
         let (gateway, workers) = self.gateway(raw.gateway.as_ref());
         let crypto = self.crypto(raw.crypto.as_ref());
         let reassembly = self.reassembly(raw.reassembly.as_ref());
+        let control = self.control(raw.control.as_ref(), raw.gateway.as_ref(), gateway.as_ref());
 
         let ports = self.ports(raw.port.as_deref().unwrap_or_default());
         let sas = self.sas(raw.sa.as_deref().unwrap_or_default(), workers);
@@ -845,6 +862,7 @@ impl Checker<'_> {
             gateway: gateway?,
             crypto: crypto?,
             reassembly: reassembly?,
+            control: control?,
             ports: ports.list?,
             sas: sas.list?,
             policies: policies?,
@@ -1039,6 +1057,41 @@ impl Checker<'_> {
             max_fragments: max_fragments? as usize,
             timeout_ms: timeout_ms? as u64,
         })
+    }
+
+    // -- [control] -----------------------------------------------------------
+
+    /// The control table; without `socket`, the default path comes from
+    /// `gateway.name`, which must then make a usable path.
+    fn control(
+        &mut self,
+        raw: Option<&Spanned<RawControl>>,
+        raw_gateway: Option<&Spanned<RawGateway>>,
+        gateway: Option<&Gateway>,
+    ) -> Option<Control> {
+        let c = raw.map(|r| r.get_ref());
+        let socket = match c.and_then(|c| c.socket.as_ref()) {
+            Some(v) => self.parsed(v, "control.socket", |s| socket_path(s).map(Into::into)),
+            None => {
+                let name = gateway?.name.as_str();
+                let path = default_socket(name);
+                match socket_path(&path.to_string_lossy()) {
+                    Ok(_) if !name.contains('/') => Some(path),
+                    result => {
+                        let why = result.err().unwrap_or_else(|| "contains '/'".into());
+                        let m = format!("the default control socket {} is not usable ({why}); set control.socket", path.display());
+                        let span = raw_gateway.and_then(|g| g.get_ref().name.as_ref()).map(|v| v.span()).unwrap_or(0..0);
+                        self.problem(&span, "gateway.name", m);
+                        None
+                    }
+                }
+            }
+        };
+        let grace = match c.and_then(|c| c.rekey_grace_ms.as_ref()) {
+            Some(v) => self.integer(v, "control.rekey_grace_ms", 0, 3_600_000).map(|g| g as u64),
+            None => Some(DEFAULT_REKEY_GRACE_MS),
+        };
+        Some(Control { socket: socket?, rekey_grace_ms: grace? })
     }
 
     fn cores(&mut self, v: &Spanned<Raw>, field: &str, workers: Option<i64>) -> Option<Vec<usize>> {
@@ -1792,6 +1845,19 @@ fn dir_name(d: Direction) -> &'static str {
 
 // ---------------------------------------------------------------------------
 // Value parsers: `Err` is the message, "expected …, found …".
+
+/// A control socket path: non-empty, at most [`MAX_SOCKET_PATH`] bytes.
+fn socket_path(s: &str) -> Result<&str, String> {
+    if s.is_empty() {
+        Err("expected a path, found \"\"".into())
+    } else if s.len() > MAX_SOCKET_PATH {
+        Err(format!("expected a path of at most {MAX_SOCKET_PATH} bytes (a Unix socket address), found {}", s.len()))
+    } else if s.contains('\0') {
+        Err("expected a path without NUL bytes".into())
+    } else {
+        Ok(s)
+    }
+}
 
 fn parse_ip(s: &str) -> Result<IpAddr, String> {
     s.parse()

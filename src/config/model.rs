@@ -21,6 +21,8 @@ pub struct Config {
     pub crypto: Crypto,
     /// `[reassembly]` table.
     pub reassembly: Reassembly,
+    /// `[control]` table.
+    pub control: Control,
     /// `[[port]]` entries, in file order; a port's index is its port id.
     pub ports: Vec<Port>,
     /// `[[sa]]` entries, in file order.
@@ -73,6 +75,28 @@ impl Default for Reassembly {
     fn default() -> Self {
         Reassembly { contexts: 64, max_fragments: 16, timeout_ms: 5000 }
     }
+}
+
+/// `[control]`: the control socket and run-time SA changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Control {
+    /// Path of the control socket (default `/run/secgw/<gateway.name>.sock`;
+    /// at most 107 bytes, the limit of a Unix socket address).
+    pub socket: PathBuf,
+    /// Milliseconds an inbound SA stays valid after a rekey replaced it, for
+    /// packets the peer sent before it switched (0..=3600000, default 5000).
+    pub rekey_grace_ms: u64,
+}
+
+/// Default of [`Control::rekey_grace_ms`].
+pub const DEFAULT_REKEY_GRACE_MS: u64 = 5000;
+
+/// Longest control socket path in bytes (`sun_path` holds 108 with its NUL).
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// The default control socket of a gateway named `name`.
+pub fn default_socket(name: &str) -> PathBuf {
+    PathBuf::from(format!("/run/secgw/{name}.sock"))
 }
 
 /// Which crypto device backs the workers' queue pairs.
@@ -150,8 +174,10 @@ pub struct Port {
     pub xdp_mode: XdpMode,
 }
 
-/// Direction of an SA or a policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Direction of an SA or a policy. On the control socket it is the string
+/// `"outbound"` or `"inbound"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Direction {
     /// Protected → unprotected (encrypt).
     Outbound,

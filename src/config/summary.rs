@@ -41,6 +41,12 @@ pub fn summary(cfg: &Config) -> String {
             r.max_fragments, r.timeout_ms
         ),
     };
+    let _ = writeln!(
+        out,
+        "control socket {} (secgw run --socket overrides it), rekey grace {} ms",
+        cfg.control.socket.display(),
+        cfg.control.rekey_grace_ms
+    );
     let v6 = |ip: &IpAddr| ip.is_ipv6();
     let count = |f: &dyn Fn(bool) -> usize| format!("{} IPv4 / {} IPv6", f(false), f(true));
     let _ = writeln!(

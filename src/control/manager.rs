@@ -14,6 +14,8 @@
 //! Time is passed in (`now`), so the manager is testable without sleeping.
 
 use super::binding::{self, Binding};
+use super::protocol::{Command, CtlError, ErrorCode, Event, EventKind, StatsFormat};
+use super::socket::CtlHandler;
 use super::tables;
 use super::ControlError;
 use crate::config::model::{self, Action, Config, Direction};
@@ -872,5 +874,82 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     /// SAs on their way out (rekeyed or deleted, session not freed yet).
     pub fn retiring(&self) -> usize {
         self.retiring.len()
+    }
+}
+
+/// The manager's error as a control-protocol error.
+fn ctl_error(e: MgrError) -> CtlError {
+    let code = match e.kind {
+        MgrErrorKind::NotFound => ErrorCode::NotFound,
+        MgrErrorKind::Exists => ErrorCode::Exists,
+        MgrErrorKind::Invalid => ErrorCode::Invalid,
+        MgrErrorKind::Device => ErrorCode::Device,
+        MgrErrorKind::Busy => ErrorCode::Busy,
+    };
+    CtlError::new(code, e.message)
+}
+
+/// Hex key material from a request, kept in zeroized memory.
+fn hex_key(field: &str, s: &str) -> Result<zeroize::Zeroizing<Vec<u8>>, CtlError> {
+    let s = s.trim();
+    let mut out = zeroize::Zeroizing::new(vec![0u8; s.len() / 2]);
+    if s.len() % 2 != 0 || hex::decode_to_slice(s, &mut out[..]).is_err() {
+        return Err(CtlError::new(ErrorCode::BadArgs, format!("{field}: expected an even number of hex digits")));
+    }
+    Ok(out)
+}
+
+impl MgrEvent {
+    /// The event as the control socket sends it.
+    pub fn to_protocol(&self) -> Event {
+        Event {
+            kind: match self.kind {
+                "added" => EventKind::Added,
+                "deleted" => EventKind::Deleted,
+                "rekeyed" => EventKind::Rekeyed,
+                "soft_expired" => EventKind::SoftExpired,
+                "hard_expired" => EventKind::HardExpired,
+                _ => EventKind::Error,
+            },
+            spi: self.spi,
+            direction: self.direction.to_string(),
+            reason: self.reason.map(str::to_string),
+            message: self.message.clone(),
+            time: self.time,
+            new_spi: self.new_spi,
+            packets: self.packets,
+            bytes: self.bytes,
+        }
+    }
+}
+
+impl<D: CryptoDevice> CtlHandler for Manager<'_, D> {
+    fn handle(&mut self, cmd: &Command) -> Result<Value, CtlError> {
+        let now = Instant::now();
+        match cmd {
+            Command::Stats { format } => {
+                let s = self.stats();
+                Ok(match format {
+                    StatsFormat::Json => serde_json::to_value(&s).map_err(|e| CtlError::new(ErrorCode::Internal, e.to_string()))?,
+                    StatsFormat::Prometheus => json!({ "text": s.to_prometheus() }),
+                })
+            }
+            Command::SaList => Ok(self.list_sas(now)),
+            Command::SaAdd { toml } => self.add(toml, now).map_err(ctl_error),
+            Command::SaDel { spi, direction } => self.del(*spi, *direction, now).map_err(ctl_error),
+            Command::SaRekey { spi, direction, new_spi, key, auth_key } => {
+                let key = hex_key("key", key)?;
+                let auth = auth_key.as_deref().map(|a| hex_key("auth_key", a)).transpose()?;
+                self.rekey(*spi, *direction, *new_spi, key.to_vec(), auth.map(|a| a.to_vec()), now).map_err(ctl_error)
+            }
+            Command::PolicyList => Ok(self.list_policies()),
+            Command::Reload => self.reload(now).map_err(ctl_error),
+            Command::Version => Ok(json!({ "version": env!("CARGO_PKG_VERSION"), "protocol": super::protocol::VERSION })),
+            Command::Events => Err(CtlError::new(ErrorCode::Internal, "events is served by the socket")),
+        }
+    }
+
+    fn commit(&mut self) {
+        self.publish();
     }
 }

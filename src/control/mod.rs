@@ -1,10 +1,14 @@
 //! The control thread: builds the tables from the config, creates crypto
-//! sessions, binds SAs to workers, starts the workers, serves stats, and
-//! stops everything cleanly. It never touches packets.
+//! sessions, binds SAs to workers, starts the workers, serves stats and the
+//! control socket (`protocol`, `socket`; `client` is `secgw ctl`'s side),
+//! and stops everything cleanly. It never touches packets.
 
 pub mod binding;
+pub mod client;
+pub mod protocol;
 pub mod manager;
 pub mod run;
+pub mod socket;
 pub mod stats;
 pub mod tables;
 

@@ -24,6 +24,9 @@ pub struct RunOptions {
     pub stats_interval: Option<u64>,
     /// Write JSON stats here every second and on exit (atomically).
     pub stats_file: Option<PathBuf>,
+    /// Control socket path (overrides `control.socket`; see
+    /// `control::socket::socket_path`).
+    pub socket: Option<PathBuf>,
 }
 
 /// Packet buffers per worker.
@@ -109,6 +112,11 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
     let info = dev.info();
     tracing::info!(driver = info.driver, queue_pairs = info.nb_queue_pairs, max_sessions_per_qp = info.max_sessions_per_qp, "crypto device");
     let mut mgr = Manager::new(cfg, &dev, &macs)?;
+    mgr.set_grace(Duration::from_millis(cfg.control.rekey_grace_ms));
+    let sock_path = super::socket::socket_path(cfg, opts);
+    let mut server = super::socket::CtlServer::bind(&sock_path)
+        .map_err(|e| ControlError::Unsupported(format!("control socket {}: {e}", sock_path.display())))?;
+    tracing::info!(socket = %sock_path.display(), "control socket");
     let t = Arc::new(mgr.tables_now());
     let tables = Arc::new(ArcSwap::new(t.clone()));
 
@@ -191,9 +199,15 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
     let interval = opts.stats_interval.unwrap_or(cfg.gateway.stats_interval);
     let mut last_print = Instant::now();
     let mut last_file = Instant::now();
+    let mut last_request = Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(10));
+        // Short naps while a client is talking, longer ones when idle.
+        let nap = if last_request.elapsed() < Duration::from_millis(200) { Duration::from_micros(50) } else { Duration::from_millis(5) };
+        std::thread::sleep(nap);
         let now = Instant::now();
+        if server.poll(&mut mgr) > 0 {
+            last_request = Instant::now();
+        }
         if hup.swap(false, Ordering::Relaxed) {
             match mgr.reload(now) {
                 Ok(r) => tracing::info!(result = %r, "SIGHUP: config reloaded"),
@@ -202,7 +216,9 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
         }
         mgr.tick(now);
         mgr.publish();
-        mgr.take_events();
+        for ev in mgr.take_events() {
+            server.broadcast(&ev.to_protocol());
+        }
         if handles.iter().any(|h| h.is_finished()) {
             tracing::error!("a worker stopped unexpectedly; stopping");
             stop.store(true, Ordering::Relaxed);

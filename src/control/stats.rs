@@ -175,3 +175,192 @@ impl Snapshot {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
     }
 }
+
+/// Prometheus text exposition format 0.0.4: label values escape `\`, `"`
+/// and newline; HELP text escapes `\` and newline.
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// A per-item counter: name after the prefix, HELP text, its value.
+type Metric<T> = (&'static str, &'static str, fn(&T) -> u64);
+
+/// One metric family: HELP and TYPE lines, then `name{labels} value` lines.
+fn prom_family<'a>(o: &mut String, name: &str, kind: &str, help: &str, samples: impl IntoIterator<Item = (String, u64)> + 'a) {
+    use std::fmt::Write;
+    let _ = writeln!(o, "# HELP {name} {}", help.replace('\\', "\\\\").replace('\n', "\\n"));
+    let _ = writeln!(o, "# TYPE {name} {kind}");
+    for (labels, v) in samples {
+        if labels.is_empty() {
+            let _ = writeln!(o, "{name} {v}");
+        } else {
+            let _ = writeln!(o, "{name}{{{labels}}} {v}");
+        }
+    }
+}
+
+/// Owned mirror of [`Snapshot`] for reading it back from JSON.
+#[derive(serde::Deserialize)]
+struct SnapshotJson {
+    ports: Vec<PortJson>,
+    sas: Vec<SaJson>,
+    drops: BTreeMap<String, u64>,
+    arp_replies: u64,
+    nd_replies: u64,
+    frags_sent: u64,
+    dummies_sent: u64,
+    icmp_sent: u64,
+    icmp_rate_limited: u64,
+    frags_received: u64,
+    reassembled: u64,
+    frags_reassembled: u64,
+    frags_pending: u64,
+    workers: Vec<WorkerJson>,
+}
+
+#[derive(serde::Deserialize)]
+struct PortJson {
+    name: String,
+    rx_packets: u64,
+    rx_bytes: u64,
+    tx_packets: u64,
+    tx_bytes: u64,
+    drops: u64,
+    rx_dropped_backend: u64,
+}
+
+#[derive(serde::Deserialize)]
+struct SaJson {
+    spi: u32,
+    direction: String,
+    packets: u64,
+    bytes: u64,
+    errors: u64,
+    dummies: u64,
+}
+
+#[derive(serde::Deserialize)]
+struct WorkerJson {
+    worker: usize,
+    handoff_out: u64,
+    handoff_in: u64,
+}
+
+impl Snapshot {
+    /// The counters in Prometheus text exposition format 0.0.4: `secgw_`
+    /// names, counters ending in `_total`; per port (label `port`), per SA
+    /// (`spi`, `direction`), drops by reason (`reason`), the global
+    /// counters, per worker (`worker`), and the gauge `secgw_frags_pending`.
+    pub fn to_prometheus(&self) -> String {
+        let mut o = String::new();
+        let port = |f: fn(&PortStats) -> u64| {
+            self.ports.iter().map(move |p| (format!("port=\"{}\"", escape_label(&p.name)), f(p)))
+        };
+        let ports: [Metric<PortStats>; 6] = [
+            ("rx_packets", "Frames received on the port.", |p| p.rx_packets),
+            ("rx_bytes", "Bytes received on the port.", |p| p.rx_bytes),
+            ("tx_packets", "Frames transmitted on the port.", |p| p.tx_packets),
+            ("tx_bytes", "Bytes transmitted on the port.", |p| p.tx_bytes),
+            ("drops", "Frames received on the port and dropped.", |p| p.drops),
+            ("rx_dropped_backend", "Frames the kernel dropped before the gateway saw them (AF_XDP rings).", |p| p.rx_dropped_backend),
+        ];
+        for (name, help, f) in ports {
+            prom_family(&mut o, &format!("secgw_port_{name}_total"), "counter", help, port(f));
+        }
+        let sas: [Metric<SaStats>; 4] = [
+            ("packets", "Packets processed with the SA.", |s| s.packets),
+            ("bytes", "Bytes of the inner (plaintext) packets of the SA.", |s| s.bytes),
+            ("errors", "Packets dropped while processed with the SA.", |s| s.errors),
+            ("dummies", "Dummy packets (RFC 4303 section 2.6) sent on the SA.", |s| s.dummies),
+        ];
+        for (name, help, f) in sas {
+            let samples = self.sas.iter().map(|s| (format!("spi=\"{}\",direction=\"{}\"", s.spi, escape_label(s.direction)), f(s)));
+            prom_family(&mut o, &format!("secgw_sa_{name}_total"), "counter", help, samples);
+        }
+        let drops = self.drops.iter().map(|(r, v)| (format!("reason=\"{}\"", escape_label(r)), *v));
+        prom_family(&mut o, "secgw_drops_total", "counter", "Packets dropped, by reason (README, Counters).", drops);
+        let globals = [
+            ("arp_replies", "ARP replies sent.", self.arp_replies),
+            ("nd_replies", "Neighbor Advertisements sent.", self.nd_replies),
+            ("frags_sent", "IPv4 fragments sent.", self.frags_sent),
+            ("dummies_sent", "Dummy packets sent, all SAs.", self.dummies_sent),
+            ("icmp_sent", "ICMP fragmentation-needed and ICMPv6 Packet Too Big errors sent.", self.icmp_sent),
+            ("icmp_rate_limited", "ICMP errors suppressed by the rate limit.", self.icmp_rate_limited),
+            ("frags_received", "Fragments addressed to the gateway taken for reassembly.", self.frags_received),
+            ("reassembled", "Datagrams reassembled.", self.reassembled),
+            ("frags_reassembled", "Fragments that went into reassembled datagrams.", self.frags_reassembled),
+        ];
+        for (name, help, v) in globals {
+            prom_family(&mut o, &format!("secgw_{name}_total"), "counter", help, [(String::new(), v)]);
+        }
+        prom_family(&mut o, "secgw_frags_pending", "gauge", "Fragments waiting for the rest of their datagram.", [(String::new(), self.frags_pending)]);
+        let workers: [Metric<WorkerStats>; 2] = [
+            ("handoff_out", "Packets the worker handed to the owner of their SA.", |w| w.handoff_out),
+            ("handoff_in", "Packets the worker received from other workers for SAs it owns.", |w| w.handoff_in),
+        ];
+        for (name, help, f) in workers {
+            let samples = self.workers.iter().map(|w| (format!("worker=\"{}\"", w.worker), f(w)));
+            prom_family(&mut o, &format!("secgw_worker_{name}_total"), "counter", help, samples);
+        }
+        o
+    }
+
+    /// Reads a snapshot back from its JSON form ([`Snapshot::to_json`], the
+    /// `stats` result of the control socket), e.g. to print it as text.
+    /// Unknown extra fields are ignored. Errors: a missing field or a value
+    /// of the wrong type, a direction other than inbound/outbound, a drop
+    /// reason this build does not know (a server of another version).
+    // `..Default::default()` keeps this compiling when fields are added.
+    #[allow(clippy::needless_update)]
+    pub fn from_json_value(v: &serde_json::Value) -> Result<Snapshot, String> {
+        let j = <SnapshotJson as serde::Deserialize>::deserialize(v).map_err(|e| format!("not a stats snapshot: {e}"))?;
+        let mut drops = BTreeMap::new();
+        for (name, n) in j.drops {
+            let r = DropReason::ALL.iter().find(|r| r.name() == name).ok_or_else(|| format!("unknown drop reason {name:?}"))?;
+            drops.insert(r.name(), n);
+        }
+        let mut sas = Vec::with_capacity(j.sas.len());
+        for s in j.sas {
+            let direction = match s.direction.as_str() {
+                "outbound" => "outbound",
+                "inbound" => "inbound",
+                d => return Err(format!("SA {}: unknown direction {d:?}", s.spi)),
+            };
+            sas.push(SaStats { spi: s.spi, direction, packets: s.packets, bytes: s.bytes, errors: s.errors, dummies: s.dummies, ..Default::default() });
+        }
+        Ok(Snapshot {
+            ports: j
+                .ports
+                .into_iter()
+                .map(|p| PortStats {
+                    name: p.name,
+                    rx_packets: p.rx_packets,
+                    rx_bytes: p.rx_bytes,
+                    tx_packets: p.tx_packets,
+                    tx_bytes: p.tx_bytes,
+                    drops: p.drops,
+                    rx_dropped_backend: p.rx_dropped_backend,
+                    ..Default::default()
+                })
+                .collect(),
+            sas,
+            drops,
+            arp_replies: j.arp_replies,
+            nd_replies: j.nd_replies,
+            frags_sent: j.frags_sent,
+            dummies_sent: j.dummies_sent,
+            icmp_sent: j.icmp_sent,
+            icmp_rate_limited: j.icmp_rate_limited,
+            frags_received: j.frags_received,
+            reassembled: j.reassembled,
+            frags_reassembled: j.frags_reassembled,
+            frags_pending: j.frags_pending,
+            workers: j
+                .workers
+                .into_iter()
+                .map(|w| WorkerStats { worker: w.worker, handoff_out: w.handoff_out, handoff_in: w.handoff_in, ..Default::default() })
+                .collect(),
+            ..Default::default()
+        })
+    }
+}
