@@ -357,12 +357,10 @@ fn limits_are_exact_with_packets_handed_between_workers() {
     for backend in BACKENDS {
         let mut gw = Gw::new(&config_with("ep0-2w.toml", 2002, "soft_packets = 4\nhard_packets = 7"), backend);
         let owner = gw.tables().sad.outbound_sas().find(|(_, s)| s.spi == 2002).unwrap().1.owner;
-        let mut n = 0;
-        for w in [0, 1].into_iter().cycle().take(20) {
-            // Port 443: SA 2002 (ports 6000-6999 go to 2001).
+        for n in 0..20u8 {
+            // Port 443: SA 2002 (ports 6000-6999 go to 2001); alternate workers.
             let ip = udp_packet(HOST_A, HOST_B, 0, 64, 40000, 443, &[n; 20]);
-            gw.inject(w, "inside", &eth(mac("02:00:00:00:00:01"), mac("02:00:00:00:0a:01"), 0x0800, &ip));
-            n += 1;
+            gw.inject(usize::from(n % 2), "inside", &eth(mac("02:00:00:00:00:01"), mac("02:00:00:00:0a:01"), 0x0800, &ip));
         }
         let out = gw.run();
         let seqs: Vec<(u32, u32)> = out.iter().map(|(_, f)| esp_seq(f)).collect();
