@@ -1006,3 +1006,115 @@ fn control_table_defaults_values_and_ranges() {
     let fixed = format!("{bad}\n[control]\nsocket = \"/run/ab.sock\"\n");
     assert!(config::parse(&fixed, Path::new(FILE)).is_ok());
 }
+
+/// Lifetime keys (RFC 4301 §4.4.2.1): absent = no limit (`u64::MAX`), each
+/// given one lands in its slot, the ranges, soft below hard, shown by the
+/// summary.
+#[test]
+fn lifetime_keys_defaults_ranges_and_soft_below_hard() {
+    use secgw::esp::{Lifetime, Limits};
+    let cfg = config::parse(BASE, Path::new(FILE)).unwrap();
+    for sa in &cfg.sas {
+        assert_eq!(sa.lifetime, Lifetime { soft: Limits::NONE, hard: Limits::NONE }, "no limits by default");
+        assert_eq!(sa.first_seq, 1);
+    }
+    let out = "tunnel_dst = \"203.0.113.2\"";
+    let inb = "tunnel_dst = \"203.0.113.1\"";
+    let with = |lines: &str| edit(out, &format!("{out}\n{lines}"));
+    let all = "soft_packets = 10\nhard_packets = 20\nsoft_bytes = 3000\nhard_bytes = 4000\nsoft_seconds = 50\nhard_seconds = 60";
+    let cfg = config::parse(&with(all), Path::new(FILE)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        cfg.sas[0].lifetime,
+        Lifetime { soft: Limits { packets: 10, bytes: 3000, seconds: 50 }, hard: Limits { packets: 20, bytes: 4000, seconds: 60 } }
+    );
+    assert_eq!(cfg.sas[1].lifetime, Lifetime::default(), "the other SA keeps none");
+    let shown = config::summary(&cfg);
+    assert!(shown.contains("soft 10 pkts 3000 B 50 s") && shown.contains("hard 20 pkts 4000 B 60 s"), "{shown}");
+    // Each key alone, on an inbound SA too: the others stay unlimited.
+    let cfg = config::parse(&edit(inb, &format!("{inb}\nhard_bytes = 1")), Path::new(FILE)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cfg.sas[1].lifetime.hard, Limits { bytes: 1, ..Limits::NONE });
+    assert_eq!(cfg.sas[1].lifetime.soft, Limits::NONE);
+    let cfg = config::parse(&with("soft_seconds = 315576000"), Path::new(FILE)).unwrap();
+    assert_eq!(cfg.sas[0].lifetime.soft, Limits { seconds: config::MAX_LIFETIME_SECONDS, ..Limits::NONE });
+    let cfg = config::parse(&with("hard_packets = 9223372036854775807"), Path::new(FILE)).unwrap();
+    assert_eq!(cfg.sas[0].lifetime.hard.packets, i64::MAX as u64);
+    let cfg = config::parse(&with("soft_bytes = 5"), Path::new(FILE)).unwrap();
+    assert!(config::summary(&cfg).contains("soft 5 B"));
+    assert!(!config::summary(&cfg).contains("hard "), "{}", config::summary(&cfg));
+
+    // Ranges.
+    for key in ["soft_packets", "hard_packets", "soft_bytes", "hard_bytes"] {
+        assert_one(&with(&format!("{key} = 0")), key, key.len() + 3, &format!("sa[0].{key}"), "expected an integer in 1..=9223372036854775807, found 0");
+        assert_one(&with(&format!("{key} = -5")), key, key.len() + 3, &format!("sa[0].{key}"), "found -5");
+        assert_one(&with(&format!("{key} = \"5\"")), key, key.len() + 3, &format!("sa[0].{key}"), "expected an integer in 1..=9223372036854775807, found \"5\"");
+    }
+    for key in ["soft_seconds", "hard_seconds"] {
+        assert_one(&with(&format!("{key} = 315576001")), key, key.len() + 3, &format!("sa[0].{key}"), "expected an integer in 1..=315576000, found 315576001");
+        assert_one(&with(&format!("{key} = 0")), key, key.len() + 3, &format!("sa[0].{key}"), "found 0");
+        assert_one(&with(&format!("{key} = 1.5")), key, key.len() + 3, &format!("sa[0].{key}"), "found float 1.5");
+    }
+    // Soft below hard: equal and above are refused at the soft key, naming both.
+    for (soft, hard, a, b) in [("soft_packets", "hard_packets", 20, 20), ("soft_bytes", "hard_bytes", 4001, 4000), ("soft_seconds", "hard_seconds", 61, 60)] {
+        let text = with(&format!("{soft} = {a}\n{hard} = {b}"));
+        assert_one(&text, soft, soft.len() + 3, &format!("sa[0].{soft}"), &format!("expected {soft} below {hard} ({b}), found {a}"));
+        // On an inbound SA the same.
+        let text = edit(inb, &format!("{inb}\n{hard} = {b}\n{soft} = {a}"));
+        assert_one(&text, soft, soft.len() + 3, &format!("sa[1].{soft}"), &format!("expected {soft} below {hard} ({b}), found {a}"));
+    }
+    // A soft limit without a hard one (and the reverse) is fine.
+    config::parse(&with("soft_packets = 100\nhard_bytes = 5"), Path::new(FILE)).unwrap_or_else(|e| panic!("{e}"));
+    // Several problems in one SA are all reported.
+    let e = error(&with("soft_packets = 0\nhard_bytes = -1\nsoft_seconds = 9\nhard_seconds = 9"));
+    assert_eq!(e.problems().len(), 3, "{e}");
+}
+
+/// `first_seq`: outbound only, 1..=2^32−1 without ESN, 1..=2^64−1 with
+/// (strings above TOML's 2^63−1).
+#[test]
+fn first_seq_ranges_esn_and_direction() {
+    let out = "tunnel_dst = \"203.0.113.2\"";
+    let with = |lines: &str| edit(out, &format!("{out}\n{lines}"));
+    let seq = |text: &str| config::parse(text, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}")).sas[0].first_seq;
+    assert_eq!(seq(&with("first_seq = 4294967290")), 4294967290);
+    assert_eq!(seq(&with("first_seq = 4294967295")), u32::MAX as u64);
+    assert_eq!(seq(&with("first_seq = \"0xfffffffa\"")), 0xffff_fffa);
+    assert_eq!(seq(&with("esn = true\nfirst_seq = 4294967296")), 1 << 32);
+    assert_eq!(seq(&with("esn = true\nfirst_seq = \"18446744073709551615\"")), u64::MAX);
+    assert_eq!(seq(&with("esn = true\nfirst_seq = \"0xFFFFFFFFFFFFFFF0\"")), u64::MAX - 15);
+    let cfg = config::parse(&with("first_seq = 4294967290"), Path::new(FILE)).unwrap();
+    assert!(config::summary(&cfg).contains("first seq 4294967290"), "{}", config::summary(&cfg));
+    assert!(!config::summary(&config::parse(BASE, Path::new(FILE)).unwrap()).contains("first seq"));
+
+    let f = "sa[0].first_seq";
+    assert_one(&with("first_seq = 4294967296"), "first_seq", 12, f, "expected an integer in 1..=4294967295 (without esn the counter has 32 bits and never cycles, RFC 4303 §3.3.3), found integer 4294967296");
+    assert_one(&with("first_seq = \"0x100000000\""), "first_seq", 12, f, "expected an integer in 1..=4294967295 (without esn");
+    assert_one(&with("first_seq = 0"), "first_seq", 12, f, "expected an integer in 1..=4294967295");
+    assert_one(&with("esn = true\nfirst_seq = 0"), "first_seq", 12, f, "expected an integer in 1..=18446744073709551615 (with esn = true the counter has 64 bits, RFC 4303 §2.2.1), found integer 0");
+    assert_one(&with("esn = true\nfirst_seq = \"18446744073709551616\""), "first_seq", 12, f, "(decimal or 0x hex in a string), found \"18446744073709551616\"");
+    assert_one(&with("first_seq = \"-1\""), "first_seq", 12, f, "found \"-1\"");
+    assert_one(&with("first_seq = -1"), "first_seq", 12, f, "found integer -1");
+    assert_one(&with("first_seq = true"), "first_seq", 12, f, "expected an integer in 1..=4294967295, found boolean true");
+    // Inbound: the receiver's window takes what arrives; there is no counter to start.
+    let inb = "tunnel_dst = \"203.0.113.1\"";
+    assert_one(&edit(inb, &format!("{inb}\nfirst_seq = 5")), "first_seq", 12, "sa[1].first_seq", "first_seq applies to outbound SAs only");
+}
+
+/// Packet limits an outbound SA without ESN never reaches (its sequence
+/// numbers run out first, RFC 4303 §3.3.3) are warned about; with ESN, or
+/// within the numbers left, not.
+#[test]
+fn packet_limits_beyond_the_sequence_space_warn() {
+    let out = "tunnel_dst = \"203.0.113.2\"";
+    let with = |lines: &str| edit(out, &format!("{out}\n{lines}"));
+    let warns = |text: &str| config::warnings(&config::parse(text, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}")));
+    let w = warns(&with("first_seq = 4294967290\nsoft_packets = 6\nhard_packets = 7"));
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].contains("sa[0].hard_packets: 7 packets is never reached: without esn SPI 1001 has 6 sequence numbers"), "{w:?}");
+    let w = warns(&with("hard_packets = 4294967296"));
+    assert!(w.iter().any(|w| w.contains("sa[0].hard_packets: 4294967296 packets is never reached")), "{w:?}");
+    assert!(warns(&with("hard_packets = 4294967295")).is_empty());
+    assert!(warns(&with("esn = true\nfirst_seq = 4294967290\nhard_packets = 100")).is_empty());
+    // An inbound SA has no counter of its own to run out.
+    let inb = "tunnel_dst = \"203.0.113.1\"";
+    assert!(warns(&edit(inb, &format!("{inb}\nhard_packets = 9999999999"))).is_empty());
+}

@@ -96,6 +96,16 @@
 //!                           #   shorter than this are padded with zeros to it, 0..=1400, default
 //!                           #   0 = off; padded, they must fit the mtu of the port routed to
 //!                           #   tunnel_dst
+//! soft_packets = 1000000    # lifetime limits (RFC 4301 §4.4.2.1), each optional, absent = none:
+//! hard_packets = 1200000    #   integers >= 1 (up to 2^63-1); *_bytes count inner packet bytes;
+//! soft_bytes = 1000000000   #   *_seconds from the SA's installation, 1..=315576000 (10 years);
+//! hard_bytes = 1200000000   #   a soft limit must be below its hard limit when both are given.
+//! soft_seconds = 3000       #   Soft: an event asks for a rekey; hard: the SA's packets are
+//! hard_seconds = 3600       #   dropped as `sa_expired` from then on. Both directions.
+//! first_seq = 1             # outbound only (an error on inbound): sequence number of the first
+//!                           #   packet, default 1; 1..=4294967295 without esn, 1..=2^64-1 with
+//!                           #   (above 2^63-1 as a string, decimal or "0x…"). Without esn the SA
+//!                           #   hard-expires after 2^32-1 instead of cycling (RFC 4303 §3.3.3)
 //! worker = 0                # optional worker index < gateway.workers; default: balanced
 //!
 //! [[policy]]                # SPD entry; lower priority wins, ties by file order
@@ -143,6 +153,7 @@ use toml::Spanned;
 use zeroize::{Zeroize, Zeroizing};
 
 use super::model::*;
+use crate::esp::{Lifetime, Limits};
 use super::{ConfigError, Problem};
 
 /// Reads and validates the config file at `path`.
@@ -451,6 +462,13 @@ struct RawSa {
     dummy_interval_ms: Field,
     dummy_len: Field,
     tfc_pad_to: Field,
+    soft_packets: Field,
+    hard_packets: Field,
+    soft_bytes: Field,
+    hard_bytes: Field,
+    soft_seconds: Field,
+    hard_seconds: Field,
+    first_seq: Field,
 }
 
 impl RawSa {
@@ -1417,6 +1435,8 @@ impl Checker<'_> {
                 let m = "dummy_len applies only with dummy_interval_ms > 0 (no dummy packets are sent); add it or remove dummy_len";
                 ck.problem(&v.span(), &tab.field("dummy_len"), m);
             }
+            let lifetime = ck.lifetime(s, tab);
+            let first_seq = ck.first_seq(&s.first_seq, tab, direction, esn);
             let worker = match (&s.worker, workers) {
                 (None, _) => Some(None),
                 (Some(v), Some(w)) => {
@@ -1454,11 +1474,97 @@ impl Checker<'_> {
                 dummy_interval_ms: dummy_interval_ms? as u64,
                 dummy_len: dummy_len? as usize,
                 tfc_pad_to: tfc_pad_to? as usize,
-                lifetime: crate::esp::Lifetime::default(),
-                first_seq: 1,
+                lifetime: lifetime?,
+                first_seq: first_seq?,
             })
         });
         Sas { list, ids }
+    }
+
+    /// The six lifetime keys of an SA (RFC 4301 §4.4.2.1): each an integer
+    /// ≥ 1 (seconds at most [`MAX_LIFETIME_SECONDS`]), absent = no limit
+    /// (`u64::MAX`); a soft limit must be below its hard limit when both
+    /// are given (the soft one asks for a rekey while the SA still works).
+    fn lifetime(&mut self, s: &RawSa, tab: &Tab) -> Option<Lifetime> {
+        let pairs = [
+            ((&s.soft_packets, "soft_packets"), (&s.hard_packets, "hard_packets"), i64::MAX),
+            ((&s.soft_bytes, "soft_bytes"), (&s.hard_bytes, "hard_bytes"), i64::MAX),
+            ((&s.soft_seconds, "soft_seconds"), (&s.hard_seconds, "hard_seconds"), MAX_LIFETIME_SECONDS as i64),
+        ];
+        let mut soft = [u64::MAX; 3];
+        let mut hard = [u64::MAX; 3];
+        let mut ok = true;
+        for (k, ((sf, sk), (hf, hk), max)) in pairs.into_iter().enumerate() {
+            let sv = self.opt_integer(sf, &tab.field(sk), 1, max, i64::MAX);
+            let hv = self.opt_integer(hf, &tab.field(hk), 1, max, i64::MAX);
+            match (sv, hv, sf) {
+                (Some(a), Some(b), Some(v)) if hf.is_some() && a >= b => {
+                    let m = format!("expected {sk} below {hk} ({b}), found {a}: the soft limit asks for a rekey while the SA still works, the hard one ends it");
+                    self.problem(&v.span(), &tab.field(sk), m);
+                    ok = false;
+                }
+                (Some(a), Some(b), _) => {
+                    if sf.is_some() {
+                        soft[k] = a as u64;
+                    }
+                    if hf.is_some() {
+                        hard[k] = b as u64;
+                    }
+                }
+                _ => ok = false,
+            }
+        }
+        let limits = |l: [u64; 3]| Limits { packets: l[0], bytes: l[1], seconds: l[2] };
+        ok.then(|| Lifetime { soft: limits(soft), hard: limits(hard) })
+    }
+
+    /// `first_seq` (outbound only): the sequence number of the SA's first
+    /// packet, 1..=2^32−1 without ESN, 1..=2^64−1 with (RFC 4303 §2.2,
+    /// §2.2.1); an integer, or a decimal or "0x" hex string for values
+    /// beyond TOML's 2^63−1. Default 1.
+    fn first_seq(&mut self, f: &Field, tab: &Tab, direction: Option<Direction>, esn: Option<bool>) -> Option<u64> {
+        let Some(v) = f else { return Some(1) };
+        let field = tab.field("first_seq");
+        if direction == Some(Direction::Inbound) {
+            let m = "first_seq applies to outbound SAs only (the sender's counter, RFC 4303 §3.3.3; a receiver takes what arrives); remove it";
+            self.problem(&v.span(), &field, m);
+            return None;
+        }
+        let (max, why) = match esn {
+            Some(true) => (u64::MAX, "with esn = true the counter has 64 bits, RFC 4303 §2.2.1"),
+            Some(false) => (u32::MAX as u64, "without esn the counter has 32 bits and never cycles, RFC 4303 §3.3.3"),
+            None => (u64::MAX, ""),
+        };
+        let expected = format!("an integer in 1..={max}");
+        let n = match v.get_ref() {
+            Raw::Int(i) => u64::try_from(*i).ok(),
+            Raw::Str(s) => {
+                let n = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+                    Some(h) => u64::from_str_radix(h, 16),
+                    None => s.parse::<u64>(),
+                };
+                match n {
+                    Ok(n) if !s.contains(['+', '-']) => Some(n),
+                    _ => {
+                        self.problem(&v.span(), &field, format!("expected {expected} (decimal or 0x hex in a string), found {s:?}"));
+                        return None;
+                    }
+                }
+            }
+            _ => {
+                self.wrong_type(v, &field, &expected);
+                return None;
+            }
+        };
+        match n {
+            Some(n) if (1..=max).contains(&n) => Some(n),
+            _ => {
+                let found = v.get_ref().describe(false);
+                let why = if why.is_empty() { String::new() } else { format!(" ({why})") };
+                self.problem(&v.span(), &field, format!("expected {expected}{why}, found {found}"));
+                None
+            }
+        }
     }
 
     fn spi(&mut self, v: &Spanned<Raw>, field: &str) -> Option<u32> {

@@ -304,11 +304,20 @@ pub struct Sa {
     /// tunnel-mode SAs only; 0..=1400, default 0 = off; bounded further by
     /// the MTU of the port routed to `tunnel_dst`).
     pub tfc_pad_to: usize,
-    /// Soft and hard lifetime limits (RFC 4301 §4.4.2.1), none by default.
+    /// Soft and hard lifetime limits (RFC 4301 §4.4.2.1) in packets, bytes
+    /// (inner packets) and seconds; `u64::MAX` = none (the default). Each
+    /// soft limit given with its hard one is below it; seconds are at most
+    /// [`MAX_LIFETIME_SECONDS`].
     pub lifetime: crate::esp::Lifetime,
-    /// Sequence number of the first packet sent (outbound; default 1).
+    /// Sequence number of the first packet sent (outbound SAs; default 1,
+    /// RFC 4303 §3.3.3): 1..=2^32−1 without ESN, 1..=2^64−1 with. Always 1
+    /// on inbound SAs.
     pub first_seq: u64,
 }
+
+/// Largest `soft_seconds` / `hard_seconds` of an SA: 10 years of 365.25
+/// days (315,576,000 s).
+pub const MAX_LIFETIME_SECONDS: u64 = 315_576_000;
 
 impl std::fmt::Debug for Sa {
     // Keys never reach logs.
@@ -334,6 +343,8 @@ impl std::fmt::Debug for Sa {
             .field("dummy_interval_ms", &self.dummy_interval_ms)
             .field("dummy_len", &self.dummy_len)
             .field("tfc_pad_to", &self.tfc_pad_to)
+            .field("lifetime", &self.lifetime)
+            .field("first_seq", &self.first_seq)
             .finish()
     }
 }

@@ -152,6 +152,19 @@ pub fn summary(cfg: &Config) -> String {
             if sa.dummy_interval_ms > 0 {
                 row.push(format!("dummy {} B every {} ms", sa.dummy_len, sa.dummy_interval_ms));
             }
+            for (name, l) in [("soft", &sa.lifetime.soft), ("hard", &sa.lifetime.hard)] {
+                let set: Vec<String> = [(l.packets, "pkts"), (l.bytes, "B"), (l.seconds, "s")]
+                    .iter()
+                    .filter(|(v, _)| *v != u64::MAX)
+                    .map(|(v, unit)| format!("{v} {unit}"))
+                    .collect();
+                if !set.is_empty() {
+                    row.push(format!("{name} {}", set.join(" ")));
+                }
+            }
+            if sa.first_seq != 1 {
+                row.push(format!("first seq {}", sa.first_seq));
+            }
             row
         }),
     );

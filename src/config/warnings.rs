@@ -10,7 +10,9 @@ use super::model::*;
 /// Checked: SPIs 1..=255 (reserved by IANA, RFC 4303 §2.1); inbound SAs
 /// with anti-replay off (RFC 4303 §3.4.3); SAs no policy uses; tunnel
 /// endpoints that are not an address of an unprotected port (when such
-/// ports have addresses); two workers pinned to one core.
+/// ports have addresses); two workers pinned to one core; packet limits of
+/// outbound SAs without ESN beyond the sequence numbers they have left
+/// (RFC 4303 §3.3.3).
 pub fn warnings(cfg: &Config) -> Vec<String> {
     let mut out = Vec::new();
     let file = cfg.source.display();
@@ -64,6 +66,19 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
                 format!("sa[{i}]"),
                 format!("no {dir} policy protects with SPI {}", sa.spi),
             );
+        }
+        if sa.direction == Direction::Outbound && !sa.esn {
+            // RFC 4303 §3.3.3: without ESN the SA ends at sequence number
+            // 2^32−1, so a packet limit past that is never reached.
+            let left = u64::from(u32::MAX) + 1 - sa.first_seq;
+            for (key, limit) in [("soft_packets", sa.lifetime.soft.packets), ("hard_packets", sa.lifetime.hard.packets)] {
+                if limit != u64::MAX && limit > left {
+                    warn(
+                        format!("sa[{i}].{key}"),
+                        format!("{limit} packets is never reached: without esn SPI {} has {left} sequence numbers (first_seq {} to 2^32-1), then expires (RFC 4303 §3.3.3)", sa.spi, sa.first_seq),
+                    );
+                }
+            }
         }
         let (key, ours) = match sa.direction {
             Direction::Outbound => ("tunnel_src", sa.tunnel_src),

@@ -129,6 +129,12 @@ pub fn temp_config(prefix: &str, name: &str, text: &str) -> String {
 /// crate directly (RFC 4106: nonce = salt ‖ IV, AAD = SPI ‖ seq); returns
 /// the payload + padding + trailer. Panics if the ICV does not verify.
 pub fn open_gcm128(key: &[u8], esp: &[u8]) -> Vec<u8> {
+    open_gcm128_esn(key, esp, None)
+}
+
+/// [`open_gcm128`] for an SA with extended sequence numbers when `seq_hi`
+/// is given: AAD = SPI ‖ seq_hi ‖ seq_lo (RFC 4106 §5, RFC 4303 §2.2.1).
+pub fn open_gcm128_esn(key: &[u8], esp: &[u8], seq_hi: Option<u32>) -> Vec<u8> {
     use aes_gcm::aead::AeadInPlace;
     use aes_gcm::{Aes128Gcm, KeyInit};
     let mut nonce = [0u8; 12];
@@ -137,9 +143,14 @@ pub fn open_gcm128(key: &[u8], esp: &[u8]) -> Vec<u8> {
     let n = esp.len();
     let mut plain = esp[16..n - 16].to_vec();
     let tag = aes_gcm::Tag::clone_from_slice(&esp[n - 16..]);
+    let mut aad = esp[..4].to_vec();
+    if let Some(hi) = seq_hi {
+        aad.extend_from_slice(&hi.to_be_bytes());
+    }
+    aad.extend_from_slice(&esp[4..8]);
     Aes128Gcm::new_from_slice(&key[..16])
         .unwrap()
-        .decrypt_in_place_detached((&nonce).into(), &esp[..8], &mut plain, &tag)
+        .decrypt_in_place_detached((&nonce).into(), &aad, &mut plain, &tag)
         .expect("ICV verifies with the peer's key");
     plain
 }
