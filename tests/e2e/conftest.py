@@ -99,7 +99,9 @@ def artifacts(request):
 
 
 def _start_pair(binary, artifacts, configs=None) -> dict:
-    gw = {n: L.Gateway(n, binary, artifacts, (configs or {}).get(n)) for n in ("gw0", "gw1")}
+    # gw1 first: once gw0 (the usual sender) is ready, its peer is too (a
+    # dummy or a first packet of gw0 never precedes gw1's readiness).
+    gw = {n: L.Gateway(n, binary, artifacts, (configs or {}).get(n)) for n in ("gw1", "gw0")}
     try:
         for g in gw.values():
             g.start()

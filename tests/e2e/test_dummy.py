@@ -51,10 +51,9 @@ def test_dummies_decrypt_with_scapy_and_are_counted_not_delivered(start_gws, art
     assert info.direction == "outbound", info
     cap_w = L.Capture("wan", "br0", f"esp and src host {L.GW0_OUT_IP}", artifacts / "wan")
     cap_b = L.Capture("hostB", "b0", f"udp and src host {L.A_IP}", artifacts / "b0")
-    t0 = time.monotonic()
+    # start_gws starts gw1 before gw0, so gw0's first dummy (an interval
+    # after it is ready) finds gw1 ready.
     gws = start_gws({"gw0": dummy_config(artifacts, idle_sleep_us), "gw1": L.CONFIG_DIR / L.GW_CONFIG["gw1"]})
-    started = time.monotonic() - t0
-    assert started < INTERVAL_MS / 1000, f"gateways took {started:.2f} s to start: gw0's first dummy may precede gw1"
     payloads = [bytes([i]) * (20 + i) for i in range(DATAGRAMS)]
     L.send_udp("hostA", L.A_IP, L.B_IP, [
         {"sport": 40000, "dport": 42000 + i, "payload": p, "gap": GAP_S} for i, p in enumerate(payloads)])
