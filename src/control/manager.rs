@@ -658,8 +658,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         let gone: Vec<(u32, Direction)> = self.live.keys().filter(|k| !wanted.contains_key(k)).copied().collect();
         for k in gone {
             if let Some(l) = self.live.remove(&k) {
-                let msg = format!("SA {} {} removed by reload", k.0, dir_name(k.1));
-                self.event("deleted", k.0, k.1, msg, Some(&l.life));
+                // Its `deleted` event comes when its session is freed.
                 self.retire(l, k.1, Stage::Grace(now), false, "removed by reload");
                 removed += 1;
             }
@@ -676,13 +675,9 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
                         self.live.insert(k, old);
                         return Err(e);
                     }
-                    if k.1 == Direction::Inbound {
-                        // Same SPI: the index points at the new entry now;
-                        // the old one must not take it back when it goes.
-                        self.retire(old, k.1, Stage::Grace(now + grace), false, "replaced by reload");
-                    } else {
-                        self.retire(old, k.1, Stage::Grace(now + grace), false, "replaced by reload");
-                    }
+                    // Inbound, same SPI: the index points at the new entry
+                    // now, and the old one's removal leaves it there.
+                    self.retire(old, k.1, Stage::Grace(now + grace), false, "replaced by reload");
                     replaced += 1;
                 }
                 None => {

@@ -127,6 +127,9 @@ class Gateway:
         self.dir = workdir / name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.stats_file = self.dir / "stats.json"
+        # The control socket: per namespace prefix, so testbeds side by side
+        # do not meet on the config's default /run/secgw/<name>.sock.
+        self.socket = f"/run/secgw/e2e-{NS_PREFIX}{name}.sock"
         self.proc: subprocess.Popen | None = None
         self.returncode: int | None = None
         self.stdout = ""
@@ -137,7 +140,7 @@ class Gateway:
         self.out = open(self.dir / "stdout.log", "w")
         self.err = open(self.dir / "stderr.log", "w")
         cmd = ns_cmd(self.name, self.binary, "run", "--config", self.config,
-                     "--stats-file", self.stats_file)
+                     "--stats-file", self.stats_file, "--socket", self.socket)
         self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=self.err, stdin=subprocess.DEVNULL)
         self.returncode = None
         deadline = time.monotonic() + timeout
@@ -151,6 +154,16 @@ class Gateway:
         self.proc.kill()
         self.proc.wait()
         raise AssertionError(f"{self.name} not ready after {timeout}s\n{self.logs()}")
+
+    def ctl(self, *args, input: bytes | None = None, check: bool = True) -> str:
+        """`secgw ctl --socket <this gateway's socket> ARGS…`; its stdout.
+        `check`: a non-zero exit fails the test with the command's output."""
+        r = subprocess.run([str(self.binary), "ctl", "--socket", self.socket, *map(str, args)],
+                           input=input, capture_output=True, timeout=30)
+        if check and r.returncode != 0:
+            raise AssertionError(f"secgw ctl {' '.join(map(str, args))}: exit {r.returncode}\n"
+                                 f"{r.stdout.decode(errors='replace')}{r.stderr.decode(errors='replace')}")
+        return r.stdout.decode(errors="replace")
 
     def stderr(self) -> str:
         try:
