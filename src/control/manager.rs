@@ -185,6 +185,9 @@ pub struct Manager<'d, D: CryptoDevice> {
     restart: Vec<u16>,
     publisher: Option<(Arc<ArcSwap<Tables>>, Vec<Arc<WorkerCounters>>)>,
     last_scan: Option<Instant>,
+    /// How long [`Manager::publish`] waits for every worker to adopt a new
+    /// snapshot (zero: it does not wait).
+    adopt_wait: Duration,
 }
 
 impl<'d, D: CryptoDevice> Manager<'d, D> {
@@ -226,6 +229,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             restart: Vec::new(),
             publisher: None,
             last_scan: None,
+            adopt_wait: Duration::ZERO,
         };
         m.set_policies(cfg.policies.clone());
         for (i, sa) in cfg.sas.iter().enumerate() {
@@ -242,6 +246,13 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     /// How long a rekeyed inbound SA keeps being accepted (default 5 s).
     pub fn set_grace(&mut self, grace: Duration) {
         self.grace = grace;
+    }
+
+    /// How long [`Manager::publish`] waits, at most, until every worker
+    /// classifies with the snapshot it stored (default zero: no wait, for
+    /// callers that poll the workers themselves). `secgw run` sets 1 s.
+    pub fn set_adopt_wait(&mut self, wait: Duration) {
+        self.adopt_wait = wait;
     }
 
     /// A snapshot of the tables as they are now (version: the last
@@ -277,7 +288,14 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     }
 
     /// Publishes a new snapshot if anything changed since the last one,
-    /// then starts queue pairs stopped for a session swap.
+    /// waits (up to [`Manager::set_adopt_wait`]) until every worker has
+    /// taken it, then starts queue pairs stopped for a session swap.
+    ///
+    /// The wait makes "done" true for the peer: a worker takes the tables
+    /// once per poll and classifies that poll's frames with them, so
+    /// without it a frame the peer sends right after our answer (an
+    /// inbound rekey: the new SPI) can meet the older snapshot and be
+    /// dropped as `no_sa`.
     pub fn publish(&mut self) {
         if !self.dirty {
             return;
@@ -285,8 +303,16 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         self.dirty = false;
         self.version += 1;
         let t = self.tables_now();
-        if let Some((tables, _)) = &self.publisher {
+        if let Some((tables, workers)) = &self.publisher {
             tables.store(Arc::new(t));
+            let deadline = Instant::now() + self.adopt_wait;
+            while !self.adopt_wait.is_zero() && workers.iter().any(|c| c.adopted.get() < self.version) {
+                if Instant::now() >= deadline {
+                    tracing::warn!(version = self.version, wait_ms = self.adopt_wait.as_millis() as u64, "a worker has not taken the new tables yet");
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(20));
+            }
         }
         for qp in std::mem::take(&mut self.restart) {
             if let Err(e) = self.dev.queue_pair_start(qp) {

@@ -113,6 +113,8 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
     tracing::info!(driver = info.driver, queue_pairs = info.nb_queue_pairs, max_sessions_per_qp = info.max_sessions_per_qp, "crypto device");
     let mut mgr = Manager::new(cfg, &dev, &macs)?;
     mgr.set_grace(Duration::from_millis(cfg.control.rekey_grace_ms));
+    // A change is answered once every worker classifies with it (README, Control socket).
+    mgr.set_adopt_wait(Duration::from_secs(1));
     let sock_path = super::socket::socket_path(cfg, opts);
     let mut server = super::socket::CtlServer::bind(&sock_path)
         .map_err(|e| ControlError::Unsupported(format!("control socket {}: {e}", sock_path.display())))?;

@@ -313,6 +313,12 @@ pub struct WorkerCounters {
     /// nothing in flight refers to an SA that V no longer holds, and the
     /// control thread may detach and free its session.
     pub quiesced: Counter,
+    /// Version of the tables this worker classifies with: set when a poll
+    /// takes a new snapshot, before that poll receives anything. Once every
+    /// worker shows at least version V, every frame received from then on
+    /// meets V's SAs and policies (what [`crate::control::manager::Manager::publish`]
+    /// waits for before a change is reported done).
+    pub adopted: Counter,
 }
 
 impl WorkerCounters {
@@ -335,6 +341,7 @@ impl WorkerCounters {
             frags_reassembled: Counter::default(),
             frags_pending: Counter::default(),
             quiesced: Counter::default(),
+            adopted: Counter::default(),
         }
     }
 

@@ -354,6 +354,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             self.dummies.push((r, due));
         }
         self.version = t.version;
+        self.counters.adopted.set(t.version);
         self.boundary = self.prepared;
         self.note_quiesced();
     }
