@@ -154,6 +154,9 @@ struct Retiring {
     why: &'static str,
 }
 
+/// Where snapshots go, and the counters of the workers that take them.
+type Publisher = (Arc<ArcSwap<Tables>>, Vec<Arc<WorkerCounters>>);
+
 /// The control thread's SAD/SPD and the publisher of table snapshots.
 pub struct Manager<'d, D: CryptoDevice> {
     dev: &'d D,
@@ -183,7 +186,7 @@ pub struct Manager<'d, D: CryptoDevice> {
     /// Queue pairs stopped for a limit-1 session swap, started after the
     /// next publish.
     restart: Vec<u16>,
-    publisher: Option<(Arc<ArcSwap<Tables>>, Vec<Arc<WorkerCounters>>)>,
+    publisher: Option<Publisher>,
     last_scan: Option<Instant>,
     /// How long [`Manager::publish`] waits for every worker to adopt a new
     /// snapshot (zero: it does not wait).
@@ -914,7 +917,7 @@ fn ctl_error(e: MgrError) -> CtlError {
 fn hex_key(field: &str, s: &str) -> Result<zeroize::Zeroizing<Vec<u8>>, CtlError> {
     let s = s.trim();
     let mut out = zeroize::Zeroizing::new(vec![0u8; s.len() / 2]);
-    if s.len() % 2 != 0 || hex::decode_to_slice(s, &mut out[..]).is_err() {
+    if !s.len().is_multiple_of(2) || hex::decode_to_slice(s, &mut out[..]).is_err() {
         return Err(CtlError::new(ErrorCode::BadArgs, format!("{field}: expected an even number of hex digits")));
     }
     Ok(out)
