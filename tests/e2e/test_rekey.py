@@ -254,7 +254,8 @@ def sa_packets(stats: dict, spi: int, direction: str) -> int | None:
 def test_rekey_without_loss(backend, rekey_configs, start_gws, artifacts, testbed):
     t_test = time.monotonic()
     gws = start_gws(rekey_configs)
-    ctl = {gw: Ctl(testbed["binary"], Path(_load(p)["control"]["socket"])) for gw, p in rekey_configs.items()}
+    # e2elib gives each gateway its socket with --socket (over the config's).
+    ctl = {gw: Ctl(testbed["binary"], Path(gws[gw].socket)) for gw in rekey_configs}
     for c in ctl.values():
         c("version")  # the socket answers
     events = {gw: Events(c, artifacts / f"{gw}-events.jsonl") for gw, c in ctl.items()}
