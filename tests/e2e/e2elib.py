@@ -165,6 +165,10 @@ class Gateway:
                                  f"{r.stdout.decode(errors='replace')}{r.stderr.decode(errors='replace')}")
         return r.stdout.decode(errors="replace")
 
+    def events(self) -> "EventLog":
+        """Subscribes to this gateway's SA events (`secgw ctl events --json`)."""
+        return EventLog(self)
+
     def stderr(self) -> str:
         try:
             return (self.dir / "stderr.log").read_text(errors="replace")
@@ -388,3 +392,21 @@ def normalize_ttl_csum(raw_ip: bytes) -> bytes:
 
 def in_net(addr: str, net: str) -> bool:
     return ipaddress.ip_address(addr) in ipaddress.ip_network(net)
+
+
+class EventLog:
+    """`secgw ctl events --json` running against one gateway; `stop()`
+    returns the events received (dicts)."""
+
+    def __init__(self, gw: "Gateway"):
+        self.proc = subprocess.Popen([str(gw.binary), "ctl", "--socket", gw.socket, "events", "--json"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(0.3)  # subscribed before the caller makes things happen
+        if self.proc.poll() is not None:
+            raise AssertionError(f"secgw ctl events exited {self.proc.returncode}: {self.proc.stderr.read().decode()}")
+
+    def stop(self, settle: float = 0.5) -> list:
+        time.sleep(settle)
+        self.proc.terminate()
+        out, _ = self.proc.communicate(timeout=10)
+        return [json.loads(line) for line in out.decode().splitlines() if line.strip()]

@@ -86,9 +86,13 @@ def test_sequence_exhaustion_no_wrap_on_the_wire(start_gws, artifacts, backend):
                      "gw1": L.CONFIG_DIR / L.GW_CONFIG["gw1"]})
     cap_w = L.Capture("wan", "br0", f"esp and src host {L.GW0_OUT_IP}", artifacts / "wan")
     cap_b = L.Capture("hostB", "b0", f"udp and src host {L.A_IP}", artifacts / "b0")
+    events = gws["gw0"].events()
     sent = payloads()
     send_from_a(sent)
     st0 = gws["gw0"].wait_stats(lambda s: drop(s, "seq_exhausted") + drop(s, "sa_expired") >= DATAGRAMS - 6)
+    # The control socket reports the hard expiry once, with its reason.
+    ev = [e for e in events.stop() if e["spi"] == 1001]
+    assert [(e["kind"], e["direction"], e.get("reason")) for e in ev] == [("hard_expired", "outbound", "sequence")], ev
     delivered = cap_b.stop(settle=0.5)
     esp = esp_frames(cap_w.stop(), 1001)
 
@@ -118,9 +122,17 @@ def test_inbound_hard_packet_limit(start_gws, artifacts):
     cap_w = L.Capture("wan", "br0", f"esp and src host {L.GW0_OUT_IP}", artifacts / "wan")
     cap_b = L.Capture("hostB", "b0", f"udp and src host {L.A_IP}", artifacts / "b0")
     cap_a = L.Capture("hostA", "a0", f"udp and src host {L.B_IP}", artifacts / "a0")
+    events = gws["gw1"].events()
     sent = payloads()
     send_from_a(sent)
     st1 = gws["gw1"].wait_stats(lambda s: drop(s, "sa_expired") >= DATAGRAMS - hard)
+    # Soft at the 5th packet, hard at the 8th: one event each, on the socket.
+    # (An event carries the SA's count when the control thread saw the flag,
+    # every 100 ms: at least the limit; after the hard limit it stays put.)
+    ev = [e for e in events.stop() if e["spi"] == 1001]
+    assert [(e["kind"], e["direction"], e.get("reason")) for e in ev] == [
+        ("soft_expired", "inbound", "packets"), ("hard_expired", "inbound", "packets")], ev
+    assert 5 <= ev[0]["packets"] <= hard and ev[1]["packets"] == hard, ev
     delivered = cap_b.stop(settle=0.5)
     esp = esp_frames(cap_w.stop(), 1001)
     # The other SA of gw1 (outbound 1002) still works: hostB → hostA. (After
