@@ -371,6 +371,24 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         }
     }
 
+    /// Appends policies (`sa add`): only the inbound SAs they name get new
+    /// selectors, so the cost is that of the new policies, not of every SA.
+    fn add_policies(&mut self, new: Vec<model::Policy>) {
+        let mut touched = Vec::new();
+        for p in &new {
+            if let (Direction::Inbound, Action::Protect(spi)) = (p.direction, p.action) {
+                self.in_selectors.entry(spi).or_default().push(tables::selector(p));
+                touched.push(spi);
+            }
+        }
+        self.policies.extend(new);
+        self.spd = None;
+        self.dirty = true;
+        for spi in touched {
+            self.refresh_inbound(spi);
+        }
+    }
+
     /// Rebuilds the inbound entry of `spi` with its current selectors (same
     /// id and life: the owner keeps its replay window).
     fn refresh_inbound(&mut self, spi: u32) {
@@ -465,14 +483,14 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
                     }
                 };
                 self.sad.set_outbound(slot, Some(Arc::new(o)));
-                // Policies naming it resolve to its slot.
-                self.spd = None;
+                // A policy naming it is added after it (`sa add`) or moved
+                // to it (`rekey`, `reload`), and that resets the SPD: a new
+                // SA alone leaves the SPD as it is.
             }
             Direction::Inbound => {
                 let sel = self.in_selectors.get(&sa.spi).cloned().unwrap_or_default();
                 let e = tables::inbound_entry(&sa, session.clone(), owner, id, life.clone(), sel);
                 self.sad.set_inbound(slot, Some(Arc::new(e)));
-                self.spd = None;
             }
         }
         let key = (sa.spi, sa.direction);
@@ -510,9 +528,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         }
         let npol = frag.policies.len();
         if npol > 0 {
-            let mut p = std::mem::take(&mut self.policies);
-            p.extend(frag.policies);
-            self.set_policies(p);
+            self.add_policies(frag.policies);
         }
         for &(spi, d) in &done {
             let owner = self.live.get(&(spi, d)).map_or(0, |l| l.owner);
@@ -550,9 +566,15 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         let d = self.find(spi, d)?;
         let Some(l) = self.live.remove(&(spi, d)) else { return Err(err(MgrErrorKind::NotFound, format!("no SA with SPI {spi}"))) };
         let before = self.policies.len();
-        let p: Vec<model::Policy> = std::mem::take(&mut self.policies).into_iter().filter(|p| !(p.direction == d && p.action == Action::Protect(spi))).collect();
-        let removed = before - p.len();
-        self.set_policies(p);
+        self.policies.retain(|p| !(p.direction == d && p.action == Action::Protect(spi)));
+        let removed = before - self.policies.len();
+        if d == Direction::Inbound {
+            self.in_selectors.remove(&spi);
+        }
+        if removed > 0 {
+            self.spd = None;
+        }
+        self.dirty = true;
         self.retire(l, d, Stage::Grace(now), false, "deleted");
         self.tick_retiring(now);
         Ok(json!({ "deleted": {"spi": spi, "direction": dir_name(d)}, "policies_removed": removed }))
@@ -614,12 +636,23 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             self.install(sa, owner, now)?;
         }
         let old = self.live.remove(&(spi, d)).expect("checked above");
-        // Policies naming the old SPI name the new one.
-        let mut p = std::mem::take(&mut self.policies);
-        for x in p.iter_mut().filter(|x| x.direction == d && x.action == Action::Protect(spi)) {
+        // Policies naming the old SPI name the new one (only they change:
+        // no per-SA work for the others).
+        let mut named = false;
+        for x in self.policies.iter_mut().filter(|x| x.direction == d && x.action == Action::Protect(spi)) {
             x.action = Action::Protect(new_spi);
+            named = true;
         }
-        self.set_policies(p);
+        if named {
+            self.spd = None;
+        }
+        if d == Direction::Inbound {
+            // The old entry keeps its selectors until it goes.
+            if let Some(sel) = self.in_selectors.remove(&spi) {
+                self.in_selectors.insert(new_spi, sel);
+            }
+            self.refresh_inbound(new_spi);
+        }
         let until = now + if d == Direction::Inbound { self.grace } else { OUTBOUND_GRACE };
         let msg = format!("SA {spi} {} rekeyed to SPI {new_spi}", dir_name(d));
         self.event("rekeyed", spi, d, msg, Some(&old.life));
