@@ -511,8 +511,13 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     pub fn add(&mut self, text: &str, now: Instant) -> Result<Value, MgrError> {
         let frag = {
             let installed = |spi, d| self.installed(spi, d);
-            crate::config::parse_fragment(text, std::path::Path::new("<sa add>"), &self.cfg, &installed)
-                .map_err(|e| err(MgrErrorKind::Invalid, e.to_string()))?
+            crate::config::parse_fragment(text, std::path::Path::new("<sa add>"), &self.cfg, &installed).map_err(|e| {
+                // A fragment whose only fault is an SA installed already is
+                // `exists`, not `invalid`: the caller may rekey or delete.
+                let dup = matches!(&e, crate::config::ConfigError::Invalid(ps)
+                    if ps.iter().all(|p| p.field.ends_with(".spi") && p.message.contains("installed already")));
+                err(if dup { MgrErrorKind::Exists } else { MgrErrorKind::Invalid }, e.to_string())
+            })?
         };
         let mut done: Vec<(u32, Direction)> = Vec::with_capacity(frag.sas.len());
         for sa in frag.sas {
@@ -537,10 +542,18 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         Ok(json!({ "added": done.iter().map(|(spi, d)| json!({"spi": spi, "direction": dir_name(*d)})).collect::<Vec<_>>(), "policies": npol }))
     }
 
-    /// Removes an SA that never carried traffic (a failed `add`).
+    /// Removes an SA that was never published (a failed `add`): its slot
+    /// is emptied now, so the next snapshot does not carry it; its session
+    /// goes as soon as the workers are past the current snapshot.
     fn remove_now(&mut self, key: (u32, Direction)) {
         let Some(l) = self.live.remove(&key) else { return };
-        self.retire(l, key.1, Stage::Grace(Instant::now()), false, "rolled back");
+        match key.1 {
+            Direction::Outbound => self.sad.set_outbound(l.slot, None),
+            Direction::Inbound => self.sad.set_inbound(l.slot, None),
+        }
+        let v = self.version;
+        self.retire(l, key.1, Stage::Draining(v), false, "rolled back");
+        self.tick_retiring(Instant::now());
     }
 
     fn find(&self, spi: u32, d: Option<Direction>) -> Result<Direction, MgrError> {
@@ -986,3 +999,7 @@ impl<D: CryptoDevice> CtlHandler for Manager<'_, D> {
         self.publish();
     }
 }
+
+#[cfg(test)]
+#[path = "manager_tests.rs"]
+mod tests;
