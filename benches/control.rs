@@ -59,7 +59,7 @@ fn key_hex(i: u32, gen: u8) -> String {
 }
 
 fn add_request(i: u32, policies: bool) -> Value {
-    let outbound = i % 2 == 0;
+    let outbound = i.is_multiple_of(2);
     let spi = SPI_BASE + i;
     let (dir, src, dst) = if outbound { ("outbound", "203.0.113.1", "203.0.113.2") } else { ("inbound", "203.0.113.2", "203.0.113.1") };
     let mut toml = format!(
@@ -75,7 +75,7 @@ fn add_request(i: u32, policies: bool) -> Value {
 }
 
 fn rekey_request(i: u32) -> Value {
-    let dir = if i % 2 == 0 { "outbound" } else { "inbound" };
+    let dir = if i.is_multiple_of(2) { "outbound" } else { "inbound" };
     json!({"v": 1, "id": i, "cmd": "sa.rekey", "args": {"spi": SPI_BASE + i, "direction": dir, "new_spi": NEW_SPI_BASE + i, "key": key_hex(i, 0x5a)}})
 }
 

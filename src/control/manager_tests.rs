@@ -261,7 +261,7 @@ fn rekey_inbound_keeps_both_spis_during_the_grace_then_only_the_new() {
 #[test]
 fn limit_one_rekey_stops_sets_up_and_restarts_the_queue_pair_after_publish() {
     // One session per queue pair: only the outbound SA (inbound on another gateway).
-    let text = config_text(&desc_cfg(1), "").replace(&format!("{}", sa(1002, "inbound", IN_KEY)), "").replace(&policy("inbound", "198.51.100.0/24", "192.0.2.0/24", 1002), "");
+    let text = config_text(&desc_cfg(1), "").replace(&sa(1002, "inbound", IN_KEY), "").replace(&policy("inbound", "198.51.100.0/24", "192.0.2.0/24", 1002), "");
     let cfg = load("lim1", &text);
     let d = desc(1);
     let mut fx = fixture(&cfg, &d);
@@ -282,7 +282,7 @@ fn limit_one_rekey_stops_sets_up_and_restarts_the_queue_pair_after_publish() {
 #[test]
 fn time_lifetimes_fire_once_each_with_their_reason() {
     let text = config_text("backend = \"software\"", "").replace(
-        &format!("tunnel_dst = \"203.0.113.2\"\n"),
+        "tunnel_dst = \"203.0.113.2\"\n",
         "tunnel_dst = \"203.0.113.2\"\nsoft_seconds = 10\nhard_seconds = 20\n",
     );
     let cfg = load("secs", &text);
