@@ -400,6 +400,24 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         }
     }
 
+    /// Appends policies (`sa add`): only the inbound SAs they name get new
+    /// selectors, so the cost is that of the new policies, not of every SA.
+    fn add_policies(&mut self, new: Vec<model::Policy>) {
+        let mut touched = Vec::new();
+        for p in &new {
+            if let (Direction::Inbound, Action::Protect(spi)) = (p.direction, p.action) {
+                self.in_selectors.entry(spi).or_default().push(tables::selector(p));
+                touched.push(spi);
+            }
+        }
+        self.policies.extend(new);
+        self.spd = None;
+        self.dirty = true;
+        for spi in touched {
+            self.refresh_inbound(spi);
+        }
+    }
+
     /// Rebuilds the inbound entry of `spi` with its current selectors (same
     /// id and life: the owner keeps its replay window).
     fn refresh_inbound(&mut self, spi: u32) {
@@ -494,14 +512,14 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
                     }
                 };
                 self.sad.set_outbound(slot, Some(Arc::new(o)));
-                // Policies naming it resolve to its slot.
-                self.spd = None;
+                // A policy naming it is added after it (`sa add`) or moved
+                // to it (`rekey`, `reload`), and that resets the SPD: a new
+                // SA alone leaves the SPD as it is.
             }
             Direction::Inbound => {
                 let sel = self.in_selectors.get(&sa.spi).cloned().unwrap_or_default();
                 let e = tables::inbound_entry(&sa, session.clone(), owner, id, life.clone(), sel);
                 self.sad.set_inbound(slot, Some(Arc::new(e)));
-                self.spd = None;
             }
         }
         let key = (sa.spi, sa.direction);
@@ -522,8 +540,13 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     pub fn add(&mut self, text: &str, now: Instant) -> Result<Value, MgrError> {
         let frag = {
             let installed = |spi, d| self.installed(spi, d);
-            crate::config::parse_fragment(text, std::path::Path::new("<sa add>"), &self.cfg, &installed)
-                .map_err(|e| err(MgrErrorKind::Invalid, e.to_string()))?
+            crate::config::parse_fragment(text, std::path::Path::new("<sa add>"), &self.cfg, &installed).map_err(|e| {
+                // A fragment whose only fault is an SA installed already is
+                // `exists`, not `invalid`: the caller may rekey or delete.
+                let dup = matches!(&e, crate::config::ConfigError::Invalid(ps)
+                    if ps.iter().all(|p| p.field.ends_with(".spi") && p.message.contains("installed already")));
+                err(if dup { MgrErrorKind::Exists } else { MgrErrorKind::Invalid }, e.to_string())
+            })?
         };
         let mut done: Vec<(u32, Direction)> = Vec::with_capacity(frag.sas.len());
         for sa in frag.sas {
@@ -539,9 +562,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         }
         let npol = frag.policies.len();
         if npol > 0 {
-            let mut p = std::mem::take(&mut self.policies);
-            p.extend(frag.policies);
-            self.set_policies(p);
+            self.add_policies(frag.policies);
         }
         for &(spi, d) in &done {
             let owner = self.live.get(&(spi, d)).map_or(0, |l| l.owner);
@@ -550,10 +571,18 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         Ok(json!({ "added": done.iter().map(|(spi, d)| json!({"spi": spi, "direction": dir_name(*d)})).collect::<Vec<_>>(), "policies": npol }))
     }
 
-    /// Removes an SA that never carried traffic (a failed `add`).
+    /// Removes an SA that was never published (a failed `add`): its slot
+    /// is emptied now, so the next snapshot does not carry it; its session
+    /// goes as soon as the workers are past the current snapshot.
     fn remove_now(&mut self, key: (u32, Direction)) {
         let Some(l) = self.live.remove(&key) else { return };
-        self.retire(l, key.1, Stage::Grace(Instant::now()), false, "rolled back");
+        match key.1 {
+            Direction::Outbound => self.sad.set_outbound(l.slot, None),
+            Direction::Inbound => self.sad.set_inbound(l.slot, None),
+        }
+        let v = self.version;
+        self.retire(l, key.1, Stage::Draining(v), false, "rolled back");
+        self.tick_retiring(Instant::now());
     }
 
     fn find(&self, spi: u32, d: Option<Direction>) -> Result<Direction, MgrError> {
@@ -579,9 +608,15 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         let d = self.find(spi, d)?;
         let Some(l) = self.live.remove(&(spi, d)) else { return Err(err(MgrErrorKind::NotFound, format!("no SA with SPI {spi}"))) };
         let before = self.policies.len();
-        let p: Vec<model::Policy> = std::mem::take(&mut self.policies).into_iter().filter(|p| !(p.direction == d && p.action == Action::Protect(spi))).collect();
-        let removed = before - p.len();
-        self.set_policies(p);
+        self.policies.retain(|p| !(p.direction == d && p.action == Action::Protect(spi)));
+        let removed = before - self.policies.len();
+        if d == Direction::Inbound {
+            self.in_selectors.remove(&spi);
+        }
+        if removed > 0 {
+            self.spd = None;
+        }
+        self.dirty = true;
         self.retire(l, d, Stage::Grace(now), false, "deleted");
         self.tick_retiring(now);
         Ok(json!({ "deleted": {"spi": spi, "direction": dir_name(d)}, "policies_removed": removed }))
@@ -643,12 +678,23 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             self.install(sa, owner, now)?;
         }
         let old = self.live.remove(&(spi, d)).expect("checked above");
-        // Policies naming the old SPI name the new one.
-        let mut p = std::mem::take(&mut self.policies);
-        for x in p.iter_mut().filter(|x| x.direction == d && x.action == Action::Protect(spi)) {
+        // Policies naming the old SPI name the new one (only they change:
+        // no per-SA work for the others).
+        let mut named = false;
+        for x in self.policies.iter_mut().filter(|x| x.direction == d && x.action == Action::Protect(spi)) {
             x.action = Action::Protect(new_spi);
+            named = true;
         }
-        self.set_policies(p);
+        if named {
+            self.spd = None;
+        }
+        if d == Direction::Inbound {
+            // The old entry keeps its selectors until it goes.
+            if let Some(sel) = self.in_selectors.remove(&spi) {
+                self.in_selectors.insert(new_spi, sel);
+            }
+            self.refresh_inbound(new_spi);
+        }
         let until = now + if d == Direction::Inbound { self.grace } else { OUTBOUND_GRACE };
         let msg = format!("SA {spi} {} rekeyed to SPI {new_spi}", dir_name(d));
         self.event("rekeyed", spi, d, msg, Some(&old.life));
@@ -977,3 +1023,7 @@ impl<D: CryptoDevice> CtlHandler for Manager<'_, D> {
         self.publish();
     }
 }
+
+#[cfg(test)]
+#[path = "manager_tests.rs"]
+mod tests;

@@ -72,6 +72,10 @@ struct Conn {
     /// Received bytes not yet answered: complete lines and the start of the
     /// next one (at most `MAX_REQUEST_BYTES` + a read chunk).
     inbuf: Vec<u8>,
+    /// Bytes at the front of `inbuf` already answered; they are dropped
+    /// once per [`Conn::read`], so answering a line does not move the rest
+    /// of the buffer (pipelined requests cost O(1) each, not O(buffer)).
+    start: usize,
     /// Discarding the rest of a line longer than `MAX_REQUEST_BYTES`.
     skipping: bool,
     /// The peer closed its sending side.
@@ -92,6 +96,7 @@ impl Conn {
         Conn {
             stream,
             inbuf: Vec::new(),
+            start: 0,
             skipping: false,
             eof: false,
             out: Vec::new(),
@@ -106,6 +111,11 @@ impl Conn {
         self.out.len() - self.sent
     }
 
+    /// Received bytes not yet answered.
+    fn pending(&self) -> &[u8] {
+        &self.inbuf[self.start..]
+    }
+
     /// Reads what is available, while the input holds less than one
     /// maximal request line (the kernel holds the rest: backpressure).
     /// At most `2 * MAX_REQUEST_BYTES` per call, so a client streaming an
@@ -113,6 +123,8 @@ impl Conn {
     fn read(&mut self) {
         let mut chunk = [0u8; READ_CHUNK];
         let mut budget = 2 * MAX_REQUEST_BYTES;
+        self.inbuf.drain(..self.start);
+        self.start = 0;
         while !self.eof && !self.dead && self.inbuf.len() <= MAX_REQUEST_BYTES && budget > 0 {
             match self.stream.read(&mut chunk) {
                 Ok(0) => self.eof = true,
@@ -144,21 +156,26 @@ impl Conn {
     /// The next request line to answer (without its `\n`): `Ok(line)`, or
     /// `Err(error)` for a line too long; `None` if no complete line is here.
     fn next_line(&mut self) -> Option<Result<Vec<u8>, CtlError>> {
-        if let Some(i) = self.inbuf.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.inbuf.drain(..=i).take(i).collect();
+        if let Some(i) = self.pending().iter().position(|&b| b == b'\n') {
+            let line = self.inbuf[self.start..self.start + i].to_vec();
+            self.start += i + 1;
             if line.len() > MAX_REQUEST_BYTES {
                 return Some(Err(too_large()));
             }
             return Some(Ok(line));
         }
-        if self.inbuf.len() > MAX_REQUEST_BYTES {
+        if self.pending().len() > MAX_REQUEST_BYTES {
             self.inbuf.clear();
+            self.start = 0;
             self.skipping = true;
             return Some(Err(too_large()));
         }
-        if self.eof && !self.inbuf.is_empty() {
+        if self.eof && !self.pending().is_empty() {
             // A last line without its newline.
-            return Some(Ok(std::mem::take(&mut self.inbuf)));
+            let line = self.pending().to_vec();
+            self.inbuf.clear();
+            self.start = 0;
+            return Some(Ok(line));
         }
         None
     }
@@ -202,7 +219,7 @@ impl Conn {
         if self.unsent() > 0 && self.progress.elapsed() > limits.stall {
             return Some("client does not read its responses");
         }
-        if self.eof && self.unsent() == 0 && (self.subscriber || (self.inbuf.is_empty() && !self.skipping)) {
+        if self.eof && self.unsent() == 0 && (self.subscriber || (self.pending().is_empty() && !self.skipping)) {
             return Some("");
         }
         None

@@ -611,6 +611,13 @@ impl Session {
     pub fn icv_len(&self) -> usize {
         self.icv_len
     }
+    /// Bytes of the expanded key schedule this session keeps on the heap
+    /// (the boxed transform: AES round keys, GHASH key, HMAC states), for
+    /// memory accounting (the control-plane bench subtracts it from the
+    /// resident memory per SA).
+    pub fn key_schedule_bytes(&self) -> usize {
+        self.ctx.heap_bytes()
+    }
 }
 
 impl std::fmt::Debug for Session {

@@ -55,6 +55,16 @@ impl Transform {
         }
     }
 
+    /// Size of the boxed key schedule.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        match self {
+            Transform::Gcm128(g) => std::mem::size_of_val(&**g),
+            Transform::Gcm256(g) => std::mem::size_of_val(&**g),
+            Transform::ChaCha(c) => std::mem::size_of_val(&**c),
+            Transform::CipherMac(c) => std::mem::size_of_val(&**c),
+        }
+    }
+
     /// Encrypts the cipher range and writes the ICV.
     pub(crate) fn seal(&self, a: &OpArgs<'_>, buf: &mut [u8], r: &OpRanges) -> OpStatus {
         match self {

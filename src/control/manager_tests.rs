@@ -1,0 +1,338 @@
+//! Unit tests of the SA manager with the software device and the
+//! descriptor device at small session limits (2 and 1). Time is passed in;
+//! the workers' `quiesced` counters are set by hand.
+
+use super::*;
+use crate::crypto::descriptor::{DescriptorConfig, DescriptorDevice};
+use crate::crypto::soft::SoftDevice;
+use std::path::PathBuf;
+
+const OUT_KEY: &str = "24d84805d9cc35adcdc5696f6ed3dab836df80aa";
+const IN_KEY: &str = "3f5658ee8547685d56203c691b223e23f77e7b80";
+const MACS: [[u8; 6]; 2] = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
+
+fn sa(spi: u32, dir: &str, key: &str) -> String {
+    let (s, d) = if dir == "outbound" { ("203.0.113.1", "203.0.113.2") } else { ("203.0.113.2", "203.0.113.1") };
+    format!("[[sa]]\nspi = {spi}\ndirection = \"{dir}\"\nalgorithm = \"aes-128-gcm\"\nkey = \"{key}\"\ntunnel_src = \"{s}\"\ntunnel_dst = \"{d}\"\n")
+}
+
+fn policy(dir: &str, src: &str, dst: &str, spi: u32) -> String {
+    format!("[[policy]]\ndirection = \"{dir}\"\nsrc = \"{src}\"\ndst = \"{dst}\"\npriority = 10\naction = \"protect {spi}\"\n")
+}
+
+/// A one-worker gateway with SA 1001 out and 1002 in and their policies;
+/// `crypto` is the `[crypto]` table's body; `extra` more tables.
+fn config_text(crypto: &str, extra: &str) -> String {
+    format!(
+        "[gateway]\nname = \"t\"\nworkers = 1\n[crypto]\n{crypto}\n\
+         [[port]]\nname = \"inside\"\ninterface = \"in0\"\nrole = \"protected\"\naddresses = [\"192.0.2.1/24\"]\n\
+         [[port]]\nname = \"outside\"\ninterface = \"out0\"\nrole = \"unprotected\"\naddresses = [\"203.0.113.1/24\"]\n\
+         {}{}{}{}{extra}",
+        sa(1001, "outbound", OUT_KEY),
+        sa(1002, "inbound", IN_KEY),
+        policy("outbound", "192.0.2.0/24", "198.51.100.0/24", 1001),
+        policy("inbound", "198.51.100.0/24", "192.0.2.0/24", 1002),
+    )
+}
+
+fn write_config(tag: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("secgw-mgr-test-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("gw.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn load(tag: &str, text: &str) -> Config {
+    crate::config::load(&write_config(tag, text)).unwrap()
+}
+
+fn soft() -> SoftDevice {
+    SoftDevice::new(1)
+}
+
+fn desc(limit: u32) -> DescriptorDevice {
+    DescriptorDevice::new(DescriptorConfig { nb_queue_pairs: 1, ring_depth: 64, max_sessions_per_qp: limit, nb_engines: 1 }).unwrap()
+}
+
+fn desc_cfg(limit: u32) -> String {
+    format!("backend = \"descriptor\"\nmax_sessions_per_qp = {limit}")
+}
+
+/// A manager publishing to its own tables, with a worker whose `quiesced`
+/// the test sets.
+struct Fixture<'d, D: CryptoDevice> {
+    m: Manager<'d, D>,
+    tables: Arc<ArcSwap<Tables>>,
+    worker: Arc<WorkerCounters>,
+}
+
+fn fixture<'d, D: CryptoDevice>(cfg: &Config, dev: &'d D) -> Fixture<'d, D> {
+    let mut m = Manager::new(cfg, dev, &MACS).unwrap();
+    let tables = Arc::new(ArcSwap::from_pointee(m.tables_now()));
+    let worker = Arc::new(WorkerCounters::new(2));
+    m.start_publishing(tables.clone(), vec![worker.clone()]);
+    Fixture { m, tables, worker }
+}
+
+impl<D: CryptoDevice> Fixture<'_, D> {
+    fn snap(&self) -> Arc<Tables> {
+        self.tables.load_full()
+    }
+    /// The worker adopted everything published so far.
+    fn quiesce(&self) {
+        self.worker.quiesced.set(self.snap().version);
+    }
+    fn out_slot(&self, spi: u32) -> Option<usize> {
+        self.snap().sad.outbound_sas().find(|(_, s)| s.spi == spi).map(|(i, _)| i)
+    }
+    fn in_resolves(&self, spi: u32) -> bool {
+        let t = self.snap();
+        t.sad.inbound_by_spi(spi).and_then(|s| t.sad.inbound_at(s)).is_some_and(|e| e.sa.spi == spi)
+    }
+}
+
+fn protect_slots(spd: &Spd) -> Vec<usize> {
+    let k = crate::policy::spd::FlowKey { src: "192.0.2.10".parse().unwrap(), dst: "198.51.100.10".parse().unwrap(), protocol: 17, ports: Some((1, 2)) };
+    spd.lookup(&k).and_then(|a| if let SpdAction::Protect(s) = a { Some(s) } else { None }).into_iter().collect()
+}
+
+fn check_add<D: CryptoDevice>(fx: &mut Fixture<'_, D>, name: &str) {
+    let v0 = fx.snap().version;
+    let frag = format!("{}{}", sa(2002, "inbound", IN_KEY), policy("inbound", "10.9.0.0/16", "192.0.2.0/24", 2002));
+    fx.m.add(&frag, Instant::now()).unwrap();
+    fx.m.publish();
+    let t = fx.snap();
+    assert!(t.version > v0, "{name}: published");
+    let slot = t.sad.inbound_by_spi(2002).expect("SPI 2002 resolves");
+    let e = t.sad.inbound_at(slot).unwrap();
+    assert_eq!(e.selectors.len(), 1, "{name}");
+    assert_eq!(e.selectors[0].src, crate::policy::spd::Prefix::new("10.9.0.0".parse().unwrap(), 16), "{name}");
+    // Duplicate: Exists, nothing changed.
+    let e = fx.m.add(&sa(2002, "inbound", IN_KEY), Instant::now()).unwrap_err();
+    fx.m.publish();
+    assert_eq!(e.kind, MgrErrorKind::Exists, "{name}: {e}");
+    assert_eq!(fx.snap().version, t.version, "{name}: nothing published");
+    assert_eq!(fx.m.len(), 3, "{name}");
+}
+
+#[test]
+fn add_publishes_the_sa_in_a_slot_with_its_selectors_and_a_duplicate_is_refused() {
+    let cfg = load("add-soft", &config_text("backend = \"software\"", ""));
+    let s = soft();
+    check_add(&mut fixture(&cfg, &s), "soft");
+    let cfg = load("add-desc", &config_text(&desc_cfg(4), ""));
+    let d = desc(4);
+    check_add(&mut fixture(&cfg, &d), "descriptor");
+    assert_eq!(d.qp_sessions(0).unwrap(), 3, "attached before publish");
+}
+
+#[test]
+fn bad_key_in_a_fragment_is_invalid_with_its_place_and_nothing_is_installed() {
+    let cfg = load("badkey", &config_text("backend = \"software\"", ""));
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let v = fx.snap().version;
+    let frag = format!("{}{}", sa(3001, "outbound", OUT_KEY), sa(3002, "inbound", "abcd"));
+    let e = fx.m.add(&frag, Instant::now()).unwrap_err();
+    fx.m.publish();
+    assert_eq!(e.kind, MgrErrorKind::Invalid);
+    assert!(e.message.contains("<sa add>:") && e.message.contains("key"), "file:line:field in {:?}", e.message);
+    assert!(e.message.contains("<sa add>:1") || e.message.chars().any(|c| c.is_ascii_digit()), "{:?}", e.message);
+    assert_eq!(fx.m.len(), 2);
+    assert_eq!(fx.snap().version, v, "nothing published");
+    assert!(fx.out_slot(3001).is_none());
+}
+
+#[test]
+fn a_fragment_past_the_limit_is_busy_and_rolls_back_its_first_sa() {
+    // Limit 2: the base config's two SAs fill the queue pair.
+    let cfg = load("busy", &config_text(&desc_cfg(3), ""));
+    let d = desc(3);
+    let mut fx = fixture(&cfg, &d);
+    let v = fx.snap().version;
+    let frag = format!("{}{}", sa(3001, "outbound", OUT_KEY), sa(3002, "inbound", IN_KEY));
+    let e = fx.m.add(&frag, Instant::now()).unwrap_err();
+    assert_eq!(e.kind, MgrErrorKind::Busy, "{e}");
+    assert!(e.message.contains("max_sessions_per_qp = 3"), "{}", e.message);
+    fx.m.publish();
+    assert!(fx.out_slot(3001).is_none(), "the rolled-back SA is in no snapshot (version {v} -> {})", fx.snap().version);
+    assert_eq!(fx.m.len(), 2);
+    // Its session goes once the worker quiesced.
+    fx.quiesce();
+    fx.m.tick(Instant::now());
+    fx.m.publish();
+    fx.quiesce();
+    fx.m.tick(Instant::now());
+    assert_eq!(d.qp_sessions(0).unwrap(), 2);
+    assert_eq!(fx.m.retiring(), 0);
+}
+
+#[test]
+fn del_removes_policies_empties_the_slot_and_frees_the_session_only_after_quiescence() {
+    let cfg = load("del", &config_text(&desc_cfg(2), ""));
+    let d = desc(2);
+    let mut fx = fixture(&cfg, &d);
+    fx.quiesce();
+    let slot = fx.out_slot(1001).unwrap();
+    assert_eq!(protect_slots(&fx.snap().spd_out), vec![slot]);
+    let now = Instant::now();
+    let r = fx.m.del(1001, None, now).unwrap();
+    assert_eq!(r["policies_removed"], 1);
+    fx.m.publish();
+    let t = fx.snap();
+    assert!(t.sad.outbound_at(slot).is_none(), "slot emptied in the next snapshot");
+    assert!(protect_slots(&t.spd_out).is_empty(), "policy gone");
+    assert!(fx.m.list_policies()["policies"].as_array().unwrap().iter().all(|p| p["action"] != "protect 1001"));
+    // The worker has not quiesced past that snapshot: still attached.
+    for _ in 0..3 {
+        fx.m.tick(now + Duration::from_secs(1));
+        fx.m.publish();
+        assert_eq!(d.qp_sessions(0).unwrap(), 2, "attached while quiesced < version");
+        assert_eq!(fx.m.retiring(), 1);
+    }
+    fx.quiesce();
+    fx.m.tick(now + Duration::from_secs(2));
+    assert_eq!(d.qp_sessions(0).unwrap(), 1, "detached and freed after quiescence");
+    assert_eq!(fx.m.retiring(), 0);
+    let ev = fx.m.take_events();
+    assert!(ev.iter().any(|e| e.kind == "deleted" && e.spi == 1001));
+    assert_eq!(fx.m.del(1001, None, now).unwrap_err().kind, MgrErrorKind::NotFound);
+}
+
+#[test]
+fn rekey_outbound_moves_the_policies_at_once_and_the_old_slot_goes_after_the_grace() {
+    for limit in [0u32, 4] {
+        let crypto = if limit == 0 { "backend = \"software\"".to_string() } else { desc_cfg(limit) };
+        let cfg = load(&format!("rko{limit}"), &config_text(&crypto, ""));
+        let (s, d) = (soft(), desc(limit.max(1)));
+        if limit == 0 {
+            rekey_outbound(&mut fixture(&cfg, &s));
+        } else {
+            rekey_outbound(&mut fixture(&cfg, &d));
+            assert_eq!(d.qp_sessions(0).unwrap(), 2);
+        }
+    }
+}
+
+fn rekey_outbound<D: CryptoDevice>(fx: &mut Fixture<'_, D>) {
+    let now = Instant::now();
+    let old = fx.out_slot(1001).unwrap();
+    fx.m.rekey(1001, None, 1101, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
+    fx.m.publish();
+    let new = fx.out_slot(1101).expect("new SA published");
+    assert_ne!(new, old);
+    assert_eq!(protect_slots(&fx.snap().spd_out), vec![new], "policies name the new slot at once");
+    assert!(fx.snap().sad.outbound_at(old).is_some(), "old slot kept during the grace");
+    fx.m.tick(now + OUTBOUND_GRACE / 2);
+    fx.m.publish();
+    assert!(fx.snap().sad.outbound_at(old).is_some());
+    fx.m.tick(now + OUTBOUND_GRACE);
+    fx.m.publish();
+    assert!(fx.snap().sad.outbound_at(old).is_none(), "old slot gone after the grace");
+    fx.quiesce();
+    fx.m.tick(now + OUTBOUND_GRACE * 2);
+    assert_eq!(fx.m.retiring(), 0);
+}
+
+#[test]
+fn rekey_inbound_keeps_both_spis_during_the_grace_then_only_the_new() {
+    let cfg = load("rki", &config_text("backend = \"software\"", ""));
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    fx.m.set_grace(Duration::from_secs(5));
+    let now = Instant::now();
+    fx.m.rekey(1002, None, 1202, hex::decode(OUT_KEY).unwrap(), None, now).unwrap();
+    fx.m.publish();
+    assert!(fx.in_resolves(1002) && fx.in_resolves(1202), "both SPIs during the grace");
+    let t = fx.snap();
+    let e = t.sad.inbound_at(t.sad.inbound_by_spi(1202).unwrap()).unwrap();
+    assert_eq!(e.selectors.len(), 1, "the new SA has the policy's selectors");
+    fx.m.tick(now + Duration::from_millis(4900));
+    fx.m.publish();
+    assert!(fx.in_resolves(1002));
+    fx.m.tick(now + Duration::from_secs(5));
+    fx.m.publish();
+    assert!(!fx.in_resolves(1002) && fx.in_resolves(1202), "only the new after");
+    let ev = fx.m.take_events();
+    assert!(ev.iter().any(|e| e.kind == "rekeyed" && e.spi == 1002 && e.new_spi == Some(1202)));
+}
+
+#[test]
+fn limit_one_rekey_stops_sets_up_and_restarts_the_queue_pair_after_publish() {
+    // One session per queue pair: only the outbound SA (inbound on another gateway).
+    let text = config_text(&desc_cfg(1), "").replace(&sa(1002, "inbound", IN_KEY), "").replace(&policy("inbound", "198.51.100.0/24", "192.0.2.0/24", 1002), "");
+    let cfg = load("lim1", &text);
+    let d = desc(1);
+    let mut fx = fixture(&cfg, &d);
+    let before = d.qp_session_ids(0).unwrap();
+    fx.m.rekey(1001, None, 1101, hex::decode(IN_KEY).unwrap(), None, Instant::now()).unwrap();
+    assert_eq!(fx.m.restart, vec![0], "queue pair 0 waits for its restart");
+    let after = d.qp_session_ids(0).unwrap();
+    assert_eq!(after.len(), 1);
+    assert_ne!(after, before, "the new session is set up");
+    fx.m.publish();
+    assert!(fx.m.restart.is_empty(), "restarted after the publish");
+    assert!(fx.out_slot(1101).is_some());
+    // A second SA does not fit: Busy.
+    let e = fx.m.add(&sa(3001, "outbound", OUT_KEY), Instant::now()).unwrap_err();
+    assert_eq!(e.kind, MgrErrorKind::Busy, "{e}");
+}
+
+#[test]
+fn time_lifetimes_fire_once_each_with_their_reason() {
+    let text = config_text("backend = \"software\"", "").replace(
+        "tunnel_dst = \"203.0.113.2\"\n",
+        "tunnel_dst = \"203.0.113.2\"\nsoft_seconds = 10\nhard_seconds = 20\n",
+    );
+    let cfg = load("secs", &text);
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let t0 = Instant::now();
+    let mut seen = Vec::new();
+    for ms in (0..=30_000).step_by(50) {
+        fx.m.tick(t0 + Duration::from_millis(ms));
+        for e in fx.m.take_events() {
+            seen.push((ms, e.kind, e.spi, e.reason));
+        }
+    }
+    let soft_ev: Vec<_> = seen.iter().filter(|e| e.1 == "soft_expired").collect();
+    let hard_ev: Vec<_> = seen.iter().filter(|e| e.1 == "hard_expired").collect();
+    assert_eq!(soft_ev.len(), 1, "{seen:?}");
+    assert_eq!(hard_ev.len(), 1, "{seen:?}");
+    assert_eq!((soft_ev[0].2, soft_ev[0].3), (1001, Some("seconds")));
+    assert_eq!((hard_ev[0].2, hard_ev[0].3), (1001, Some("seconds")));
+    assert!((10_000..10_200).contains(&soft_ev[0].0) && (20_000..20_200).contains(&hard_ev[0].0), "{seen:?}");
+}
+
+#[test]
+fn reload_applies_changed_removed_added_sas_and_refuses_a_port_change() {
+    let base = config_text("backend = \"software\"", "");
+    let path = write_config("reload", &base);
+    let cfg = crate::config::load(&path).unwrap();
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let now = Instant::now();
+    // Changed 1001 (key), removed 1002 (and its policy), added 3001.
+    let next = base
+        .replace(OUT_KEY, "0000000000000000000000000000000000000001")
+        .replace(&sa(1002, "inbound", IN_KEY), &sa(3001, "outbound", IN_KEY))
+        .replace(&policy("inbound", "198.51.100.0/24", "192.0.2.0/24", 1002), "");
+    std::fs::write(&path, &next).unwrap();
+    let r = fx.m.reload(now).unwrap();
+    assert_eq!((r["added"].as_u64(), r["removed"].as_u64(), r["replaced"].as_u64()), (Some(1), Some(1), Some(1)), "{r}");
+    fx.m.publish();
+    assert!(fx.out_slot(3001).is_some());
+    fx.m.tick(now + Duration::from_secs(1));
+    fx.m.publish();
+    assert!(!fx.in_resolves(1002));
+    // A port change: refused, nothing applied.
+    let v = fx.snap().version;
+    std::fs::write(&path, next.replace("\"out0\"", "\"out9\"").replace(&sa(3001, "outbound", IN_KEY), "")).unwrap();
+    let e = fx.m.reload(now).unwrap_err();
+    assert_eq!(e.kind, MgrErrorKind::Invalid);
+    assert!(e.message.contains("[[port]]") && e.message.contains("nothing applied"), "{}", e.message);
+    fx.m.publish();
+    assert_eq!(fx.snap().version, v);
+    assert!(fx.out_slot(3001).is_some(), "SA 3001 still there");
+}
