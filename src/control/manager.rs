@@ -118,6 +118,39 @@ pub fn dir_name(d: Direction) -> &'static str {
     }
 }
 
+/// What differs between the running config's ports and a reloaded file's,
+/// for the refusal message: `port outside: mtu 1500 → 1400`, ports added or
+/// removed by name. Empty when the ports are the same.
+fn port_changes(old: &[model::Port], new: &[model::Port]) -> Vec<String> {
+    let mut out = Vec::new();
+    for o in old {
+        let Some(n) = new.iter().find(|n| n.name == o.name) else {
+            out.push(format!("port {} removed", o.name));
+            continue;
+        };
+        let fields: [(&str, String, String); 7] = [
+            ("interface", o.interface.clone(), n.interface.clone()),
+            ("role", format!("{:?}", o.role), format!("{:?}", n.role)),
+            ("mac", format!("{:?}", o.mac), format!("{:?}", n.mac)),
+            ("addresses", format!("{:?}", o.addresses), format!("{:?}", n.addresses)),
+            ("queue", o.queue.to_string(), n.queue.to_string()),
+            ("mtu", o.mtu.to_string(), n.mtu.to_string()),
+            ("xdp_mode", format!("{:?}", o.xdp_mode), format!("{:?}", n.xdp_mode)),
+        ];
+        for (f, a, b) in fields {
+            if a != b {
+                out.push(format!("port {}: {f} {a} → {b}", o.name));
+            }
+        }
+    }
+    out.extend(new.iter().filter(|n| !old.iter().any(|o| o.name == n.name)).map(|n| format!("port {} added", n.name)));
+    if out.is_empty() && old != new {
+        // Same ports and fields, another order.
+        out.push("port order".into());
+    }
+    out
+}
+
 fn unix_now() -> f64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
@@ -722,11 +755,13 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         if new.reassembly != self.cfg.reassembly {
             fixed.push("[reassembly]");
         }
-        if new.ports != self.cfg.ports {
+        let ports = port_changes(&self.cfg.ports, &new.ports);
+        if !ports.is_empty() {
             fixed.push("[[port]]");
         }
         if !fixed.is_empty() {
-            return Err(err(MgrErrorKind::Invalid, format!("{}: {} changed; these take effect on restart only (nothing applied)", new.source.display(), fixed.join(", "))));
+            let detail = if ports.is_empty() { String::new() } else { format!(" ({})", ports.join("; ")) };
+            return Err(err(MgrErrorKind::Invalid, format!("{}: {} changed{detail}; these take effect on restart only (nothing applied)", new.source.display(), fixed.join(", "))));
         }
         let wanted: HashMap<(u32, Direction), &model::Sa> = new.sas.iter().map(|s| ((s.spi, s.direction), s)).collect();
         let (mut added, mut removed, mut replaced) = (0, 0, 0);

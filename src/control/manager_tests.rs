@@ -332,7 +332,25 @@ fn reload_applies_changed_removed_added_sas_and_refuses_a_port_change() {
     let e = fx.m.reload(now).unwrap_err();
     assert_eq!(e.kind, MgrErrorKind::Invalid);
     assert!(e.message.contains("[[port]]") && e.message.contains("nothing applied"), "{}", e.message);
+    assert!(e.message.contains("port outside: interface out0 → out9"), "the message names the change: {}", e.message);
     fx.m.publish();
     assert_eq!(fx.snap().version, v);
     assert!(fx.out_slot(3001).is_some(), "SA 3001 still there");
+}
+
+#[test]
+fn port_changes_name_the_port_and_the_field() {
+    let cfg = crate::config::load(&write_config("ports", &config_text("backend = \"software\"", ""))).unwrap();
+    let old = cfg.ports.clone();
+    assert!(port_changes(&old, &old).is_empty());
+    let mut new = old.clone();
+    new[1].mtu = 1400;
+    assert_eq!(port_changes(&old, &new), [format!("port {}: mtu 1500 → 1400", old[1].name)]);
+    new[0].name = "renamed".into();
+    assert_eq!(
+        port_changes(&old, &new),
+        [format!("port {} removed", old[0].name), format!("port {}: mtu 1500 → 1400", old[1].name), "port renamed added".into()]
+    );
+    let swapped = vec![old[1].clone(), old[0].clone()];
+    assert_eq!(port_changes(&old, &swapped), ["port order"]);
 }
