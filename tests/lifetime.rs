@@ -16,8 +16,8 @@
 //!   received the packets.
 //! * Sequence exhaustion: outbound SA without ESN and `first_seq` = 2^32−5
 //!   sends exactly 5 packets carrying 2^32−5 … 2^32−1 (read from the ESP
-//!   headers, opened with the `aes-gcm` crate), the 6th is `seq_exhausted`,
-//!   the rest `sa_expired`, the hard flag says Sequence; with ESN the same
+//!   headers, opened with the `aes-gcm` crate), the 5th raises the hard
+//!   flag, the rest are `sa_expired`, the hard flag says Sequence; with ESN the same
 //!   SA goes on past 2^32 (IV = the 64-bit number, ICV over the high half).
 
 mod common;
@@ -386,12 +386,12 @@ fn sequence_exhaustion_without_esn_sends_to_2_32_minus_1_then_expires() {
         let path = config_with("ep0.toml", 1001, &format!("first_seq = {NEAR_END}"));
         let mut gw0 = Gw::new(&path, backend);
         let key = load_config(&path).sas.iter().find(|s| s.spi == 1001).unwrap().key.clone();
-        // Packet by packet: the flag is raised by the 6th, not before.
+        // Packet by packet: the flag is raised by the 5th (the last number), not before.
         let mut wire = Vec::new();
         for k in 1..=10u8 {
             let out = gw0.push("inside", &[from_a(60, k)]);
             assert_eq!(out.len(), usize::from(k <= 5), "{what}: packet {k}");
-            let expect = (k > 5).then_some(Expiry::Sequence);
+            let expect = (k >= 5).then_some(Expiry::Sequence);
             assert_eq!(gw0.life(1001, true).hard_expiry(), expect, "{what}: hard flag after packet {k}");
             wire.extend(out);
         }
@@ -404,8 +404,8 @@ fn sequence_exhaustion_without_esn_sends_to_2_32_minus_1_then_expires() {
             let plain = open_gcm128(&key, esp);
             assert_eq!(plain[28], i as u8 + 1, "{what}: the packet hostA sent");
         }
-        assert_eq!(gw0.drop_count("seq_exhausted"), 1, "{what}: the 6th finds the counter spent");
-        assert_eq!(gw0.drop_count("sa_expired"), 4, "{what}: the rest find the SA expired");
+        assert_eq!(gw0.drop_count("seq_exhausted"), 0, "{what}: the SA expired with its last number");
+        assert_eq!(gw0.drop_count("sa_expired"), 5, "{what}: the rest find the SA expired");
         let sa = gw0.sa(1001, true);
         assert_eq!((sa.packets, sa.errors), (5, 5), "{what}");
         assert_eq!(gw0.life(1001, true).soft_expiry(), None);
@@ -419,7 +419,7 @@ fn sequence_exhaustion_without_esn_sends_to_2_32_minus_1_then_expires() {
         let out = gw0.push("inside", &(1..=20).map(|k| from_a(60, k)).collect::<Vec<_>>());
         let seqs: Vec<u64> = out.iter().map(|(_, f)| esp_seq(f).1 as u64).collect();
         assert_eq!(seqs, (NEAR_END..=u32::MAX as u64).collect::<Vec<_>>(), "{what} burst");
-        assert_eq!((gw0.drop_count("seq_exhausted"), gw0.drop_count("sa_expired")), (1, 14), "{what} burst");
+        assert_eq!((gw0.drop_count("seq_exhausted"), gw0.drop_count("sa_expired")), (0, 15), "{what} burst");
         assert_eq!(gw0.life(1001, true).hard_expiry(), Some(Expiry::Sequence));
         assert_eq!(gw0.sa(1001, true).errors, 15);
     }

@@ -61,6 +61,18 @@ fn sa_ref(slot: usize, id: u32) -> usize {
     (slot & SLOT_MASK) | ((id as usize & ID_MASK) << SLOT_BITS)
 }
 
+/// RFC 4303 §3.3.3: once an outbound SA has sent its last sequence number
+/// (2^32−1 without ESN) it is spent: its hard flag goes up now, with the
+/// last packet, so the control thread's `hard_expired` event does not wait
+/// for the next packet (which is dropped as `sa_expired`).
+#[inline]
+fn spent_if_last(sa: &OutboundSa, st: &OutboundState) {
+    let last = if sa.esn { u64::MAX } else { u32::MAX as u64 };
+    if st.seq >= last {
+        sa.life.raise_hard(crate::esp::lifetime::Expiry::Sequence);
+    }
+}
+
 /// True if tag `tag` names an SA that `t` does not hold (any more, or yet).
 #[inline]
 fn stale(t: &Tables, tag: u64) -> bool {
@@ -523,6 +535,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             }
             match outbound::prepare_dummy(sa, &mut self.out_state[i], buf, plan.len) {
                 Ok(mut op) => {
+                    spent_if_last(sa, &self.out_state[i]);
                     op.user[1] = tag(false, r, 0, NO_PORT as u16) | TAG_DUMMY;
                     self.push_op(op);
                 }
@@ -850,6 +863,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             }
             match outbound::prepare(sa, st, buf) {
                 Ok(mut op) => {
+                    spent_if_last(sa, st);
                     op.user[1] = tag(false, r, inner_len, port as u16);
                     self.push_op(op);
                 }

@@ -8,8 +8,8 @@
   scapy's SecurityAssociation decrypts them to hostA's first 6 datagrams;
   hostB receives exactly those 6 (gw1's replay window starts empty, so the
   high numbers are fine); gw0's stats file counts the other 14 as
-  `seq_exhausted` (the 7th, which found the counter spent) + `sa_expired`
-  (the 13 after it, the SA being hard-expired) and SA 1001's `errors` 14.
+  `sa_expired` (the SA hard-expired with its last number, 2^32−1) and SA
+  1001's `errors` 14.
 - test_inbound_hard_packet_limit: gw1 runs configs/ep1.toml with
   `soft_packets = 5` and `hard_packets = 8` on inbound SA 1001. All 20 ESP
   packets cross the wan (gw0 has no limit), hostB receives exactly the first
@@ -104,7 +104,7 @@ def test_sequence_exhaustion_no_wrap_on_the_wire(start_gws, artifacts, backend):
     got = [raw(p[IP].payload.payload) for p in delivered]
     assert got == sent[:6], f"hostB received {len(got)} datagrams; expected the first 6"
 
-    assert (st0["drops"]["seq_exhausted"], st0["drops"]["sa_expired"]) == (1, DATAGRAMS - 7), st0["drops"]
+    assert (st0["drops"]["seq_exhausted"], st0["drops"]["sa_expired"]) == (0, DATAGRAMS - 6), st0["drops"]
     out = sa_stats(st0, 1001, "outbound")
     assert (out["packets"], out["errors"]) == (6, DATAGRAMS - 6), out
     st1 = gws["gw1"].stats()
