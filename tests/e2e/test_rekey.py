@@ -42,7 +42,7 @@ place (a leak makes the next rekey fail with `busy`).
    SPI of the lines carried packets; every drop counter of both gateways
    (replay, auth_failed, no_sa included) and every port's drops are 0.
 
-Runtime: about 40 s per backend (ROUNDS x PERIOD_S of stream).
+Runtime: about 60 s per backend (the stream runs 2 x ROUNDS x PERIOD_S, slack for a loaded machine).
 """
 from __future__ import annotations
 
@@ -267,7 +267,10 @@ def test_rekey_without_loss(backend, rekey_configs, start_gws, artifacts, testbe
         probe_received = sum(p["received"] for p in probes)
 
         # ---- 2. the streams
-        duration = LEAD_S + ROUNDS * PERIOD_S + TAIL_S
+        # Twice the rounds' nominal time: on a loaded machine a round may wait
+        # for the previous one's old SAs to be freed (below) or for slow
+        # `secgw ctl` calls; the stream must outlast every round.
+        duration = LEAD_S + 2 * ROUNDS * PERIOD_S + TAIL_S
         n_fwd, n_rev = int(rate * duration), int(REV_PPS * duration)
         sink_f = start_sink(artifacts, "hostB", L.B_IP, FWD["dport"], FWD["stream"], n_fwd, duration + 60)
         sink_r = start_sink(artifacts, "hostA", L.A_IP, REV["dport"], REV["stream"], n_rev, duration + 60)
@@ -282,6 +285,13 @@ def test_rekey_without_loss(backend, rekey_configs, start_gws, artifacts, testbe
         gaps, calls = [], []
         time.sleep(LEAD_S)
         for r in range(1, ROUNDS + 1):
+            # The previous round's old SAs must be gone (grace over, workers
+            # quiesced, sessions freed) before this round needs their places
+            # on a limited queue pair: wait for it, bounded (a leak fails).
+            retiring_deadline = time.monotonic() + 10
+            while any(x["state"] == "retiring" for c in ctl.values() for x in c.json("sa", "list")["sas"]):
+                assert time.monotonic() < retiring_deadline, f"round {r}: old SAs not freed within 10 s"
+                time.sleep(0.05)
             t_round = time.monotonic()
             for name, rx, tx, base in (("fwd", "gw1", "gw0", 0x10000), ("rev", "gw0", "gw1", 0x20000)):
                 old, new, key = line[name][-1], base + r, secrets.token_bytes(20)
