@@ -741,8 +741,10 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     /// `reload`: reads the config file again and applies the difference:
     /// SAs new in the file are added, SAs gone from it deleted, changed SAs
     /// replaced (make-before-break for outbound); policies, routes and
-    /// neighbours are replaced. Ports, workers, crypto and reassembly
-    /// settings need a restart: a file that changes them is refused.
+    /// neighbours are replaced; `control.rekey_grace_ms` applies to the
+    /// rekeys that follow. Ports, workers, crypto and reassembly settings
+    /// and the control socket's path need a restart: a file that changes
+    /// them is refused (`Invalid`), nothing applied.
     pub fn reload(&mut self, now: Instant) -> Result<Value, MgrError> {
         let new = crate::config::load(&self.cfg.source).map_err(|e| err(MgrErrorKind::Invalid, e.to_string()))?;
         let mut fixed = Vec::new();
@@ -758,6 +760,9 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         let ports = port_changes(&self.cfg.ports, &new.ports);
         if !ports.is_empty() {
             fixed.push("[[port]]");
+        }
+        if new.control.socket != self.cfg.control.socket {
+            fixed.push("control.socket");
         }
         if !fixed.is_empty() {
             let detail = if ports.is_empty() { String::new() } else { format!(" ({})", ports.join("; ")) };
@@ -804,6 +809,9 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         self.cfg.neighbours = new.neighbours.clone();
         self.cfg.policies = new.policies.clone();
         self.cfg.sas = new.sas.clone();
+        // Rekeys from now on use the file's grace (those already done keep theirs).
+        self.grace = Duration::from_millis(new.control.rekey_grace_ms);
+        self.cfg.control = new.control.clone();
         self.dirty = true;
         self.tick_retiring(now);
         Ok(json!({ "added": added, "removed": removed, "replaced": replaced, "sas": self.live.len(), "policies": self.policies.len() }))

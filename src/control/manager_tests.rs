@@ -354,3 +354,28 @@ fn port_changes_name_the_port_and_the_field() {
     let swapped = vec![old[1].clone(), old[0].clone()];
     assert_eq!(port_changes(&old, &swapped), ["port order"]);
 }
+
+#[test]
+fn reload_applies_a_new_rekey_grace_and_refuses_a_new_socket_path() {
+    let base = config_text("backend = \"software\"", "");
+    let path = write_config("reload-control", &base);
+    let cfg = crate::config::load(&path).unwrap();
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    fx.m.set_grace(Duration::from_millis(cfg.control.rekey_grace_ms));
+    let now = Instant::now();
+    // The grace from the file: a rekey after the reload keeps the old SA 250 ms.
+    std::fs::write(&path, format!("{base}[control]\nrekey_grace_ms = 250\n")).unwrap();
+    fx.m.reload(now).unwrap();
+    let r = fx.m.rekey(1002, None, 4002, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
+    assert_eq!(r["old_valid_ms"].as_u64(), Some(250), "{r}");
+    // A new socket path needs a restart: refused, nothing applied.
+    std::fs::write(&path, format!("{base}[control]\nrekey_grace_ms = 9000\nsocket = \"/tmp/elsewhere.sock\"\n")).unwrap();
+    let e = fx.m.reload(now).unwrap_err();
+    assert_eq!(e.kind, MgrErrorKind::Invalid);
+    assert!(e.message.contains("control.socket") && e.message.contains("nothing applied"), "{}", e.message);
+    let r = fx.m.rekey(1001, None, 4001, hex::decode(OUT_KEY).unwrap(), None, now).unwrap();
+    assert_eq!(r["old_valid_ms"].as_u64(), Some(100), "outbound: {r}");
+    let r = fx.m.rekey(4002, None, 5002, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
+    assert_eq!(r["old_valid_ms"].as_u64(), Some(250), "the refused file's grace is not applied: {r}");
+}
