@@ -32,6 +32,7 @@ use crate::policy::{PortInfo, Tables};
 use arc_swap::ArcSwap;
 use serde_json::{json, Value};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -224,6 +225,9 @@ pub struct Manager<'d, D: CryptoDevice> {
     /// How long [`Manager::publish`] waits for every worker to adopt a new
     /// snapshot (zero: it does not wait).
     adopt_wait: Duration,
+    /// Set when the gateway is stopping: its workers are leaving and will
+    /// adopt nothing more, so [`Manager::publish`] stops waiting for them.
+    stopping: Option<Arc<AtomicBool>>,
 }
 
 impl<'d, D: CryptoDevice> Manager<'d, D> {
@@ -266,6 +270,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             publisher: None,
             last_scan: None,
             adopt_wait: Duration::ZERO,
+            stopping: None,
         };
         m.set_policies(cfg.policies.clone());
         for (i, sa) in cfg.sas.iter().enumerate() {
@@ -289,6 +294,14 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     /// callers that poll the workers themselves). `secgw run` sets 1 s.
     pub fn set_adopt_wait(&mut self, wait: Duration) {
         self.adopt_wait = wait;
+    }
+
+    /// The gateway's stop flag (`secgw run`'s SIGINT/SIGTERM flag, which
+    /// its workers obey): once it is set, [`Manager::publish`] no longer
+    /// waits for workers that are leaving (a request answered during
+    /// shutdown would otherwise hold the shutdown up to the adopt wait).
+    pub fn set_stop_flag(&mut self, stop: Arc<AtomicBool>) {
+        self.stopping = Some(stop);
     }
 
     /// A snapshot of the tables as they are now (version: the last
@@ -343,6 +356,9 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             tables.store(Arc::new(t));
             let deadline = Instant::now() + self.adopt_wait;
             while !self.adopt_wait.is_zero() && workers.iter().any(|c| c.adopted.get() < self.version) {
+                if self.stopping.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
+                    break;
+                }
                 if Instant::now() >= deadline {
                     tracing::warn!(version = self.version, wait_ms = self.adopt_wait.as_millis() as u64, "a worker has not taken the new tables yet");
                     break;

@@ -379,3 +379,26 @@ fn reload_applies_a_new_rekey_grace_and_refuses_a_new_socket_path() {
     let r = fx.m.rekey(4002, None, 5002, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
     assert_eq!(r["old_valid_ms"].as_u64(), Some(250), "the refused file's grace is not applied: {r}");
 }
+
+#[test]
+fn publish_stops_waiting_for_workers_once_the_gateway_is_stopping() {
+    let cfg = load("stopping", &config_text("backend = \"software\"", ""));
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let stop = Arc::new(AtomicBool::new(false));
+    fx.m.set_adopt_wait(Duration::from_millis(400));
+    fx.m.set_stop_flag(stop.clone());
+    // The fixture's worker never adopts anything: a running gateway waits
+    // the whole adopt wait for it...
+    fx.m.add(&sa(2001, "outbound", OUT_KEY), Instant::now()).unwrap();
+    let t = Instant::now();
+    fx.m.publish();
+    assert!(t.elapsed() >= Duration::from_millis(400), "{:?}", t.elapsed());
+    // ...a stopping one (SIGTERM: its workers are leaving) does not.
+    stop.store(true, Ordering::Relaxed);
+    fx.m.add(&sa(2002, "outbound", OUT_KEY), Instant::now()).unwrap();
+    let t = Instant::now();
+    fx.m.publish();
+    assert!(t.elapsed() < Duration::from_millis(200), "{:?}", t.elapsed());
+    assert!(fx.out_slot(2002).is_some(), "published all the same");
+}
