@@ -1018,13 +1018,22 @@ fn ctl_error(e: MgrError) -> CtlError {
     CtlError::new(code, e.message)
 }
 
-/// Hex key material from a request, kept in zeroized memory.
+/// Hex key material from a request, with optional ':' separators as
+/// `sa.key` in the config file, kept in zeroized memory. Errors
+/// (`bad_args`) name the first character that is not hex, or the odd
+/// number of digits; never the key.
 fn hex_key(field: &str, s: &str) -> Result<zeroize::Zeroizing<Vec<u8>>, CtlError> {
     let s = s.trim();
-    let mut out = zeroize::Zeroizing::new(vec![0u8; s.len() / 2]);
-    if !s.len().is_multiple_of(2) || hex::decode_to_slice(s, &mut out[..]).is_err() {
-        return Err(CtlError::new(ErrorCode::BadArgs, format!("{field}: expected an even number of hex digits")));
+    if let Some(pos) = s.chars().position(|c| c != ':' && !c.is_ascii_hexdigit()) {
+        return Err(CtlError::new(ErrorCode::BadArgs, format!("{field}: expected hex digits with optional ':' separators, found a non-hex character at position {}", pos + 1)));
     }
+    let mut digits = zeroize::Zeroizing::new(String::with_capacity(s.len()));
+    digits.extend(s.chars().filter(|c| *c != ':'));
+    if !digits.len().is_multiple_of(2) {
+        return Err(CtlError::new(ErrorCode::BadArgs, format!("{field}: expected an even number of hex digits, found {}", digits.len())));
+    }
+    let mut out = zeroize::Zeroizing::new(vec![0u8; digits.len() / 2]);
+    hex::decode_to_slice(digits.as_bytes(), &mut out[..]).map_err(|e| CtlError::new(ErrorCode::Internal, format!("{field}: {e}")))?;
     Ok(out)
 }
 

@@ -402,3 +402,24 @@ fn publish_stops_waiting_for_workers_once_the_gateway_is_stopping() {
     assert!(t.elapsed() < Duration::from_millis(200), "{:?}", t.elapsed());
     assert!(fx.out_slot(2002).is_some(), "published all the same");
 }
+
+#[test]
+fn rekey_over_the_socket_takes_the_key_as_sa_key_does_and_says_what_is_wrong_with_it() {
+    let cfg = load("rekey-hex", &config_text("backend = \"software\"", ""));
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let rekey = |m: &mut Manager<'_, SoftDevice>, new_spi: u32, key: &str| {
+        m.handle(&Command::SaRekey { spi: 1001, direction: Some(Direction::Outbound), new_spi, key: key.into(), auth_key: None })
+    };
+    // The key file of `secgw ctl sa rekey` holds hex "as sa.key": ':' separators allowed.
+    let colons = OUT_KEY.as_bytes().chunks(2).map(|c| std::str::from_utf8(c).unwrap()).collect::<Vec<_>>().join(":");
+    let r = rekey(&mut fx.m, 4001, &colons).unwrap();
+    assert_eq!(r["rekeyed"]["new_spi"].as_u64(), Some(4001), "{r}");
+    // 40 digits, one of them not hex: named as such (not "an even number").
+    let bad = format!("{}zz", &IN_KEY[..38]);
+    let e = rekey(&mut fx.m, 4002, &bad).unwrap_err();
+    assert_eq!(e.code, ErrorCode::BadArgs);
+    assert!(e.message.contains("non-hex character at position 39") && !e.message.contains(&IN_KEY[..38]), "{}", e.message);
+    let e = rekey(&mut fx.m, 4002, &IN_KEY[..39]).unwrap_err();
+    assert!(e.message.contains("even number of hex digits, found 39"), "{}", e.message);
+}
