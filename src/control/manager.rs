@@ -32,6 +32,7 @@ use crate::policy::{PortInfo, Tables};
 use arc_swap::ArcSwap;
 use serde_json::{json, Value};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -224,6 +225,9 @@ pub struct Manager<'d, D: CryptoDevice> {
     /// How long [`Manager::publish`] waits for every worker to adopt a new
     /// snapshot (zero: it does not wait).
     adopt_wait: Duration,
+    /// Set when the gateway is stopping: its workers are leaving and will
+    /// adopt nothing more, so [`Manager::publish`] stops waiting for them.
+    stopping: Option<Arc<AtomicBool>>,
 }
 
 impl<'d, D: CryptoDevice> Manager<'d, D> {
@@ -266,6 +270,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             publisher: None,
             last_scan: None,
             adopt_wait: Duration::ZERO,
+            stopping: None,
         };
         m.set_policies(cfg.policies.clone());
         for (i, sa) in cfg.sas.iter().enumerate() {
@@ -289,6 +294,14 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     /// callers that poll the workers themselves). `secgw run` sets 1 s.
     pub fn set_adopt_wait(&mut self, wait: Duration) {
         self.adopt_wait = wait;
+    }
+
+    /// The gateway's stop flag (`secgw run`'s SIGINT/SIGTERM flag, which
+    /// its workers obey): once it is set, [`Manager::publish`] no longer
+    /// waits for workers that are leaving (a request answered during
+    /// shutdown would otherwise hold the shutdown up to the adopt wait).
+    pub fn set_stop_flag(&mut self, stop: Arc<AtomicBool>) {
+        self.stopping = Some(stop);
     }
 
     /// A snapshot of the tables as they are now (version: the last
@@ -343,6 +356,9 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             tables.store(Arc::new(t));
             let deadline = Instant::now() + self.adopt_wait;
             while !self.adopt_wait.is_zero() && workers.iter().any(|c| c.adopted.get() < self.version) {
+                if self.stopping.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
+                    break;
+                }
                 if Instant::now() >= deadline {
                     tracing::warn!(version = self.version, wait_ms = self.adopt_wait.as_millis() as u64, "a worker has not taken the new tables yet");
                     break;
@@ -741,8 +757,10 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     /// `reload`: reads the config file again and applies the difference:
     /// SAs new in the file are added, SAs gone from it deleted, changed SAs
     /// replaced (make-before-break for outbound); policies, routes and
-    /// neighbours are replaced. Ports, workers, crypto and reassembly
-    /// settings need a restart: a file that changes them is refused.
+    /// neighbours are replaced; `control.rekey_grace_ms` applies to the
+    /// rekeys that follow. Ports, workers, crypto and reassembly settings
+    /// and the control socket's path need a restart: a file that changes
+    /// them is refused (`Invalid`), nothing applied.
     pub fn reload(&mut self, now: Instant) -> Result<Value, MgrError> {
         let new = crate::config::load(&self.cfg.source).map_err(|e| err(MgrErrorKind::Invalid, e.to_string()))?;
         let mut fixed = Vec::new();
@@ -758,6 +776,9 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         let ports = port_changes(&self.cfg.ports, &new.ports);
         if !ports.is_empty() {
             fixed.push("[[port]]");
+        }
+        if new.control.socket != self.cfg.control.socket {
+            fixed.push("control.socket");
         }
         if !fixed.is_empty() {
             let detail = if ports.is_empty() { String::new() } else { format!(" ({})", ports.join("; ")) };
@@ -804,6 +825,9 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         self.cfg.neighbours = new.neighbours.clone();
         self.cfg.policies = new.policies.clone();
         self.cfg.sas = new.sas.clone();
+        // Rekeys from now on use the file's grace (those already done keep theirs).
+        self.grace = Duration::from_millis(new.control.rekey_grace_ms);
+        self.cfg.control = new.control.clone();
         self.dirty = true;
         self.tick_retiring(now);
         Ok(json!({ "added": added, "removed": removed, "replaced": replaced, "sas": self.live.len(), "policies": self.policies.len() }))
@@ -994,13 +1018,22 @@ fn ctl_error(e: MgrError) -> CtlError {
     CtlError::new(code, e.message)
 }
 
-/// Hex key material from a request, kept in zeroized memory.
+/// Hex key material from a request, with optional ':' separators as
+/// `sa.key` in the config file, kept in zeroized memory. Errors
+/// (`bad_args`) name the first character that is not hex, or the odd
+/// number of digits; never the key.
 fn hex_key(field: &str, s: &str) -> Result<zeroize::Zeroizing<Vec<u8>>, CtlError> {
     let s = s.trim();
-    let mut out = zeroize::Zeroizing::new(vec![0u8; s.len() / 2]);
-    if !s.len().is_multiple_of(2) || hex::decode_to_slice(s, &mut out[..]).is_err() {
-        return Err(CtlError::new(ErrorCode::BadArgs, format!("{field}: expected an even number of hex digits")));
+    if let Some(pos) = s.chars().position(|c| c != ':' && !c.is_ascii_hexdigit()) {
+        return Err(CtlError::new(ErrorCode::BadArgs, format!("{field}: expected hex digits with optional ':' separators, found a non-hex character at position {}", pos + 1)));
     }
+    let mut digits = zeroize::Zeroizing::new(String::with_capacity(s.len()));
+    digits.extend(s.chars().filter(|c| *c != ':'));
+    if !digits.len().is_multiple_of(2) {
+        return Err(CtlError::new(ErrorCode::BadArgs, format!("{field}: expected an even number of hex digits, found {}", digits.len())));
+    }
+    let mut out = zeroize::Zeroizing::new(vec![0u8; digits.len() / 2]);
+    hex::decode_to_slice(digits.as_bytes(), &mut out[..]).map_err(|e| CtlError::new(ErrorCode::Internal, format!("{field}: {e}")))?;
     Ok(out)
 }
 

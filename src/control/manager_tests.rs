@@ -354,3 +354,72 @@ fn port_changes_name_the_port_and_the_field() {
     let swapped = vec![old[1].clone(), old[0].clone()];
     assert_eq!(port_changes(&old, &swapped), ["port order"]);
 }
+
+#[test]
+fn reload_applies_a_new_rekey_grace_and_refuses_a_new_socket_path() {
+    let base = config_text("backend = \"software\"", "");
+    let path = write_config("reload-control", &base);
+    let cfg = crate::config::load(&path).unwrap();
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    fx.m.set_grace(Duration::from_millis(cfg.control.rekey_grace_ms));
+    let now = Instant::now();
+    // The grace from the file: a rekey after the reload keeps the old SA 250 ms.
+    std::fs::write(&path, format!("{base}[control]\nrekey_grace_ms = 250\n")).unwrap();
+    fx.m.reload(now).unwrap();
+    let r = fx.m.rekey(1002, None, 4002, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
+    assert_eq!(r["old_valid_ms"].as_u64(), Some(250), "{r}");
+    // A new socket path needs a restart: refused, nothing applied.
+    std::fs::write(&path, format!("{base}[control]\nrekey_grace_ms = 9000\nsocket = \"/tmp/elsewhere.sock\"\n")).unwrap();
+    let e = fx.m.reload(now).unwrap_err();
+    assert_eq!(e.kind, MgrErrorKind::Invalid);
+    assert!(e.message.contains("control.socket") && e.message.contains("nothing applied"), "{}", e.message);
+    let r = fx.m.rekey(1001, None, 4001, hex::decode(OUT_KEY).unwrap(), None, now).unwrap();
+    assert_eq!(r["old_valid_ms"].as_u64(), Some(100), "outbound: {r}");
+    let r = fx.m.rekey(4002, None, 5002, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
+    assert_eq!(r["old_valid_ms"].as_u64(), Some(250), "the refused file's grace is not applied: {r}");
+}
+
+#[test]
+fn publish_stops_waiting_for_workers_once_the_gateway_is_stopping() {
+    let cfg = load("stopping", &config_text("backend = \"software\"", ""));
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let stop = Arc::new(AtomicBool::new(false));
+    fx.m.set_adopt_wait(Duration::from_millis(400));
+    fx.m.set_stop_flag(stop.clone());
+    // The fixture's worker never adopts anything: a running gateway waits
+    // the whole adopt wait for it...
+    fx.m.add(&sa(2001, "outbound", OUT_KEY), Instant::now()).unwrap();
+    let t = Instant::now();
+    fx.m.publish();
+    assert!(t.elapsed() >= Duration::from_millis(400), "{:?}", t.elapsed());
+    // ...a stopping one (SIGTERM: its workers are leaving) does not.
+    stop.store(true, Ordering::Relaxed);
+    fx.m.add(&sa(2002, "outbound", OUT_KEY), Instant::now()).unwrap();
+    let t = Instant::now();
+    fx.m.publish();
+    assert!(t.elapsed() < Duration::from_millis(200), "{:?}", t.elapsed());
+    assert!(fx.out_slot(2002).is_some(), "published all the same");
+}
+
+#[test]
+fn rekey_over_the_socket_takes_the_key_as_sa_key_does_and_says_what_is_wrong_with_it() {
+    let cfg = load("rekey-hex", &config_text("backend = \"software\"", ""));
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let rekey = |m: &mut Manager<'_, SoftDevice>, new_spi: u32, key: &str| {
+        m.handle(&Command::SaRekey { spi: 1001, direction: Some(Direction::Outbound), new_spi, key: key.into(), auth_key: None })
+    };
+    // The key file of `secgw ctl sa rekey` holds hex "as sa.key": ':' separators allowed.
+    let colons = OUT_KEY.as_bytes().chunks(2).map(|c| std::str::from_utf8(c).unwrap()).collect::<Vec<_>>().join(":");
+    let r = rekey(&mut fx.m, 4001, &colons).unwrap();
+    assert_eq!(r["rekeyed"]["new_spi"].as_u64(), Some(4001), "{r}");
+    // 40 digits, one of them not hex: named as such (not "an even number").
+    let bad = format!("{}zz", &IN_KEY[..38]);
+    let e = rekey(&mut fx.m, 4002, &bad).unwrap_err();
+    assert_eq!(e.code, ErrorCode::BadArgs);
+    assert!(e.message.contains("non-hex character at position 39") && !e.message.contains(&IN_KEY[..38]), "{}", e.message);
+    let e = rekey(&mut fx.m, 4002, &IN_KEY[..39]).unwrap_err();
+    assert!(e.message.contains("even number of hex digits, found 39"), "{}", e.message);
+}

@@ -115,6 +115,7 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
     mgr.set_grace(Duration::from_millis(cfg.control.rekey_grace_ms));
     // A change is answered once every worker classifies with it (README, Control socket).
     mgr.set_adopt_wait(Duration::from_secs(1));
+    mgr.set_stop_flag(stop.clone());
     let sock_path = super::socket::socket_path(cfg, opts);
     let mut server = super::socket::CtlServer::bind(&sock_path)
         .map_err(|e| ControlError::Unsupported(format!("control socket {}: {e}", sock_path.display())))?;
@@ -222,7 +223,11 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
             server.broadcast(&ev.to_protocol());
         }
         if handles.iter().any(|h| h.is_finished()) {
-            tracing::error!("a worker stopped unexpectedly; stopping");
+            // A worker leaves on its own only when `stop` is not set yet
+            // (SIGINT/SIGTERM sets it before the workers see it).
+            if !stop.load(Ordering::Relaxed) {
+                tracing::error!("a worker stopped unexpectedly; stopping");
+            }
             stop.store(true, Ordering::Relaxed);
             break;
         }
