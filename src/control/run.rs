@@ -205,7 +205,7 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
     let mut last_request = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         // Short naps while a client is talking, longer ones when idle.
-        let nap = if last_request.elapsed() < Duration::from_millis(200) { Duration::from_micros(50) } else { Duration::from_millis(5) };
+        let nap = if last_request.elapsed() < Duration::from_millis(200) { Duration::from_micros(500) } else { Duration::from_millis(5) };
         std::thread::sleep(nap);
         let now = Instant::now();
         if server.poll(&mut mgr) > 0 {
