@@ -539,13 +539,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                     op.user[1] = tag(false, r, 0, NO_PORT as u16) | TAG_DUMMY;
                     self.push_op(op);
                 }
-                Err((e, b)) => {
-                    sa.life.counters.errors.add(1);
-                    if e == crate::esp::EspError::SeqExhausted {
-                        sa.life.raise_hard(crate::esp::lifetime::Expiry::Sequence);
-                    }
-                    self.drop_buf(NO_PORT, e.into(), b)
-                }
+                Err((e, b)) => self.outbound_refused(sa, NO_PORT, e, b),
             }
         }
     }
@@ -823,6 +817,17 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         self.inbound(t, port, buf, key, ttl, hl, frag)
     }
 
+    /// An outbound packet (or dummy) ESP refused to prepare: counted as the
+    /// SA's error and dropped by reason; a spent sequence counter also
+    /// hard-expires the SA (RFC 4303 §3.3.3: never cycle).
+    fn outbound_refused(&mut self, sa: &OutboundSa, port: usize, e: crate::esp::EspError, buf: PktBuf) {
+        sa.life.counters.errors.add(1);
+        if e == crate::esp::EspError::SeqExhausted {
+            sa.life.raise_hard(crate::esp::lifetime::Expiry::Sequence);
+        }
+        self.drop_buf(port, e.into(), buf)
+    }
+
     #[inline]
     fn drop_buf(&mut self, port: usize, reason: DropReason, buf: PktBuf) {
         self.counters.count_drop(port, reason);
@@ -867,14 +872,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                     op.user[1] = tag(false, r, inner_len, port as u16);
                     self.push_op(op);
                 }
-                Err((e, b)) => {
-                    sa.life.counters.errors.add(1);
-                    // RFC 4303 §3.3.3: never cycle; the SA is spent.
-                    if e == crate::esp::EspError::SeqExhausted {
-                        sa.life.raise_hard(crate::esp::lifetime::Expiry::Sequence);
-                    }
-                    self.drop_buf(port, e.into(), b)
-                }
+                Err((e, b)) => self.outbound_refused(sa, port, e, b),
             }
             return;
         }
