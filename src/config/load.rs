@@ -46,6 +46,8 @@
 //! queue = 0                 # interface queue for the AF_XDP socket, default 0
 //! mtu = 1500                # largest IP packet sent on this port, 576..=9000, default 1500
 //! xdp_mode = "skb"          # "skb" | "native" | "auto", default "skb"
+//! peer_mac = "02:00:00:00:00:09"  # optional: destination MAC for packets out of this port
+//!                           # whose next hop has no neighbour entry (DPDK's `neigh` / `--eth-dest`)
 //!
 //! [[sa]]                    # (spi, direction) must be unique
 //! spi = 1001                # required: integer or string ("1001", "0x3e9"); 0 is an error
@@ -436,6 +438,7 @@ struct RawPort {
     queue: Field,
     mtu: Field,
     xdp_mode: Field,
+    peer_mac: Field,
 }
 
 #[derive(Deserialize)]
@@ -1200,6 +1203,10 @@ impl Checker<'_> {
                 ("auto", XdpMode::Auto),
             ];
             let xdp_mode = ck.opt_keyword(&p.xdp_mode, &tab.field("xdp_mode"), modes, XdpMode::Skb);
+            let peer_mac = match &p.peer_mac {
+                None => Some(None),
+                Some(v) => ck.parsed(v, &tab.field("peer_mac"), parse_mac).map(Some),
+            };
             Some(Port {
                 name: name?,
                 interface: interface?,
@@ -1209,6 +1216,7 @@ impl Checker<'_> {
                 queue: queue? as u32,
                 mtu: mtu? as u16,
                 xdp_mode: xdp_mode?,
+                peer_mac: peer_mac?,
             })
         });
         if let Some(ports) = &list {

@@ -172,6 +172,10 @@ pub struct Port {
     pub mtu: u16,
     /// XDP attach mode (default skb).
     pub xdp_mode: XdpMode,
+    /// Destination MAC for packets sent on this port whose next hop has no
+    /// neighbour entry (DPDK ipsec-secgw's `neigh PORT MAC` line and
+    /// `--eth-dest PORT,MAC` option: one peer per port); `None` = none.
+    pub peer_mac: Option<Mac>,
 }
 
 /// Direction of an SA or a policy. On the control socket it is the string

@@ -55,6 +55,7 @@ pub fn ports(cfg: &Config, macs: &[[u8; 6]]) -> Vec<PortInfo> {
                 })
                 .collect(),
             mtu: p.mtu,
+            peer_mac: p.peer_mac,
         })
         .collect()
 }

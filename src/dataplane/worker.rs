@@ -1248,11 +1248,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let Some((out, nh)) = t.routes.lookup(dst) else {
             return self.drop_buf(rx_port, DropReason::NoRoute, buf);
         };
-        let Some(mac) = t.neighbours.lookup(nh) else {
-            return self.drop_buf(rx_port, DropReason::NoNeighbour, buf);
-        };
         let Some(egress) = t.ports.get(out) else {
             return self.drop_buf(rx_port, DropReason::NoRoute, buf);
+        };
+        let Some(mac) = t.neighbours.lookup(nh).or(egress.peer_mac) else {
+            return self.drop_buf(rx_port, DropReason::NoNeighbour, buf);
         };
         let src = egress.mac;
         let v6 = is_ipv6(buf.frame());

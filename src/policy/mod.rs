@@ -26,6 +26,9 @@ pub struct PortInfo {
     pub addresses6: Vec<Ipv6Addr>,
     /// Largest IP packet sent on this port, in bytes.
     pub mtu: u16,
+    /// Destination MAC for next hops without a neighbour entry (config
+    /// `peer_mac`, DPDK's `neigh` / `--eth-dest`).
+    pub peer_mac: Option<[u8; 6]>,
 }
 
 /// The read-mostly tables a worker loads once per burst. Parts that did not
