@@ -17,9 +17,11 @@ struct Cli {
 enum Cmd {
     /// Run the gateway in the foreground until SIGINT/SIGTERM.
     Run {
-        /// Config file (TOML).
+        /// Config file: TOML, or a DPDK ipsec-secgw `.cfg` (with the port options below).
         #[arg(short, long)]
         config: PathBuf,
+        #[command(flatten)]
+        dpdk: DpdkArgs,
         /// Print counters every N seconds (overrides gateway.stats_interval).
         #[arg(long, value_name = "N")]
         stats_interval: Option<u64>,
@@ -32,8 +34,25 @@ enum Cmd {
     },
     /// Validate a config file and print a summary.
     Check {
-        /// Config file (TOML).
+        /// Config file: TOML, or a DPDK ipsec-secgw `.cfg` (with the port options below).
         config: PathBuf,
+        #[command(flatten)]
+        dpdk: DpdkArgs,
+    },
+    /// Convert a DPDK ipsec-secgw `.cfg` file to a TOML config on stdout.
+    ///
+    /// Refusals and warnings go to stderr. Exit status: 0 converted (the
+    /// TOML validates), 1 an error (the .cfg is broken or the result does
+    /// not validate; nothing is written), 3 converted but something was
+    /// refused and --strict was given.
+    ImportDpdk {
+        /// The `.cfg` file.
+        file: PathBuf,
+        #[command(flatten)]
+        dpdk: DpdkArgs,
+        /// Exit with status 3 if any SA, policy or line was refused.
+        #[arg(long)]
+        strict: bool,
     },
     /// Talk to a running gateway through its control socket.
     ///
@@ -46,6 +65,42 @@ enum Cmd {
         #[command(subcommand)]
         cmd: CtlCmd,
     },
+}
+
+/// DPDK ipsec-secgw's port options, for a `.cfg` file.
+#[derive(clap::Args, Default)]
+struct DpdkArgs {
+    /// DPDK `-p PORTMASK`: ports in use, hex [default: every port id the file names].
+    #[arg(short = 'p', value_name = "PORTMASK")]
+    port_mask: Option<String>,
+    /// DPDK `-u PORTMASK`: unprotected ports, hex [default: the ports routes to SA peers leave by].
+    #[arg(short = 'u', value_name = "PORTMASK")]
+    unprotected_mask: Option<String>,
+    /// Interface of a DPDK port id, e.g. `--port 0=gw0-p0` (repeat per port).
+    #[arg(long = "port", value_name = "ID=IFACE")]
+    ports: Vec<String>,
+    /// DPDK `--eth-dest PORT,MAC`: destination MAC of a port (repeatable).
+    #[arg(long = "eth-dest", value_name = "ID,MAC")]
+    eth_dest: Vec<String>,
+}
+
+impl DpdkArgs {
+    fn options(&self) -> anyhow::Result<secgw::config::dpdk::ImportOptions> {
+        use secgw::config::dpdk::ImportOptions as O;
+        let e = |m: String| anyhow::anyhow!(m);
+        let mut o = O::default();
+        o.port_mask = self.port_mask.as_deref().map(O::parse_mask).transpose().map_err(|m| e(format!("-p: {m}")))?;
+        o.unprotected_mask = self.unprotected_mask.as_deref().map(O::parse_mask).transpose().map_err(|m| e(format!("-u: {m}")))?;
+        for p in &self.ports {
+            let (id, name) = O::parse_port(p).map_err(|m| e(format!("--port: {m}")))?;
+            o.interfaces.insert(id, name);
+        }
+        for d in &self.eth_dest {
+            let (id, mac) = O::parse_eth_dest(d).map_err(|m| e(format!("--eth-dest: {m}")))?;
+            o.eth_dest.insert(id, mac);
+        }
+        Ok(o)
+    }
 }
 
 #[derive(Subcommand)]
@@ -161,6 +216,7 @@ fn main() -> ExitCode {
     let cmd = match Cli::parse().cmd {
         // `ctl` prints only its result and its own errors: no log setup.
         Cmd::Ctl { socket, cmd } => return ctl(socket.unwrap_or_else(secgw::control::client::default_socket), cmd),
+        Cmd::ImportDpdk { file, dpdk, strict } => return import_dpdk(&file, &dpdk, strict),
         cmd => cmd,
     };
     tracing_subscriber::fmt()
@@ -177,14 +233,48 @@ fn main() -> ExitCode {
     }
 }
 
-fn load(path: &std::path::Path) -> anyhow::Result<secgw::config::Config> {
-    secgw::config::load(path).map_err(|e| anyhow::anyhow!("{e}"))
+/// `secgw import-dpdk`: the TOML on stdout, notices on stderr; exit 0,
+/// 1 (error, nothing written) or 3 (refusals with --strict).
+fn import_dpdk(file: &std::path::Path, dpdk: &DpdkArgs, strict: bool) -> ExitCode {
+    use secgw::config::dpdk;
+    let r = dpdk.options().map_err(|e| e.to_string()).and_then(|o| {
+        let text = dpdk::read(file).map_err(|e| e.to_string())?;
+        dpdk::import(&text, file, &o).map_err(|e| e.to_string())
+    });
+    match r {
+        Ok((imp, _cfg)) => {
+            print!("{}", imp.toml.as_str());
+            for n in &imp.notices {
+                eprintln!("{n}");
+            }
+            let refused = imp.notices.iter().any(|n| n.kind == dpdk::NoticeKind::Refused);
+            if strict && refused {
+                ExitCode::from(3)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("secgw import-dpdk: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Loads TOML or a DPDK `.cfg`; the import's refusals and warnings go to
+/// stderr.
+fn load(path: &std::path::Path, dpdk: &DpdkArgs) -> anyhow::Result<secgw::config::Config> {
+    let (cfg, notices) = secgw::config::load_any(path, &dpdk.options()?).map_err(|e| anyhow::anyhow!("{e}"))?;
+    for n in &notices {
+        eprintln!("{n}");
+    }
+    Ok(cfg)
 }
 
 fn real_main(cmd: Cmd) -> anyhow::Result<()> {
     match cmd {
-        Cmd::Check { config } => {
-            let cfg = load(&config)?;
+        Cmd::Check { config, dpdk } => {
+            let cfg = load(&config, &dpdk)?;
             print!("{}", secgw::config::summary(&cfg));
             let (limit, driver) = match cfg.crypto.backend {
                 secgw::config::model::CryptoBackend::Software => (0, "crypto_soft"),
@@ -200,8 +290,8 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
             println!("{}: OK", config.display());
             Ok(())
         }
-        Cmd::Run { config, stats_interval, stats_file, socket } => {
-            let cfg = load(&config)?;
+        Cmd::Run { config, dpdk, stats_interval, stats_file, socket } => {
+            let cfg = load(&config, &dpdk)?;
             for w in secgw::config::warnings(&cfg) {
                 tracing::warn!("{w}");
             }
@@ -210,7 +300,7 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
             println!("final counters:\n{}", snap.to_text());
             Ok(())
         }
-        Cmd::Ctl { .. } => unreachable!("handled in main"),
+        Cmd::ImportDpdk { .. } | Cmd::Ctl { .. } => unreachable!("handled in main"),
     }
 }
 

@@ -2023,7 +2023,7 @@ fn parse_prefix(s: &str, network: bool) -> Result<(IpAddr, u8), String> {
 }
 
 /// "02:00:00:00:00:01"; unicast and not all-zero.
-fn parse_mac(s: &str) -> Result<Mac, String> {
+pub(super) fn parse_mac(s: &str) -> Result<Mac, String> {
     let bad = || format!("expected a MAC address like \"02:00:00:00:00:01\", found {s:?}");
     let mut mac = [0u8; 6];
     let mut parts = s.split(':');

@@ -10,6 +10,7 @@
 //! Contract: nothing in this module is used at run time by the data plane; the
 //! control thread builds its tables from the returned [`Config`].
 
+pub mod dpdk;
 mod load;
 pub mod model;
 mod summary;
@@ -84,6 +85,21 @@ impl ConfigError {
             ConfigError::Invalid(ps) => ps,
         }
     }
+}
+
+/// Loads a config file of either kind: a DPDK ipsec-secgw `.cfg`
+/// ([`dpdk::is_dpdk_cfg`], imported with `dpdk_opts`, its notices
+/// returned) or secgw's TOML ([`load`], no notices; `dpdk_opts` must then
+/// be empty, or the error says they belong to a `.cfg`).
+pub fn load_any(path: &std::path::Path, dpdk_opts: &dpdk::ImportOptions) -> Result<(Config, Vec<dpdk::Notice>), ConfigError> {
+    if dpdk::is_dpdk_cfg(path) {
+        return dpdk::load(path, dpdk_opts);
+    }
+    if *dpdk_opts != dpdk::ImportOptions::default() {
+        let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "-p, -u, --port and --eth-dest are for a DPDK .cfg file, not TOML");
+        return Err(ConfigError::Read { path: path.to_path_buf(), source: e });
+    }
+    load(path).map(|c| (c, Vec::new()))
 }
 
 fn join_lines(problems: &[Problem]) -> String {
