@@ -261,21 +261,19 @@ fn import_dpdk(file: &std::path::Path, dpdk: &DpdkArgs, strict: bool) -> ExitCod
     }
 }
 
-/// Loads TOML or a DPDK `.cfg`; the import's refusals and warnings go to
-/// stderr.
-fn load(path: &std::path::Path, dpdk: &DpdkArgs) -> anyhow::Result<secgw::config::Config> {
-    let (cfg, notices) = secgw::config::load_any(path, &dpdk.options()?).map_err(|e| anyhow::anyhow!("{e}"))?;
-    for n in &notices {
-        eprintln!("{n}");
-    }
-    Ok(cfg)
+/// Loads TOML or a DPDK `.cfg`, with the import's refusals and warnings.
+fn load(path: &std::path::Path, dpdk: &DpdkArgs) -> anyhow::Result<(secgw::config::Config, Vec<secgw::config::dpdk::Notice>)> {
+    secgw::config::load_any(path, &dpdk.options()?).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 fn real_main(cmd: Cmd) -> anyhow::Result<()> {
     match cmd {
         Cmd::Check { config, dpdk } => {
-            let cfg = load(&config, &dpdk)?;
+            let (cfg, notices) = load(&config, &dpdk)?;
             print!("{}", secgw::config::summary(&cfg));
+            if secgw::config::dpdk::is_dpdk_cfg(&config) {
+                print!("{}", secgw::config::dpdk::describe_notices(&notices));
+            }
             let (limit, driver) = match cfg.crypto.backend {
                 secgw::config::model::CryptoBackend::Software => (0, "crypto_soft"),
                 secgw::config::model::CryptoBackend::Descriptor => (cfg.crypto.max_sessions_per_qp, "crypto_descriptor"),
@@ -291,7 +289,10 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Run { config, dpdk, stats_interval, stats_file, socket } => {
-            let cfg = load(&config, &dpdk)?;
+            let (cfg, notices) = load(&config, &dpdk)?;
+            for n in &notices {
+                tracing::warn!("{n}");
+            }
             for w in secgw::config::warnings(&cfg) {
                 tracing::warn!("{w}");
             }

@@ -25,7 +25,10 @@ fi
 
 echo "== dependencies"
 APT_PKGS=(libelf-dev zlib1g-dev libpcap-dev clang llvm pkg-config m4 gcc-multilib
-          iproute2 iputils-ping ethtool tcpdump tshark python3-pip)
+          iproute2 iputils-ping ethtool tcpdump tshark python3-pip
+          # DPDK 22.11's ipsec-secgw sample configs (ep0.cfg, ep1.cfg) that
+          # tests/dpdk_import.rs and tests/e2e/test_dpdk_import.py import
+          dpdk-doc)
 missing=()
 for p in "${APT_PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

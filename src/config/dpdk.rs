@@ -169,6 +169,24 @@ pub struct Imported {
     origin: Vec<Option<(usize, String)>>,
 }
 
+/// The import's notices for `secgw check`: how the own addresses were
+/// found, then the refusals and the warnings, one per line.
+pub fn describe_notices(notices: &[Notice]) -> String {
+    let refused: Vec<&Notice> = notices.iter().filter(|n| n.kind == NoticeKind::Refused).collect();
+    let warned: Vec<&Notice> = notices.iter().filter(|n| n.kind == NoticeKind::Warning).collect();
+    let mut out = String::new();
+    let _ = writeln!(out, "DPDK ipsec-secgw import: the ports' own addresses are derived (every outbound tunnel SA's src and inbound tunnel SA's dst, on the port the route to the SA's peer leaves by)");
+    let _ = writeln!(out, "refused by the import ({}):", refused.len());
+    for n in refused {
+        let _ = writeln!(out, "  {n}");
+    }
+    let _ = writeln!(out, "import warnings ({}):", warned.len());
+    for n in warned {
+        let _ = writeln!(out, "  {n}");
+    }
+    out
+}
+
 /// Whether `path` names a DPDK `.cfg` file (by its extension).
 pub fn is_dpdk_cfg(path: &Path) -> bool {
     path.extension().is_some_and(|e| e.eq_ignore_ascii_case("cfg"))
@@ -260,8 +278,9 @@ fn logical_lines(text: &str, file: &Path) -> Result<Vec<Logical>, ConfigError> {
     let mut out = Vec::new();
     let mut cur = Logical { text: Zeroizing::new(String::new()), pos: Vec::new() };
     let mut open: Option<usize> = None; // line of the last '\'
-    for (i, raw) in text.split('\n').enumerate() {
+    for (i, raw) in text.split_inclusive('\n').enumerate() {
         let line = i + 1;
+        let raw = raw.strip_suffix('\n').unwrap_or(raw);
         if raw.starts_with('#') {
             continue;
         }

@@ -1,0 +1,367 @@
+//! DPDK ipsec-secgw `.cfg` import (`config::dpdk`): the sample configs
+//! shipped with DPDK 22.11 (Debian's `dpdk-doc`, installed by
+//! testbed/test.sh) import, every `sp`, `sa` and `rt` line of them is in the
+//! result with the values the file gives (counted and read here with a
+//! reading of the file of our own, not the importer's), `secgw check` lists
+//! them, the TOML that `secgw import-dpdk` writes loads to the same config,
+//! and each kind of mistake is reported at its line with its keyword.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use secgw::config::dpdk::{self, ImportOptions, NoticeKind, ACL_MAX_PRIORITY};
+use secgw::config::{self, Action, Algorithm, Config, ConfigError, Direction, PortRole, SaMode};
+
+const SAMPLES: &str = "/usr/share/dpdk/examples/ipsec-secgw";
+
+/// A sample file of the installed dpdk-doc package; missing = a failure
+/// (testbed/test.sh installs it), never a skip.
+fn sample(name: &str) -> PathBuf {
+    let p = Path::new(SAMPLES).join(name);
+    assert!(
+        p.is_file(),
+        "{} is missing: install Debian's dpdk-doc package (apt-get install dpdk-doc; testbed/test.sh does)",
+        p.display()
+    );
+    p
+}
+
+/// DPDK's four ports: 0 and 1 unprotected (`-p 0xf -u 0x3`, the sample's
+/// documented command line).
+fn opts() -> ImportOptions {
+    let mut o = ImportOptions { port_mask: Some(0xf), unprotected_mask: Some(0x3), ..Default::default() };
+    for i in 0..4u16 {
+        o.interfaces.insert(i, format!("veth{i}"));
+    }
+    o
+}
+
+/// Our own reading of a `.cfg`: logical lines (comments cut, `\`
+/// continuations joined with nothing in between), split in words.
+fn logical(text: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap();
+        if let Some(l) = line.strip_suffix('\\') {
+            cur.push_str(l);
+            continue;
+        }
+        cur.push_str(line);
+        let words: Vec<String> = cur.split_whitespace().map(str::to_owned).collect();
+        if !words.is_empty() {
+            out.push(words);
+        }
+        cur.clear();
+    }
+    out
+}
+
+fn value<'a>(words: &'a [String], kw: &str) -> Option<&'a str> {
+    words.iter().position(|w| w == kw).map(|i| words[i + 1].as_str())
+}
+
+fn key_bytes(s: &str) -> Vec<u8> {
+    s.split(':').map(|b| u8::from_str_radix(b, 16).unwrap()).collect()
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn import(name: &str) -> (Config, Vec<dpdk::Notice>, Vec<Vec<String>>) {
+    let path = sample(name);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (cfg, notices) = dpdk::parse(&text, &path, &opts()).unwrap_or_else(|e| panic!("{name} does not import:\n{e}"));
+    (cfg, notices, logical(&text))
+}
+
+fn dir(w: &str) -> Direction {
+    match w {
+        "in" => Direction::Inbound,
+        "out" => Direction::Outbound,
+        _ => panic!("{w}"),
+    }
+}
+
+/// Every sp, sa and rt line of both samples is in the result, field by
+/// field, counted from the file independently.
+#[test]
+fn samples_import_with_every_line() {
+    for name in ["ep0.cfg", "ep1.cfg"] {
+        let (cfg, notices, lines) = import(name);
+        let of = |kind: &str| lines.iter().filter(|w| w[0] == kind).cloned().collect::<Vec<_>>();
+        let (sps, sas, rts) = (of("sp"), of("sa"), of("rt"));
+        assert!(sps.len() >= 30 && sas.len() >= 16 && rts.len() >= 26, "{name}: {} sp, {} sa, {} rt", sps.len(), sas.len(), rts.len());
+
+        // SAs: imported, or refused (only the NULL/NULL ones) and named.
+        let refused: Vec<&dpdk::Notice> = notices.iter().filter(|n| n.kind == NoticeKind::Refused).collect();
+        for w in &sas {
+            let spi: u32 = w[2].parse().unwrap();
+            let d = dir(&w[1]);
+            let null_null = value(w, "cipher_algo") == Some("null") && value(w, "auth_algo") == Some("null");
+            let got = cfg.sas.iter().find(|s| s.spi == spi && s.direction == d);
+            if null_null {
+                assert!(got.is_none(), "{name}: NULL/NULL SA {spi} imported");
+                assert!(
+                    refused.iter().any(|n| n.message.contains(&format!("sa {} {spi} refused", w[1])) && n.message.contains("RFC 4303 §3.2")),
+                    "{name}: SA {spi} not named as refused: {refused:?}"
+                );
+                continue;
+            }
+            let sa = got.unwrap_or_else(|| panic!("{name}: SA {} {spi} missing", w[1]));
+            assert_eq!(value(w, "cipher_algo"), Some("aes-128-cbc"), "the samples' other SAs");
+            assert_eq!(sa.algorithm, Algorithm::Aes128CbcHmacSha1, "{name} SA {spi}");
+            assert_eq!(*sa.key, key_bytes(value(w, "cipher_key").unwrap()), "{name} SA {spi} key");
+            assert_eq!(*sa.auth_key, key_bytes(value(w, "auth_key").unwrap()), "{name} SA {spi} auth_key");
+            match value(w, "mode").unwrap() {
+                "transport" => assert_eq!(sa.mode, SaMode::Transport),
+                m => {
+                    assert_eq!(sa.mode, SaMode::Tunnel, "{m}");
+                    assert_eq!(sa.tunnel_src, ip(value(w, "src").unwrap()), "{name} SA {spi}");
+                    assert_eq!(sa.tunnel_dst, ip(value(w, "dst").unwrap()), "{name} SA {spi}");
+                    assert_eq!(sa.tunnel_src.is_ipv6(), m == "ipv6-tunnel");
+                }
+            }
+        }
+        let imported = sas.iter().filter(|w| value(w, "cipher_algo") != Some("null")).count();
+        assert_eq!(cfg.sas.len(), imported, "{name}: no SA from nowhere");
+        assert_eq!(refused.len(), sas.len() - imported, "{name}: refusals");
+
+        // Policies: one per sp line, in file order.
+        assert_eq!(cfg.policies.len(), sps.len(), "{name}: sp count");
+        for (w, p) in sps.iter().zip(&cfg.policies) {
+            assert_eq!(p.direction, dir(&w[2]), "{w:?}");
+            let (a, l) = value(w, "dst").unwrap().split_once('/').unwrap();
+            assert_eq!(p.dst, (ip(a), l.parse().unwrap()), "{w:?}");
+            assert_eq!(p.src.1, 0, "no src in the samples: any");
+            assert_eq!(p.dst.0.is_ipv6(), w[1] == "ipv6");
+            assert_eq!((p.src_ports, p.dst_ports), ((0, 65535), (0, 65535)));
+            let pri: u32 = value(w, "pri").unwrap().parse().unwrap();
+            assert_eq!(p.priority, ACL_MAX_PRIORITY - pri);
+            match value(w, "protect") {
+                Some(spi) => {
+                    let spi: u32 = spi.parse().unwrap();
+                    let ok = cfg.sas.iter().any(|s| s.spi == spi && s.direction == p.direction);
+                    let want = if ok { Action::Protect(spi) } else { Action::Discard };
+                    assert_eq!(p.action, want, "{w:?}: a policy of a refused SA is discard");
+                }
+                None if w.iter().any(|x| x == "bypass") => assert_eq!(p.action, Action::Bypass),
+                None => assert_eq!(p.action, Action::Discard),
+            }
+        }
+
+        // Routes: one per rt line, on-link, host bits cleared as rte_lpm does.
+        assert_eq!(cfg.routes.len(), rts.len(), "{name}: rt count");
+        for (w, r) in rts.iter().zip(&cfg.routes) {
+            let (a, l) = value(w, "dst").unwrap().split_once('/').unwrap();
+            let len: u8 = l.parse().unwrap();
+            assert_eq!(r.prefix.1, len);
+            let net = secgw::policy::spd::Prefix::new(ip(a), len).addr();
+            assert_eq!(r.prefix.0, net, "{w:?}");
+            assert_eq!(cfg.ports[r.port].name, format!("port{}", value(w, "port").unwrap()));
+            assert_eq!(r.via, None);
+        }
+
+        // Ports and roles from -p 0xf -u 0x3; own addresses derived from the SAs.
+        let roles: Vec<PortRole> = cfg.ports.iter().map(|p| p.role).collect();
+        assert_eq!(roles, [PortRole::Unprotected, PortRole::Unprotected, PortRole::Protected, PortRole::Protected]);
+        let own0: Vec<IpAddr> = cfg.ports[0].addresses.iter().map(|a| a.0).collect();
+        let (v4, v6) = if name == "ep0.cfg" { ("172.16.1.5", "1111:1111:1111:1111:1111:1111:1111:5555") } else { ("172.16.2.5", "2222:2222:2222:2222:2222:2222:2222:5555") };
+        assert_eq!(own0, [ip(v4), ip(v6)], "{name} port 0");
+    }
+}
+
+/// The duplicate sp lines of the samples are kept (rte_acl keeps both) and
+/// warned about; DPDK's `pri` (higher wins) keeps its order in secgw's
+/// priority (lower wins).
+#[test]
+fn duplicates_and_priority_order() {
+    let (cfg, notices, _) = import("ep0.cfg");
+    let dups: Vec<&dpdk::Notice> = notices.iter().filter(|n| n.keyword == "sp" && n.message.contains("repeats")).collect();
+    assert_eq!(dups.len(), 2, "{dups:?}");
+    let p210 = cfg.policies.iter().filter(|p| p.dst == (ip("192.168.210.0"), 24)).count();
+    assert_eq!(p210, 2);
+
+    let text = "sa out 7 aead_algo aes-128-gcm aead_key 01:02:03:04:05:06:07:08:09:0a:0b:0c:0d:0e:0f:10:11:12:13:14 mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2\n\
+                sp ipv4 out esp protect 7 pri 10 dst 192.168.1.0/24 sport 0:65535 dport 0:65535\n\
+                sp ipv4 out esp discard pri 1 dst 192.168.0.0/16\n\
+                rt ipv4 dst 10.0.0.2/32 port 0\n";
+    let o = ImportOptions { port_mask: Some(3), unprotected_mask: Some(1), ..Default::default() };
+    let (cfg, _) = dpdk::parse(text, Path::new("t.cfg"), &o).unwrap();
+    assert!(cfg.policies[0].priority < cfg.policies[1].priority, "pri 10 beats pri 1 in rte_acl, so it must here");
+    let sa = &cfg.sas[0];
+    assert_eq!(sa.algorithm, Algorithm::Aes128Gcm);
+    assert_eq!(sa.key.len(), 20, "DPDK's aead_key is key ‖ salt, as ours");
+    assert_eq!(sa.key[19], 0x14);
+}
+
+/// What `secgw import-dpdk` writes is a TOML file that `secgw check`
+/// accepts and that loads to the same config as the .cfg.
+#[test]
+fn round_trip_through_toml() {
+    for name in ["ep0.cfg", "ep1.cfg"] {
+        let path = sample(name);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let (imp, cfg) = dpdk::import(&text, &path, &opts()).unwrap();
+        let again = config::parse(&imp.toml, &path).unwrap();
+        assert_eq!(again, cfg, "{name}");
+        // Through the binary and a file, as a user does it.
+        let dir = std::env::temp_dir().join(format!("secgw-dpdk-rt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let toml = dir.join(name.replace(".cfg", ".toml"));
+        let mut args = vec!["import-dpdk".to_owned(), path.display().to_string(), "-p".into(), "0xf".into(), "-u".into(), "0x3".into()];
+        for i in 0..4 {
+            args.extend(["--port".to_owned(), format!("{i}=veth{i}")]);
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_secgw")).args(&args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        std::fs::write(&toml, &out.stdout).unwrap();
+        let check = Command::new(env!("CARGO_BIN_EXE_secgw")).arg("check").arg(&toml).output().unwrap();
+        assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+        let from_file = config::load(&toml).unwrap();
+        assert_eq!(Config { source: path.clone(), ..from_file }, cfg, "{name} via the binary");
+        // --strict: the NULL/NULL refusals make it exit 3, output still complete.
+        let strict = Command::new(env!("CARGO_BIN_EXE_secgw")).args(&args).arg("--strict").output().unwrap();
+        assert_eq!(strict.status.code(), Some(3));
+        assert_eq!(strict.stdout, out.stdout);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// `secgw check ep0.cfg -p … -u …` lists every SA (imported or refused),
+/// every policy and every route of the file.
+#[test]
+fn check_lists_everything() {
+    let path = sample("ep0.cfg");
+    let lines = logical(&std::fs::read_to_string(&path).unwrap());
+    let out = Command::new(env!("CARGO_BIN_EXE_secgw")).arg("check").arg(&path).args(["-p", "0xf", "-u", "0x3"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let count = |k: &str| lines.iter().filter(|w| w[0] == k).count();
+    let refused = lines.iter().filter(|w| w[0] == "sa" && value(w, "cipher_algo") == Some("null")).count();
+    assert!(stdout.contains(&format!("SAs ({}):", count("sa") - refused)), "{stdout}");
+    assert!(stdout.contains(&format!("refused by the import ({refused}):")), "{stdout}");
+    assert!(stdout.contains(&format!("policies ({}):", count("sp"))), "{stdout}");
+    assert!(stdout.contains(&format!("routes ({}):", count("rt"))), "{stdout}");
+    for w in lines.iter().filter(|w| w[0] == "sa") {
+        let spi = &w[2];
+        let listed = stdout.lines().any(|l| l.trim_start().starts_with(&format!("SPI {spi} ")) || l.contains(&format!("sa {} {spi} refused", w[1])));
+        assert!(listed, "SA {spi} not in the output");
+    }
+    assert!(stdout.contains("own addresses are derived"));
+    assert!(stdout.contains("172.16.1.5/32"));
+}
+
+fn problems(text: &str) -> Vec<config::Problem> {
+    let o = ImportOptions { port_mask: Some(3), unprotected_mask: Some(1), ..Default::default() };
+    match dpdk::parse(text, Path::new("bad.cfg"), &o) {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e @ ConfigError::Read { .. }) => panic!("{e}"),
+        Err(e) => e.problems().to_vec(),
+    }
+}
+
+const GOOD_SA: &str = "sa out 5 cipher_algo aes-128-cbc cipher_key 0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0 auth_algo sha1-hmac auth_key 0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0 mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2";
+const TAIL: &str = "sp ipv4 out esp protect 5 pri 1 dst 192.168.1.0/24 sport 0:65535 dport 0:65535\nrt ipv4 dst 10.0.0.2/32 port 0\n";
+
+/// Each mistake at its file:line with its keyword.
+#[test]
+fn errors_name_line_and_keyword() {
+    let at = |text: &str, line: usize, kw: &str, msg: &str| {
+        let ps = problems(text);
+        assert!(
+            ps.iter().any(|p| p.line == line && p.field == kw && p.message.contains(msg) && p.file == Path::new("bad.cfg")),
+            "wanted line {line} {kw} {msg:?}, got {:#?}",
+            ps.iter().map(ToString::to_string).collect::<Vec<_>>()
+        );
+    };
+    // Unknown keyword (in the sa, and an unknown line type).
+    at(&format!("# c\n{GOOD_SA} colour blue\n{TAIL}"), 2, "colour", "unknown sa keyword");
+    at(&format!("{GOOD_SA}\nroute ipv4 dst 10.0.0.0/8 port 0\n{TAIL}"), 2, "route", "unknown line type");
+    // Bad key length: 15 bytes for AES-128-CBC, on the continued line.
+    at(
+        &format!("sa out 5 cipher_algo aes-128-cbc \\\ncipher_key 0:0:0:0:0:0:0:0:0:0:0:0:0:0:0 auth_algo sha1-hmac auth_key 0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0 mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2\n{TAIL}"),
+        2,
+        "cipher_key",
+        "expected 16 bytes for aes-128-cbc",
+    );
+    // Missing continuation target: a '\' on the last line.
+    at(&format!("{TAIL}{GOOD_SA} \\\n"), 3, "\\", "nothing follows");
+    at(&format!("{TAIL}{GOOD_SA} \\"), 3, "\\", "nothing follows");
+    // Something after the '\'.
+    at(&format!("{GOOD_SA} \\ x\n{TAIL}"), 1, "\\", "nothing may follow");
+    // What DPDK refuses too.
+    at(&format!("{GOOD_SA}\nsp ipv4 out protect 5 pri 1 dst 192.168.1.0/24\nrt ipv4 dst 10.0.0.2/32 port 0\n"), 2, "esp", "missing \"esp\"");
+    at(&format!("{GOOD_SA} aead_algo aes-128-gcm aead_key 1:2:3:4:5:6:7:8:9:a:b:c:d:e:f:10:11:12:13:14\n{TAIL}"), 1, "aead_algo", "excludes");
+    at(&format!("{GOOD_SA} mode transport\n{TAIL}"), 1, "mode", "given twice");
+    at(&format!("sa out 5 cipher_algo aes-128-cbc cipher_key 0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0 mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2\n{TAIL}"), 1, "auth_algo", "missing auth_algo");
+    at(&format!("{GOOD_SA}\nsp ipv4 out esp protect 5 dst 192.168.1.0/24 proto 6:15\nrt ipv4 dst 10.0.0.2/32 port 0\n"), 2, "proto", "partial protocol mask");
+    // A policy naming no SA: the TOML validation's problem, mapped back.
+    at(&format!("{GOOD_SA}\nsp ipv4 out esp protect 6 pri 1 dst 192.168.1.0/24\nrt ipv4 dst 10.0.0.2/32 port 0\n"), 2, "protect", "no SA has it");
+    // A port range without tcp/udp: secgw's rule, at the sp line.
+    at(&format!("{GOOD_SA}\nsp ipv4 out esp protect 5 pri 1 dst 192.168.1.0/24 dport 80:80\nrt ipv4 dst 10.0.0.2/32 port 0\n"), 2, "dport", "needs protocol");
+}
+
+/// Unsupported types refuse the SA (named with line and keyword), its
+/// policies become discard, and the rest of the file still imports.
+#[test]
+fn unsupported_sa_is_refused_not_half_configured() {
+    let text = format!(
+        "{GOOD_SA}\n\
+         sa out 6 aead_algo aes-128-gcm aead_key 1:2:3:4:5:6:7:8:9:a:b:c:d:e:f:10:11:12:13:14 \\\n\
+         mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2 type inline-protocol-offload port_id 0\n\
+         sa out 7 cipher_algo 3des-cbc cipher_key 1:2:3:4:5:6:7:8:9:a:b:c:d:e:f:10:11:12:13:14:15:16:17:18 auth_algo sha1-hmac auth_key 0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0 mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2\n\
+         sa out 8 cipher_algo null auth_algo sha256-hmac auth_key 1:2:3:4:5:6:7:8:9:a:b:c:d:e:f:10:11:12:13:14:15:16:17:18:19:1a:1b:1c:1d:1e:1f:20 mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2 reassembly_en\n\
+         sp ipv4 out esp protect 6 pri 5 dst 192.168.2.0/24\n\
+         sp ipv4 out esp bypass pri 1 dst 192.168.0.0/16\n\
+         {TAIL}"
+    );
+    let o = ImportOptions { port_mask: Some(3), unprotected_mask: Some(1), ..Default::default() };
+    let (cfg, notices) = dpdk::parse(&text, Path::new("x.cfg"), &o).unwrap();
+    let spis: Vec<u32> = cfg.sas.iter().map(|s| s.spi).collect();
+    assert_eq!(spis, [5], "only the supported SA");
+    let refused: Vec<(usize, &str)> = notices.iter().filter(|n| n.kind == NoticeKind::Refused).map(|n| (n.line, n.keyword.as_str())).collect();
+    assert_eq!(refused, [(3, "type"), (4, "cipher_algo"), (5, "reassembly_en")], "{notices:#?}");
+    assert!(notices.iter().any(|n| n.to_string().starts_with("x.cfg:3: refused: type: sa out 6 refused")));
+    assert_eq!(cfg.policies[0].action, Action::Discard, "the refused SA's policy drops, not bypasses");
+    assert_eq!(cfg.policies[1].action, Action::Bypass);
+    assert_eq!(cfg.policies[2].action, Action::Protect(5));
+}
+
+/// neigh → the port's peer_mac; --eth-dest overrides it; -u absent infers
+/// the unprotected port from the route to the SA's peer; an address
+/// without /len is /0 as in DPDK; flow-direction is accepted and warned.
+#[test]
+fn ports_neigh_and_inference() {
+    let text = format!(
+        "{GOOD_SA} flow-direction 0 1\nneigh port 0 02:00:00:00:00:aa\nneigh port 1 02:00:00:00:00:bb\n\
+         sp ipv4 out esp protect 5 pri 1 src 192.168.9.1 dst 192.168.1.0/24\nrt ipv4 dst 10.0.0.2/32 port 0\nrt ipv4 dst 192.168.9.0/24 port 1\n"
+    );
+    let mut o = ImportOptions::default();
+    o.eth_dest.insert(1, [2, 0, 0, 0, 0, 0xcc]);
+    o.interfaces.insert(0, "wan0".into());
+    let (cfg, notices) = dpdk::parse(&text, Path::new("n.cfg"), &o).unwrap();
+    assert_eq!(cfg.ports.len(), 2);
+    assert_eq!(cfg.ports[0].role, PortRole::Unprotected);
+    assert_eq!(cfg.ports[1].role, PortRole::Protected);
+    assert_eq!(cfg.ports[0].interface, "wan0");
+    assert_eq!(cfg.ports[1].interface, "dpdk1");
+    assert_eq!(cfg.ports[0].peer_mac, Some([2, 0, 0, 0, 0, 0xaa]));
+    assert_eq!(cfg.ports[1].peer_mac, Some([2, 0, 0, 0, 0, 0xcc]));
+    assert_eq!(cfg.ports[0].addresses, [(ip("10.0.0.1"), 32)]);
+    assert_eq!(cfg.policies[0].src, (ip("0.0.0.0"), 0), "DPDK: no /len = /0");
+    for kw in ["flow-direction", "src", "-u", "--port"] {
+        assert!(notices.iter().any(|n| n.keyword == kw && n.kind == NoticeKind::Warning), "{kw}: {notices:#?}");
+    }
+}
+
+/// TOML and .cfg options are not mixed up.
+#[test]
+fn options_only_for_cfg() {
+    let toml = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/ep0.toml");
+    assert!(config::load_any(&toml, &ImportOptions::default()).is_ok());
+    let e = config::load_any(&toml, &opts()).unwrap_err().to_string();
+    assert!(e.contains("for a DPDK .cfg file"), "{e}");
+}
