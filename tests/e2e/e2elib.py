@@ -118,10 +118,12 @@ def scapy_sa(info: SaInfo):
 class Gateway:
     """One secgw process (`secgw run`) in namespace gw0 or gw1.
 
-    `config` is the config file to run (default: CONFIG_DIR / GW_CONFIG[name])."""
+    `config` is the config file to run (default: CONFIG_DIR / GW_CONFIG[name]);
+    `args` are further `secgw run` arguments (e.g. a DPDK .cfg's -p/-u/--port)."""
 
-    def __init__(self, name: str, binary: Path, workdir: Path, config: Path | None = None):
+    def __init__(self, name: str, binary: Path, workdir: Path, config: Path | None = None, args=()):
         self.name = name
+        self.args = [str(a) for a in args]
         self.binary = binary
         self.config = Path(config) if config is not None else CONFIG_DIR / GW_CONFIG[name]
         self.dir = workdir / name
@@ -139,7 +141,7 @@ class Gateway:
             (self.dir / f).unlink(missing_ok=True)
         self.out = open(self.dir / "stdout.log", "w")
         self.err = open(self.dir / "stderr.log", "w")
-        cmd = ns_cmd(self.name, self.binary, "run", "--config", self.config,
+        cmd = ns_cmd(self.name, self.binary, "run", "--config", self.config, *self.args,
                      "--stats-file", self.stats_file, "--socket", self.socket)
         self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=self.err, stdin=subprocess.DEVNULL)
         self.returncode = None
