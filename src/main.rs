@@ -88,9 +88,11 @@ impl DpdkArgs {
     fn options(&self) -> anyhow::Result<secgw::config::dpdk::ImportOptions> {
         use secgw::config::dpdk::ImportOptions as O;
         let e = |m: String| anyhow::anyhow!(m);
-        let mut o = O::default();
-        o.port_mask = self.port_mask.as_deref().map(O::parse_mask).transpose().map_err(|m| e(format!("-p: {m}")))?;
-        o.unprotected_mask = self.unprotected_mask.as_deref().map(O::parse_mask).transpose().map_err(|m| e(format!("-u: {m}")))?;
+        let mut o = O {
+            port_mask: self.port_mask.as_deref().map(O::parse_mask).transpose().map_err(|m| e(format!("-p: {m}")))?,
+            unprotected_mask: self.unprotected_mask.as_deref().map(O::parse_mask).transpose().map_err(|m| e(format!("-u: {m}")))?,
+            ..O::default()
+        };
         for p in &self.ports {
             let (id, name) = O::parse_port(p).map_err(|m| e(format!("--port: {m}")))?;
             o.interfaces.insert(id, name);

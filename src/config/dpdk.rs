@@ -300,10 +300,9 @@ fn logical_lines(text: &str, file: &Path) -> Result<Vec<Logical>, ConfigError> {
             None => (body, false),
         };
         let mut col = 1;
-        for (b, c) in body.char_indices() {
-            let _ = b;
+        for c in body.chars() {
             cur.text.push(c);
-            cur.pos.extend(std::iter::repeat((line, col)).take(c.len_utf8()));
+            cur.pos.extend(std::iter::repeat_n((line, col), c.len_utf8()));
             col += 1;
         }
         if cont {
@@ -560,6 +559,17 @@ impl Parser<'_> {
             Some("out") => Ok(Direction::Outbound),
             _ => {
                 self.err(&t.unwrap_or(t0), kw, format!("expected \"in\" or \"out\" after \"{kw}{}\"", if kw == "sp" { " ipv4|ipv6" } else { "" }));
+                Err(())
+            }
+        }
+    }
+
+    /// A DPDK port id, 0..=65535.
+    fn port_id(&mut self, v: &Tok<'_>, kw: &str) -> Res<u16> {
+        match v.s.parse::<u16>() {
+            Ok(p) if is_num(v.s) => Ok(p),
+            _ => {
+                self.err(v, kw, format!("expected a port id 0..=65535, found {:?}", v.s));
                 Err(())
             }
         }
@@ -822,10 +832,7 @@ impl Parser<'_> {
                 "port_id" => {
                     self.once(&mut seen, &t, "port_id")?;
                     let v = self.value(toks, &mut i, "port_id")?;
-                    if v.s.parse::<u16>().is_err() || !is_num(v.s) {
-                        self.err(&v, "port_id", format!("expected a port id, found {:?}", v.s));
-                        return Err(());
-                    }
+                    self.port_id(&v, "port_id")?;
                     port_id = Some(v);
                 }
                 "fallback" => {
@@ -982,13 +989,7 @@ impl Parser<'_> {
                 }
                 "port" => {
                     let v = self.value(toks, &mut i, "port")?;
-                    port = match v.s.parse::<u16>() {
-                        Ok(p) if is_num(v.s) => Some(p),
-                        _ => {
-                            self.err(&v, "port", format!("expected a port id, found {:?}", v.s));
-                            return Err(());
-                        }
-                    };
+                    port = Some(self.port_id(&v, "port")?);
                 }
                 other => {
                     self.err(&t, other, format!("unknown rt keyword {other:?} (expected dst, port)"));
@@ -1014,13 +1015,7 @@ impl Parser<'_> {
         let t0 = toks[0];
         match toks {
             [_, p, id, mac] if p.s == "port" => {
-                let id = match id.s.parse::<u16>() {
-                    Ok(v) if is_num(id.s) => v,
-                    _ => {
-                        self.err(id, "port", format!("expected a port id, found {:?}", id.s));
-                        return Err(());
-                    }
-                };
+                let id = self.port_id(id, "port")?;
                 match super::load::parse_mac(mac.s) {
                     Ok(m) => Ok((id, m)),
                     Err(e) => {
@@ -1061,7 +1056,7 @@ impl Out {
     }
     fn comment(&mut self, s: &str) {
         for l in s.lines() {
-            self.line(&format!("# {l}").trim_end().to_owned(), None);
+            self.line(format!("# {l}").trim_end(), None);
         }
     }
 }
