@@ -220,7 +220,7 @@ pub fn parse(text: &str, source: &Path, opts: &ImportOptions) -> Result<(Config,
 pub fn import(text: &str, source: &Path, opts: &ImportOptions) -> Result<(Imported, Config), ConfigError> {
     let imp = convert(text, source, opts)?;
     match super::parse(&imp.toml, source) {
-        Ok(cfg) => Ok((imp, cfg)),
+        Ok(cfg) => Ok((imp, Config { dpdk_import: Some(opts.clone()), ..cfg })),
         Err(ConfigError::Syntax(p)) => Err(ConfigError::Syntax(imp.map_problem(p, source))),
         Err(ConfigError::Invalid(ps)) => Err(ConfigError::Invalid(ps.into_iter().map(|p| imp.map_problem(p, source)).collect())),
         Err(e) => Err(e),

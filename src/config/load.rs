@@ -889,6 +889,7 @@ impl Checker<'_> {
             policies: policies?,
             routes: routes?,
             neighbours: neighbours?,
+            dpdk_import: None,
         })
     }
 

@@ -33,6 +33,10 @@ pub struct Config {
     pub routes: Vec<Route>,
     /// `[[neighbour]]` entries (static ARP and IPv6 neighbours).
     pub neighbours: Vec<Neighbour>,
+    /// `Some` when the config was imported from a DPDK ipsec-secgw `.cfg`:
+    /// the port options it was imported with, so a reload imports the file
+    /// again the same way; `None` for TOML.
+    pub dpdk_import: Option<super::dpdk::ImportOptions>,
 }
 
 /// `[gateway]`: settings of the whole process.

@@ -754,7 +754,9 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         Ok(json!({ "rekeyed": {"spi": spi, "new_spi": new_spi, "direction": dir_name(d), "worker": owner}, "old_valid_ms": (until - now).as_millis() as u64 }))
     }
 
-    /// `reload`: reads the config file again and applies the difference:
+    /// `reload`: reads the config file again (a DPDK `.cfg` is imported
+    /// again with the port options it was first imported with) and applies
+    /// the difference:
     /// SAs new in the file are added, SAs gone from it deleted, changed SAs
     /// replaced (make-before-break for outbound); policies, routes and
     /// neighbours are replaced; `control.rekey_grace_ms` applies to the
@@ -762,7 +764,8 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     /// and the control socket's path need a restart: a file that changes
     /// them is refused (`Invalid`), nothing applied.
     pub fn reload(&mut self, now: Instant) -> Result<Value, MgrError> {
-        let new = crate::config::load(&self.cfg.source).map_err(|e| err(MgrErrorKind::Invalid, e.to_string()))?;
+        let opts = self.cfg.dpdk_import.clone().unwrap_or_default();
+        let new = crate::config::load_any(&self.cfg.source, &opts).map_err(|e| err(MgrErrorKind::Invalid, e.to_string()))?.0;
         let mut fixed = Vec::new();
         if new.gateway != self.cfg.gateway {
             fixed.push("[gateway]");

@@ -423,3 +423,32 @@ fn rekey_over_the_socket_takes_the_key_as_sa_key_does_and_says_what_is_wrong_wit
     let e = rekey(&mut fx.m, 4002, &IN_KEY[..39]).unwrap_err();
     assert!(e.message.contains("even number of hex digits, found 39"), "{}", e.message);
 }
+
+#[test]
+fn reload_of_a_dpdk_cfg_imports_it_again_with_its_port_options() {
+    use crate::config::dpdk::ImportOptions;
+    let dir = std::env::temp_dir().join(format!("secgw-mgr-test-{}-dpdk", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("gw.cfg");
+    let sa_out = "sa out 5 aead_algo aes-128-gcm aead_key 01:01:01:01:01:01:01:01:01:01:01:01:01:01:01:01:02:02:02:02 \\\nmode ipv4-tunnel src 172.16.1.5 dst 172.16.2.5\n";
+    let base = format!(
+        "sp ipv4 out esp protect 5 pri 1 dst 192.168.105.0/24 sport 0:65535 dport 0:65535\n{sa_out}\
+         rt ipv4 dst 172.16.2.5/32 port 0\nrt ipv4 dst 192.168.115.0/24 port 1\n"
+    );
+    std::fs::write(&path, &base).unwrap();
+    let mut opts = ImportOptions { port_mask: Some(0x3), unprotected_mask: Some(0x1), ..Default::default() };
+    opts.interfaces.insert(0, "p0".into());
+    opts.interfaces.insert(1, "p1".into());
+    let (cfg, _) = crate::config::load_any(&path, &opts).unwrap();
+    assert_eq!(cfg.dpdk_import.as_ref(), Some(&opts));
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    // A second SA in the file: the reload imports it with the same ports
+    // (without the options the .cfg would name no interfaces and fail).
+    let sa6 = "sa out 6 aead_algo aes-128-gcm aead_key 03:03:03:03:03:03:03:03:03:03:03:03:03:03:03:03:04:04:04:04 \\\nmode ipv4-tunnel src 172.16.1.5 dst 172.16.2.5\n";
+    std::fs::write(&path, format!("{base}{sa6}")).unwrap();
+    let r = fx.m.reload(Instant::now()).unwrap();
+    assert_eq!((r["added"].as_u64(), r["removed"].as_u64(), r["replaced"].as_u64()), (Some(1), Some(0), Some(0)), "{r}");
+    fx.m.publish();
+    assert!(fx.out_slot(6).is_some());
+}
