@@ -69,6 +69,17 @@ fn two_peers_one_spi_two_addresses_two_keys() {
     assert_eq!(s.drops.values().sum::<u64>(), 0, "{:?}", s.drops);
     let per_sa: Vec<u64> = s.sas.iter().filter(|x| x.spi == 1001).map(|x| x.packets).collect();
     assert_eq!(per_sa, [2, 2], "two SAs with SPI 1001, two packets each");
+    // Each has its own series, told apart by its destination; SAs whose SPI
+    // is not shared have none.
+    let dsts: Vec<Option<&str>> = s.sas.iter().filter(|x| x.spi == 1001).map(|x| x.dst.as_deref()).collect();
+    assert_eq!(dsts, [Some("203.0.113.2"), Some("203.0.113.3")]);
+    assert!(s.sas.iter().filter(|x| x.spi != 1001).all(|x| x.dst.is_none()));
+    let prom = s.to_prometheus();
+    for d in ["203.0.113.2", "203.0.113.3"] {
+        let series = format!("secgw_sa_packets_total{{spi=\"1001\",direction=\"inbound\",dst=\"{d}\"}} 2");
+        assert!(prom.contains(&series), "{series} in\n{prom}");
+    }
+    assert!(prom.contains("secgw_sa_packets_total{spi=\"1003\",direction=\"inbound\"} 0"), "{prom}");
 
     // SPI 1001 to a third address of ours: no SA there.
     assert!(gw1.push("outside", &[esp(&key_a, PEER_A, GW1_C, 3, &from_a)]).is_empty());
