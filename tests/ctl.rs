@@ -50,8 +50,8 @@ fn snapshot() -> Snapshot {
             PortStats { name: "out\nside".into(), rx_packets: 21, rx_bytes: 2100, tx_packets: 22, tx_bytes: 2200, drops: 3, rx_dropped_backend: 4 },
         ],
         sas: vec![
-            SaStats { spi: 1000, direction: "outbound", packets: 5, bytes: 500, errors: 1, dummies: 2 },
-            SaStats { spi: 4294967295, direction: "inbound", packets: 6, bytes: 600, errors: 0, dummies: 0 },
+            SaStats { spi: 1000, direction: "outbound", packets: 5, bytes: 500, errors: 1, dummies: 2, dst: None },
+            SaStats { spi: 4294967295, direction: "inbound", packets: 6, bytes: 600, errors: 0, dummies: 0, dst: None },
         ],
         drops,
         arp_replies: 1,

@@ -1289,7 +1289,8 @@ impl Checker<'_> {
         // break the policies naming it.
         let mut ids: HashMap<(u32, u8), usize> = HashMap::new();
         // (spi, direction) → (Sa::sad_dst, line) of each SA with them.
-        let mut seen: HashMap<(u32, u8), Vec<(Option<IpAddr>, usize)>> = HashMap::new();
+        type SadDstLines = Vec<(Option<IpAddr>, usize)>;
+        let mut seen: HashMap<(u32, u8), SadDstLines> = HashMap::new();
         let list = self.all(raws, "sa", |ck, s, tab| {
             let spi_v = ck.required(&s.spi, tab, "spi");
             let spi = spi_v.and_then(|v| ck.spi(v, &tab.field("spi")));

@@ -732,7 +732,11 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
 
     /// `sa del`: the SA and the policies naming it go (the SA leaves the
     /// tables with the next snapshot; its session is freed once no op uses
-    /// it).
+    /// it). `d` and `dst` (the SA's tunnel_dst) pick the SA when its SPI
+    /// names several: an SPI shared by inbound SAs without `dst` is
+    /// `Invalid` ("SPI 1002 is shared by 2 inbound SAs (tunnel_dst A, B):
+    /// give the destination (--dst)"). The policies naming the SPI stay
+    /// while another SA has it.
     pub fn del(&mut self, spi: u32, d: Option<Direction>, dst: Option<IpAddr>, now: Instant) -> Result<Value, MgrError> {
         let key = self.find(spi, d, dst)?;
         let d = key.1;
@@ -765,6 +769,12 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     /// session per queue pair the owner's queue pair is stopped, set up with
     /// the new session and started after the publish (break-before-make:
     /// ops of the old SA still queued then fail as `session_not_attached`).
+    /// `d` and `dst` (the SA's tunnel_dst) pick the SA when its SPI names
+    /// several (errors as `sa del`'s). While other inbound SAs share the
+    /// old SPI, its policies are copied to the new SPI instead of moved.
+    // (spi, d, dst) name the SA as the protocol's sa.rekey does; grouping
+    // them would only move the arguments into a struct literal at each call.
+    #[allow(clippy::too_many_arguments)]
     pub fn rekey(&mut self, spi: u32, d: Option<Direction>, dst: Option<IpAddr>, new_spi: u32, key: Vec<u8>, auth_key: Option<Vec<u8>>, now: Instant) -> Result<Value, MgrError> {
         let old_key = self.find(spi, d, dst)?;
         let d = old_key.1;
