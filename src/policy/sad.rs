@@ -186,15 +186,6 @@ impl Sad {
         self.by_spi.get(&spi).map(|&s| s as usize)
     }
 
-    /// Slot of the inbound SA with key `key`, if any (control thread, tests).
-    pub fn inbound_by_key(&self, key: InboundKey) -> Option<usize> {
-        match key {
-            InboundKey::Spi(spi) => self.by_spi.get(&spi),
-            InboundKey::SpiDst(spi, dst) => self.by_spi_dst.get(&(spi, dst)),
-        }
-        .map(|&s| s as usize)
-    }
-
     /// Inbound SAs indexed (transport by SPI, tunnel by (SPI, destination)).
     pub fn inbound_indexed(&self) -> usize {
         self.by_spi.len() + self.by_spi_dst.len()
