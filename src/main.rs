@@ -159,6 +159,9 @@ enum SaCmd {
         /// Which SA when inbound and outbound share the SPI.
         #[arg(long, value_enum)]
         direction: Option<DirArg>,
+        /// The SA's tunnel_dst, when inbound tunnel SAs share the SPI.
+        #[arg(long, value_name = "ADDR")]
+        dst: Option<std::net::IpAddr>,
     },
     /// Replace an SA by one with a new SPI and new keys (make-before-break).
     Rekey {
@@ -176,6 +179,9 @@ enum SaCmd {
         /// Which SA when inbound and outbound share the SPI.
         #[arg(long, value_enum)]
         direction: Option<DirArg>,
+        /// The SA's tunnel_dst, when inbound tunnel SAs share the SPI.
+        #[arg(long, value_name = "ADDR")]
+        dst: Option<std::net::IpAddr>,
     },
 }
 
@@ -346,16 +352,16 @@ fn ctl(socket: PathBuf, cmd: CtlCmd) -> ExitCode {
             Ok(toml) => request(&Command::SaAdd { toml }).map(|v| Ok(client::render_compact(&v) + "\n")),
             Err(e) => return fail(format!("{}: {e}", file.display())),
         },
-        CtlCmd::Sa { cmd: SaCmd::Del { spi, direction } } => {
-            request(&Command::SaDel { spi, direction: direction.map(Into::into) }).map(|v| Ok(client::render_compact(&v) + "\n"))
+        CtlCmd::Sa { cmd: SaCmd::Del { spi, direction, dst } } => {
+            request(&Command::SaDel { spi, direction: direction.map(Into::into), dst }).map(|v| Ok(client::render_compact(&v) + "\n"))
         }
-        CtlCmd::Sa { cmd: SaCmd::Rekey { old_spi, new_spi, key_file, direction } } => {
+        CtlCmd::Sa { cmd: SaCmd::Rekey { old_spi, new_spi, key_file, direction, dst } } => {
             let keys = read_input(&key_file).map_err(|e| e.to_string()).and_then(|t| client::parse_key_file(&t));
             let (key, auth_key) = match keys {
                 Ok(k) => k,
                 Err(e) => return fail(format!("{}: {e}", key_file.display())),
             };
-            let c = Command::SaRekey { spi: old_spi, direction: direction.map(Into::into), new_spi, key, auth_key };
+            let c = Command::SaRekey { spi: old_spi, direction: direction.map(Into::into), dst, new_spi, key, auth_key };
             request(&c).map(|v| Ok(client::render_compact(&v) + "\n"))
         }
         CtlCmd::Reload => request(&Command::Reload).map(|v| Ok(client::render_compact(&v) + "\n")),

@@ -357,10 +357,84 @@ fn duplicate_spi_and_direction() {
     let err = error(&text).to_string();
     let first = pos(&text, "spi = 1001").0;
     let want = format!(
-        "{FILE}:{line}:{}: sa[2].spi: duplicate outbound SA with SPI 1001 (first at line {first})",
+        "{FILE}:{line}:{}: sa[2].spi: duplicate outbound SA with SPI 1001 (first at line {first}); \
+         only inbound tunnel-mode SAs with different tunnel_dst may share an SPI",
         col + 6
     );
-    assert_eq!(err, want);
+    assert_eq!(err, want, "outbound SAs never share an SPI, even towards another tunnel_dst");
+}
+
+/// An inbound SA in tunnel mode with SPI 1002 (BASE has one towards
+/// 203.0.113.1), from `src` to `dst`; `extra` more lines.
+fn inbound_1002(src: &str, dst: &str, extra: &str) -> String {
+    format!(
+        "\n[[sa]]\nspi = 1002\ndirection = \"inbound\"\nalgorithm = \"aes-128-gcm\"\n\
+         key = \"0102030405060708090a0b0c0d0e0f1011121314\"\ntunnel_src = \"{src}\"\n\
+         tunnel_dst = \"{dst}\"\n{extra}"
+    )
+}
+
+#[test]
+fn inbound_tunnel_sas_share_an_spi_towards_different_addresses() {
+    // RFC 4301 §4.1: SPI + destination. Two peers, one SPI, two of our
+    // addresses: accepted, both SAs kept with their own keys.
+    let text = format!("{BASE}{}", inbound_1002("203.0.113.7", "203.0.113.5", ""));
+    let cfg = config::parse(&text, Path::new(FILE)).unwrap();
+    let shared: Vec<_> = cfg.sas.iter().filter(|s| s.spi == 1002).collect();
+    assert_eq!(shared.len(), 2);
+    assert_eq!(shared[0].sad_dst(), Some("203.0.113.1".parse().unwrap()));
+    assert_eq!(shared[1].sad_dst(), Some("203.0.113.5".parse().unwrap()));
+    assert_ne!(&shared[0].key[..], &shared[1].key[..]);
+    // The one inbound policy naming SPI 1002 stays valid.
+    assert!(cfg.policies.iter().any(|p| p.action == Action::Protect(1002)));
+    // IPv6 tunnel_dst too.
+    let text = format!(
+        "{BASE}{}{}",
+        inbound_1002("2001:db8::2", "2001:db8::1", ""),
+        inbound_1002("2001:db8::3", "2001:db8::4", "")
+    );
+    assert_eq!(config::parse(&text, Path::new(FILE)).unwrap().sas.len(), 4);
+}
+
+#[test]
+fn inbound_spi_with_the_same_tunnel_dst_twice_is_refused() {
+    // Same SPI, same destination, another peer: the SAD could not tell
+    // them apart.
+    let text = format!("{BASE}{}", inbound_1002("203.0.113.7", "203.0.113.1", ""));
+    let (line, col) = pos_last(&text, "spi = 1002");
+    let first = pos(&text, "spi = 1002").0;
+    assert_eq!(
+        error(&text).to_string(),
+        format!(
+            "{FILE}:{line}:{}: sa[2].spi: duplicate inbound SA with SPI 1002 and tunnel_dst 203.0.113.1 (first at line {first})",
+            col + 6
+        )
+    );
+}
+
+#[test]
+fn inbound_spi_shared_with_a_transport_sa_is_refused() {
+    // A transport SA is found by SPI alone: it shares its SPI with nobody,
+    // whichever comes first in the file.
+    let transport = "\n[[sa]]\nspi = 1002\ndirection = \"inbound\"\nmode = \"transport\"\n\
+                     algorithm = \"aes-128-gcm\"\nkey = \"0102030405060708090a0b0c0d0e0f1011121314\"\n";
+    let text = format!("{BASE}{transport}");
+    let (line, col) = pos_last(&text, "spi = 1002");
+    let first = pos(&text, "spi = 1002").0;
+    assert_eq!(
+        error(&text).to_string(),
+        format!(
+            "{FILE}:{line}:{}: sa[2].spi: duplicate inbound SA with SPI 1002 (first at line {first}); \
+             only inbound tunnel-mode SAs with different tunnel_dst may share an SPI",
+            col + 6
+        )
+    );
+    // The transport SA first, the tunnel SA second: refused as well.
+    let text = BASE.replacen("spi = 1002", "spi = 1003", 1).replace("protect 1002", "protect 1003");
+    let text = format!("{text}{transport}{}", inbound_1002("203.0.113.7", "203.0.113.5", ""));
+    let (line, col) = pos_last(&text, "spi = 1002");
+    let err = error(&text).to_string();
+    assert!(err.starts_with(&format!("{FILE}:{line}:{}: sa[3].spi: duplicate inbound SA with SPI 1002", col + 6)), "{err}");
 }
 
 #[test]

@@ -50,8 +50,8 @@ fn snapshot() -> Snapshot {
             PortStats { name: "out\nside".into(), rx_packets: 21, rx_bytes: 2100, tx_packets: 22, tx_bytes: 2200, drops: 3, rx_dropped_backend: 4 },
         ],
         sas: vec![
-            SaStats { spi: 1000, direction: "outbound", packets: 5, bytes: 500, errors: 1, dummies: 2 },
-            SaStats { spi: 4294967295, direction: "inbound", packets: 6, bytes: 600, errors: 0, dummies: 0 },
+            SaStats { spi: 1000, direction: "outbound", packets: 5, bytes: 500, errors: 1, dummies: 2, dst: None },
+            SaStats { spi: 4294967295, direction: "inbound", packets: 6, bytes: 600, errors: 0, dummies: 0, dst: None },
         ],
         drops,
         arp_replies: 1,
@@ -80,7 +80,7 @@ impl CtlHandler for Mock {
             Command::PolicyList => Ok(json!({"policies":[{"direction":"outbound","src":"192.0.2.0/24","dst":"198.51.100.0/24",
                 "protocol":"any","src_ports":"0-65535","dst_ports":"0-65535","priority":10,"action":"protect 1000"}]})),
             Command::SaDel { spi: 404, .. } => Err(CtlError::not_found("no SA with SPI 404")),
-            Command::SaDel { spi, direction } => Ok(json!({"deleted": spi, "direction": direction})),
+            Command::SaDel { spi, direction, .. } => Ok(json!({"deleted": spi, "direction": direction})),
             Command::SaAdd { toml } => Ok(json!({"added": toml.matches("[[sa]]").count()})),
             Command::SaRekey { spi, new_spi, .. } => Ok(json!({"rekeyed": spi, "new_spi": new_spi})),
             Command::Version => Ok(json!({"version": "test", "protocol": protocol::VERSION})),
@@ -209,11 +209,11 @@ fn pipelined_requests_are_answered_in_order_with_one_commit_per_batch() {
                 expect.push(Err("bad_json"));
             }
             1 => {
-                batch.push_str(&protocol::request_line(Some(&json!({"n": i})), &Command::SaDel { spi: 404, direction: None }));
+                batch.push_str(&protocol::request_line(Some(&json!({"n": i})), &Command::SaDel { spi: 404, direction: None, dst: None }));
                 expect.push(Err("not_found"));
             }
             _ => {
-                batch.push_str(&protocol::request_line(Some(&json!(i)), &Command::SaDel { spi: i, direction: None }));
+                batch.push_str(&protocol::request_line(Some(&json!(i)), &Command::SaDel { spi: i, direction: None, dst: None }));
                 expect.push(Ok(i));
             }
         }
@@ -273,13 +273,13 @@ fn client_requests_and_server_errors() {
     let h = Harness::start("client", Limits::default(), Duration::ZERO);
     let v = client::request(&h.path, &Command::Version).unwrap();
     assert_eq!(v, json!({"version": "test", "protocol": 1}));
-    match client::request(&h.path, &Command::SaDel { spi: 404, direction: None }) {
+    match client::request(&h.path, &Command::SaDel { spi: 404, direction: None, dst: None }) {
         Err(ClientError::Server { code: ErrorCode::NotFound, message }) => assert!(message.contains("404")),
         other => panic!("{other:?}"),
     }
     // Pipelined on one connection: responses come back in order.
     let mut c = Client::connect(&h.path).unwrap();
-    let ids: Vec<u64> = (1..=50).map(|spi| c.send(&Command::SaDel { spi, direction: None }).unwrap()).collect();
+    let ids: Vec<u64> = (1..=50).map(|spi| c.send(&Command::SaDel { spi, direction: None, dst: None }).unwrap()).collect();
     for (i, id) in ids.iter().enumerate() {
         let (got, result) = c.recv().unwrap();
         assert_eq!(got, Some(json!(id)));
@@ -376,6 +376,7 @@ fn event(kind: EventKind, spi: u32) -> Event {
         kind,
         spi,
         direction: "outbound".into(),
+        dst: None,
         reason: (kind == EventKind::SoftExpired).then(|| "packets".into()),
         message: format!("{kind:?} {spi}"),
         time: 1_700_000_000.25,
@@ -533,11 +534,12 @@ fn secgw_ctl_prints_tables_results_and_exit_codes() {
             Command::SaRekey {
                 spi: 1000,
                 direction: Some(secgw::config::Direction::Outbound),
+                dst: None,
                 new_spi: 1002,
                 key: "00112233445566778899aabbccddeeff01020304".into(),
                 auth_key: None
             },
-            Command::SaRekey { spi: 7, direction: None, new_spi: 8, key: "aabb".into(), auth_key: Some("ccdd".into()) },
+            Command::SaRekey { spi: 7, direction: None, dst: None, new_spi: 8, key: "aabb".into(), auth_key: Some("ccdd".into()) },
         ]
     );
     // A bad key file is refused locally without showing it.

@@ -104,7 +104,7 @@ fn a_packet_with_the_new_spi_right_after_an_inbound_rekey_is_accepted() {
     for round in 1..=ROUNDS {
         let new_spi = 0x5000 + round;
         let key: Vec<u8> = (0..20).map(|i| (i as u8).wrapping_mul(7).wrapping_add(round as u8)).collect();
-        mgr.rekey(spi, Some(secgw::config::model::Direction::Inbound), new_spi, key.clone(), None, Instant::now()).unwrap();
+        mgr.rekey(spi, Some(secgw::config::model::Direction::Inbound), None, new_spi, key.clone(), None, Instant::now()).unwrap();
         mgr.publish();
         // The answer has gone to the peer; its first packet on the new SA arrives.
         wires[outside].inject(&esp_frame(&key, new_spi, 1));

@@ -218,15 +218,16 @@ pub struct Fragment {
 /// Validates `text`, a fragment holding only `[[sa]]` and `[[policy]]`
 /// tables, against a running gateway's config `base` (its ports, routes and
 /// workers) with the same rules and messages as [`parse`]; `source` names it
-/// in messages. `installed(spi, direction)` says whether such an SA is
-/// installed already (`Some(true)`: a transport SA with UDP encapsulation,
-/// which IPv4 policies only may name): a fragment SA that repeats one is
-/// refused, and the fragment's policies may name installed SAs.
+/// in messages. `installed(spi, direction)` lists the installed SAs with
+/// that SPI and direction, each as ([`Sa::sad_dst`], v4_only) — v4_only for
+/// a transport SA with UDP encapsulation, which IPv4 policies only may
+/// name: a fragment SA that clashes with one ([`spi_clash`]) is refused,
+/// and the fragment's policies may name installed SAs.
 pub fn parse_fragment(
     text: &str,
     source: &Path,
     base: &Config,
-    installed: &dyn Fn(u32, Direction) -> Option<bool>,
+    installed: &dyn Fn(u32, Direction) -> Vec<(Option<IpAddr>, bool)>,
 ) -> Result<Fragment, ConfigError> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -242,11 +243,10 @@ pub fn parse_fragment(
     let mut v4_only = HashSet::new();
     if let Some(list) = &sas.list {
         for (i, (r, sa)) in raws.iter().zip(list).enumerate() {
-            if installed(sa.spi, sa.direction).is_some() {
-                if let Some(v) = &r.get_ref().spi {
-                    let m = format!("an {} SA with SPI {} is installed already (delete or rekey it)", dir_name(sa.direction), sa.spi);
-                    ck.problem(&v.span(), &format!("sa[{i}].spi"), m);
-                }
+            let clash = installed(sa.spi, sa.direction).into_iter().find_map(|(dst, _)| spi_clash(sa.direction, sa.spi, sa.sad_dst(), dst));
+            if let (Some((what, hint)), Some(v)) = (clash, &r.get_ref().spi) {
+                let m = format!("an {what} is installed already (delete or rekey it){hint}");
+                ck.problem(&v.span(), &format!("sa[{i}].spi"), m);
             }
             if sa.mode == SaMode::Transport && sa.udp_encap {
                 v4_only.insert((sa.spi, sa.direction as u8));
@@ -260,7 +260,7 @@ pub fn parse_fragment(
         if let Some(Raw::Str(a)) = p.get_ref().action.as_ref().map(|a| a.get_ref()) {
             if let Some(spi) = a.strip_prefix("protect").map(str::trim).and_then(|n| parse_spi(n).ok()) {
                 for d in [Direction::Outbound, Direction::Inbound] {
-                    if let Some(v4) = installed(spi, d) {
+                    for (_, v4) in installed(spi, d) {
                         ids.entry((spi, d as u8)).or_insert(0);
                         if v4 {
                             v4_only.insert((spi, d as u8));
@@ -1285,24 +1285,19 @@ impl Checker<'_> {
     // -- [[sa]] --------------------------------------------------------------
 
     fn sas(&mut self, raws: &[Spanned<RawSa>], workers: Option<i64>) -> Sas {
-        // (spi, direction) → line, for every SA whose SPI and direction are
-        // valid, so a bad key does not also break the policies naming it.
+        // (spi, direction) → line of the first SA with them, for every SA
+        // whose SPI and direction are valid, so a bad key does not also
+        // break the policies naming it.
         let mut ids: HashMap<(u32, u8), usize> = HashMap::new();
+        // (spi, direction) → (Sa::sad_dst, line) of each SA with them.
+        type SadDstLines = Vec<(Option<IpAddr>, usize)>;
+        let mut seen: HashMap<(u32, u8), SadDstLines> = HashMap::new();
         let list = self.all(raws, "sa", |ck, s, tab| {
             let spi_v = ck.required(&s.spi, tab, "spi");
             let spi = spi_v.and_then(|v| ck.spi(v, &tab.field("spi")));
             let direction = ck
                 .required(&s.direction, tab, "direction")
                 .and_then(|v| ck.keyword(v, &tab.field("direction"), DIRECTIONS));
-            if let (Some(spi), Some(dir), Some(v)) = (spi, direction, spi_v) {
-                let line = ck.line_of(&v.span());
-                if let Some(first) = ids.get(&(spi, dir as u8)) {
-                    let m = format!("duplicate {} SA with SPI {spi} (first at line {first})", dir_name(dir));
-                    ck.problem(&v.span(), &tab.field("spi"), m);
-                    return None;
-                }
-                ids.insert((spi, dir as u8), line);
-            }
             let modes = &[("tunnel", SaMode::Tunnel), ("transport", SaMode::Transport)];
             let mode = ck.opt_keyword(&s.mode, &tab.field("mode"), modes, SaMode::Tunnel);
             let transport = mode == Some(SaMode::Transport);
@@ -1342,6 +1337,22 @@ impl Checker<'_> {
                     let m = format!("expected an address other than tunnel_src, found {b}");
                     ck.problem(&v.span(), &tab.field("tunnel_dst"), m);
                 }
+            }
+            // The SA's identity (RFC 4301 §4.1): (SPI, direction), and for
+            // inbound tunnel SAs also tunnel_dst; checked once the mode and
+            // tunnel_dst are known (an unknown one skips the check).
+            if let (Some(spi), Some(dir), Some(v)) = (spi, direction, spi_v) {
+                let line = ck.line_of(&v.span());
+                if let (Some(mode), Some(dst)) = (mode, tunnel_dst) {
+                    let me = sad_dst(dir, mode, dst);
+                    let same = seen.entry((spi, dir as u8)).or_default();
+                    if let Some((first, (what, hint))) = same.iter().find_map(|&(other, l)| spi_clash(dir, spi, me, other).map(|c| (l, c))) {
+                        ck.problem(&v.span(), &tab.field("spi"), format!("duplicate {what} (first at line {first}){hint}"));
+                        return None;
+                    }
+                    same.push((me, line));
+                }
+                ids.entry((spi, dir as u8)).or_insert(line);
             }
             if let (Some(IpAddr::V6(_)), Some(v)) = (tunnel_dst, &s.df) {
                 if !transport {

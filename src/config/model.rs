@@ -327,6 +327,44 @@ pub struct Sa {
 /// days (315,576,000 s).
 pub const MAX_LIFETIME_SECONDS: u64 = 315_576_000;
 
+impl Sa {
+    /// The destination that, with the SPI and direction, identifies this SA
+    /// (RFC 4301 §4.1: a SAD entry says whether its lookup uses the
+    /// destination address besides the SPI): `Some(tunnel_dst)` for an
+    /// inbound tunnel-mode SA, found by (SPI, outer destination), so two
+    /// peers may use one SPI towards two addresses of ours; `None` for the
+    /// others (inbound transport SAs are found by SPI alone; outbound SAs
+    /// are named by SPI in the policies).
+    pub fn sad_dst(&self) -> Option<IpAddr> {
+        sad_dst(self.direction, self.mode, self.tunnel_dst)
+    }
+}
+
+/// [`Sa::sad_dst`] from the fields it depends on.
+pub fn sad_dst(direction: Direction, mode: SaMode, tunnel_dst: IpAddr) -> Option<IpAddr> {
+    (direction == Direction::Inbound && mode == SaMode::Tunnel).then_some(tunnel_dst)
+}
+
+/// Whether an SA (direction `d`, SPI `spi`, [`Sa::sad_dst`] `a`) clashes
+/// with another of the same direction and SPI whose `sad_dst` is `b`: two
+/// such SAs may both exist only when both are inbound tunnel-mode SAs with
+/// different `tunnel_dst`. A clash is (what clashes, a hint), for messages
+/// like "duplicate {what} (first at line 12){hint}": ("inbound SA with SPI
+/// 1001 and tunnel_dst 203.0.113.1", "") or ("outbound SA with SPI 1001",
+/// "; only inbound tunnel-mode SAs with different tunnel_dst may share an
+/// SPI").
+pub fn spi_clash(d: Direction, spi: u32, a: Option<IpAddr>, b: Option<IpAddr>) -> Option<(String, &'static str)> {
+    let dir = match d {
+        Direction::Outbound => "outbound",
+        Direction::Inbound => "inbound",
+    };
+    match (a, b) {
+        (Some(a), Some(b)) if a != b => None,
+        (Some(a), Some(_)) => Some((format!("{dir} SA with SPI {spi} and tunnel_dst {a}"), "")),
+        _ => Some((format!("{dir} SA with SPI {spi}"), "; only inbound tunnel-mode SAs with different tunnel_dst may share an SPI")),
+    }
+}
+
 impl std::fmt::Debug for Sa {
     // Keys never reach logs.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -272,6 +272,9 @@ pub fn render_stats_text(result: &Value) -> Result<String, String> {
 pub fn render_event(ev: &Event) -> String {
     let kind = serde_json::to_value(ev.kind).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
     let mut o = format!("{} {kind} spi {} {}", format_time(ev.time), ev.spi, ev.direction);
+    if let Some(d) = ev.dst {
+        o.push_str(&format!(" dst {d}"));
+    }
     if let Some(n) = ev.new_spi {
         o.push_str(&format!(" → spi {n}"));
     }
@@ -393,6 +396,7 @@ mod tests {
             kind: EventKind::Rekeyed,
             spi: 1000,
             direction: "outbound".into(),
+            dst: None,
             reason: None,
             message: "rekeyed\nby ctl".into(),
             time: 0.0,

@@ -32,6 +32,7 @@ use crate::policy::{PortInfo, Tables};
 use arc_swap::ArcSwap;
 use serde_json::{json, Value};
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -97,6 +98,9 @@ pub struct MgrEvent {
     pub spi: u32,
     /// "outbound" / "inbound".
     pub direction: &'static str,
+    /// The SA's tunnel_dst when it is found by SPI and destination (inbound
+    /// tunnel SAs), so SAs sharing an SPI are told apart.
+    pub dst: Option<IpAddr>,
     /// Which limit ("packets", "bytes", "seconds", "sequence"), for expiries.
     pub reason: Option<&'static str>,
     /// Human text.
@@ -156,6 +160,30 @@ fn unix_now() -> f64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// An installed SA's identity: SPI, direction and [`model::Sa::sad_dst`]
+/// (`Some(tunnel_dst)` for inbound tunnel-mode SAs, which may share an SPI
+/// when their `tunnel_dst` differ; RFC 4301 §4.1).
+type SaKey = (u32, Direction, Option<IpAddr>);
+
+fn key_of(sa: &model::Sa) -> SaKey {
+    (sa.spi, sa.direction, sa.sad_dst())
+}
+
+/// " (tunnel_dst A)" for an SA found by SPI and destination, for messages.
+fn dst_note(dst: Option<IpAddr>) -> String {
+    dst.map_or(String::new(), |d| format!(" (tunnel_dst {d})"))
+}
+
+/// `{"spi", "direction", "tunnel_dst"?}` of an SA in answers (tunnel_dst
+/// for SAs found by SPI and destination).
+fn sa_id_json((spi, d, dst): SaKey) -> Value {
+    let mut v = json!({"spi": spi, "direction": dir_name(d)});
+    if let Some(a) = dst {
+        v["tunnel_dst"] = json!(a.to_string());
+    }
+    v
+}
+
 /// An installed SA.
 struct Live {
     sa: model::Sa,
@@ -208,8 +236,12 @@ pub struct Manager<'d, D: CryptoDevice> {
     sad: Sad,
     free_out: Vec<usize>,
     free_in: Vec<usize>,
-    live: HashMap<(u32, Direction), Live>,
-    /// Selectors of the inbound policies naming each inbound SPI.
+    live: HashMap<SaKey, Live>,
+    /// (SPI, direction) → the `sad_dst` of each installed SA with them (one
+    /// entry, except inbound tunnel SAs sharing an SPI).
+    by_spi: HashMap<(u32, Direction), Vec<Option<IpAddr>>>,
+    /// Selectors of the inbound policies naming each inbound SPI (an SPI
+    /// shared by several inbound SAs gives them all its policies).
     in_selectors: HashMap<u32, Vec<Selector>>,
     policies: Vec<model::Policy>,
     retiring: Vec<Retiring>,
@@ -259,6 +291,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             free_out: Vec::new(),
             free_in: Vec::new(),
             live: HashMap::with_capacity(cfg.sas.len()),
+            by_spi: HashMap::with_capacity(cfg.sas.len()),
             in_selectors: HashMap::new(),
             policies: Vec::new(),
             retiring: Vec::new(),
@@ -386,7 +419,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         std::mem::take(&mut self.events)
     }
 
-    fn event(&mut self, kind: &'static str, spi: u32, d: Direction, message: String, life: Option<&SaLife>) {
+    fn event(&mut self, kind: &'static str, (spi, d, dst): SaKey, message: String, life: Option<&SaLife>) {
         match kind {
             "error" | "hard_expired" => tracing::warn!(spi, direction = dir_name(d), "{message}"),
             _ => tracing::info!(spi, direction = dir_name(d), "{message}"),
@@ -395,6 +428,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             kind,
             spi,
             direction: dir_name(d),
+            dst,
             reason: None,
             message,
             time: unix_now(),
@@ -413,7 +447,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             let action = match p.action {
                 Action::Bypass => SpdAction::Bypass,
                 Action::Discard => SpdAction::Discard,
-                Action::Protect(spi) => match self.live.get(&(spi, p.direction)) {
+                Action::Protect(spi) => match self.keys(spi, p.direction).next().and_then(|k| self.live.get(&k)) {
                     Some(l) => SpdAction::Protect(l.slot),
                     // Cannot happen (policies go with their SA); never
                     // forward what should have been protected.
@@ -443,9 +477,9 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         self.policies = policies;
         self.spd = None;
         self.dirty = true;
-        let spis: Vec<u32> = self.live.keys().filter(|k| k.1 == Direction::Inbound).map(|k| k.0).collect();
-        for spi in spis {
-            self.refresh_inbound(spi);
+        let keys: Vec<SaKey> = self.live.keys().filter(|k| k.1 == Direction::Inbound).copied().collect();
+        for k in keys {
+            self.refresh_inbound(k);
         }
     }
 
@@ -463,15 +497,44 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         self.spd = None;
         self.dirty = true;
         for spi in touched {
-            self.refresh_inbound(spi);
+            for k in self.keys(spi, Direction::Inbound).collect::<Vec<_>>() {
+                self.refresh_inbound(k);
+            }
         }
     }
 
-    /// Rebuilds the inbound entry of `spi` with its current selectors (same
-    /// id and life: the owner keeps its replay window).
-    fn refresh_inbound(&mut self, spi: u32) {
-        let Some(l) = self.live.get(&(spi, Direction::Inbound)) else { return };
-        let sel = self.in_selectors.get(&spi).cloned().unwrap_or_default();
+    /// The installed SAs with SPI `spi` and direction `d`.
+    fn keys(&self, spi: u32, d: Direction) -> impl Iterator<Item = SaKey> + '_ {
+        self.by_spi.get(&(spi, d)).into_iter().flatten().map(move |&dst| (spi, d, dst))
+    }
+
+    /// Installs `l` under its key (and in the SPI index).
+    fn live_insert(&mut self, l: Live) {
+        let k = key_of(&l.sa);
+        let dsts = self.by_spi.entry((k.0, k.1)).or_default();
+        if !dsts.contains(&k.2) {
+            dsts.push(k.2);
+        }
+        self.live.insert(k, l);
+    }
+
+    /// Takes the SA with key `k` out of `live` (and the SPI index).
+    fn live_remove(&mut self, k: SaKey) -> Option<Live> {
+        let l = self.live.remove(&k)?;
+        if let Some(dsts) = self.by_spi.get_mut(&(k.0, k.1)) {
+            dsts.retain(|d| *d != k.2);
+            if dsts.is_empty() {
+                self.by_spi.remove(&(k.0, k.1));
+            }
+        }
+        Some(l)
+    }
+
+    /// Rebuilds the inbound entry of SA `k` with its SPI's current
+    /// selectors (same id and life: the owner keeps its replay window).
+    fn refresh_inbound(&mut self, k: SaKey) {
+        let Some(l) = self.live.get(&k) else { return };
+        let sel = self.in_selectors.get(&k.0).cloned().unwrap_or_default();
         if self.sad.inbound_at(l.slot).is_some_and(|e| e.selectors == sel) {
             return;
         }
@@ -511,8 +574,8 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     /// (limited devices), puts it in a slot. Not published yet.
     fn install(&mut self, sa: model::Sa, owner: usize, now: Instant) -> Result<(), MgrError> {
         let d = sa.direction;
-        if self.live.contains_key(&(sa.spi, d)) {
-            return Err(err(MgrErrorKind::Exists, format!("an {} SA with SPI {} is installed already", dir_name(d), sa.spi)));
+        if let Some((what, hint)) = self.keys(sa.spi, d).find_map(|k| model::spi_clash(d, sa.spi, sa.sad_dst(), k.2)) {
+            return Err(err(MgrErrorKind::Exists, format!("an {what} is installed already{hint}")));
         }
         if self.limit > 0 && self.per_qp[owner] >= self.limit {
             return Err(err(
@@ -571,16 +634,16 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
                 self.sad.set_inbound(slot, Some(Arc::new(e)));
             }
         }
-        let key = (sa.spi, sa.direction);
-        self.live.insert(key, Live { sa, slot, id, owner, session, life, since: now, reported_soft: false, reported_hard: false });
+        self.live_insert(Live { sa, slot, id, owner, session, life, since: now, reported_soft: false, reported_hard: false });
         self.dirty = true;
         Ok(())
     }
 
-    /// Whether an SA is installed: `Some(v4_only)`, v4_only for transport
-    /// SAs with UDP encapsulation (for [`crate::config::parse_fragment`]).
-    fn installed(&self, spi: u32, d: Direction) -> Option<bool> {
-        self.live.get(&(spi, d)).map(|l| l.sa.mode == model::SaMode::Transport && l.sa.udp_encap)
+    /// The installed SAs with this SPI and direction, each as (`sad_dst`,
+    /// v4_only), v4_only for transport SAs with UDP encapsulation (for
+    /// [`crate::config::parse_fragment`]).
+    fn installed(&self, spi: u32, d: Direction) -> Vec<(Option<IpAddr>, bool)> {
+        self.keys(spi, d).filter_map(|k| self.live.get(&k)).map(|l| (l.sa.sad_dst(), l.sa.mode == model::SaMode::Transport && l.sa.udp_encap)).collect()
     }
 
     /// `sa add`: validates `text` (a fragment of `[[sa]]` and `[[policy]]`
@@ -597,9 +660,9 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
                 err(if dup { MgrErrorKind::Exists } else { MgrErrorKind::Invalid }, e.to_string())
             })?
         };
-        let mut done: Vec<(u32, Direction)> = Vec::with_capacity(frag.sas.len());
+        let mut done: Vec<SaKey> = Vec::with_capacity(frag.sas.len());
         for sa in frag.sas {
-            let key = (sa.spi, sa.direction);
+            let key = key_of(&sa);
             let r = self.pick_owner(&sa).and_then(|w| self.install(sa, w, now));
             if let Err(e) = r {
                 for k in done {
@@ -613,18 +676,18 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         if npol > 0 {
             self.add_policies(frag.policies);
         }
-        for &(spi, d) in &done {
-            let owner = self.live.get(&(spi, d)).map_or(0, |l| l.owner);
-            self.event("added", spi, d, format!("SA {spi} {} added on worker {owner}", dir_name(d)), None);
+        for &(spi, d, dst) in &done {
+            let owner = self.live.get(&(spi, d, dst)).map_or(0, |l| l.owner);
+            self.event("added", (spi, d, dst), format!("SA {spi} {}{} added on worker {owner}", dir_name(d), dst_note(dst)), None);
         }
-        Ok(json!({ "added": done.iter().map(|(spi, d)| json!({"spi": spi, "direction": dir_name(*d)})).collect::<Vec<_>>(), "policies": npol }))
+        Ok(json!({ "added": done.iter().map(|&k| sa_id_json(k)).collect::<Vec<_>>(), "policies": npol }))
     }
 
     /// Removes an SA that was never published (a failed `add`): its slot
     /// is emptied now, so the next snapshot does not carry it; its session
     /// goes as soon as the workers are past the current snapshot.
-    fn remove_now(&mut self, key: (u32, Direction)) {
-        let Some(l) = self.live.remove(&key) else { return };
+    fn remove_now(&mut self, key: SaKey) {
+        let Some(l) = self.live_remove(key) else { return };
         match key.1 {
             Direction::Outbound => self.sad.set_outbound(l.slot, None),
             Direction::Inbound => self.sad.set_inbound(l.slot, None),
@@ -634,15 +697,32 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         self.tick_retiring(Instant::now());
     }
 
-    fn find(&self, spi: u32, d: Option<Direction>) -> Result<Direction, MgrError> {
-        let dirs: Vec<Direction> = [Direction::Outbound, Direction::Inbound]
+    /// The one installed SA with SPI `spi`, of direction `d` if given and
+    /// with `tunnel_dst` `dst` if given. Errors: none matches (NotFound);
+    /// several do (Invalid, naming what tells them apart: the direction, or
+    /// the tunnel_dst of inbound SAs sharing the SPI).
+    fn find(&self, spi: u32, d: Option<Direction>, dst: Option<IpAddr>) -> Result<SaKey, MgrError> {
+        let keys: Vec<SaKey> = [Direction::Outbound, Direction::Inbound]
             .into_iter()
-            .filter(|&x| d.is_none_or(|d| d == x) && self.live.contains_key(&(spi, x)))
+            .filter(|&x| d.is_none_or(|d| d == x))
+            .flat_map(|x| self.keys(spi, x))
+            .filter(|k| dst.is_none_or(|a| self.live.get(k).is_some_and(|l| l.sa.tunnel_dst == a)))
             .collect();
-        match dirs.as_slice() {
-            [x] => Ok(*x),
-            [] => Err(err(MgrErrorKind::NotFound, format!("no {}SA with SPI {spi}", d.map_or(String::new(), |d| format!("{} ", dir_name(d)))))),
-            _ => Err(err(MgrErrorKind::Invalid, format!("SPI {spi} names an outbound and an inbound SA: give the direction"))),
+        match keys.as_slice() {
+            [k] => Ok(*k),
+            [] => {
+                let dir = d.map_or(String::new(), |d| format!("{} ", dir_name(d)));
+                let to = dst.map_or(String::new(), |a| format!(" and tunnel_dst {a}"));
+                Err(err(MgrErrorKind::NotFound, format!("no {dir}SA with SPI {spi}{to}")))
+            }
+            _ if keys.iter().any(|k| k.1 == Direction::Outbound) && keys.iter().any(|k| k.1 == Direction::Inbound) => {
+                Err(err(MgrErrorKind::Invalid, format!("SPI {spi} names an outbound and an inbound SA: give the direction")))
+            }
+            _ => {
+                let mut dsts: Vec<String> = keys.iter().filter_map(|k| k.2).map(|a| a.to_string()).collect();
+                dsts.sort();
+                Err(err(MgrErrorKind::Invalid, format!("SPI {spi} is shared by {} inbound SAs (tunnel_dst {}): give the destination (--dst)", keys.len(), dsts.join(", "))))
+            }
         }
     }
 
@@ -652,23 +732,34 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
 
     /// `sa del`: the SA and the policies naming it go (the SA leaves the
     /// tables with the next snapshot; its session is freed once no op uses
-    /// it).
-    pub fn del(&mut self, spi: u32, d: Option<Direction>, now: Instant) -> Result<Value, MgrError> {
-        let d = self.find(spi, d)?;
-        let Some(l) = self.live.remove(&(spi, d)) else { return Err(err(MgrErrorKind::NotFound, format!("no SA with SPI {spi}"))) };
+    /// it). `d` and `dst` (the SA's tunnel_dst) pick the SA when its SPI
+    /// names several: an SPI shared by inbound SAs without `dst` is
+    /// `Invalid` ("SPI 1002 is shared by 2 inbound SAs (tunnel_dst A, B):
+    /// give the destination (--dst)"). The policies naming the SPI stay
+    /// while another SA has it.
+    pub fn del(&mut self, spi: u32, d: Option<Direction>, dst: Option<IpAddr>, now: Instant) -> Result<Value, MgrError> {
+        let key = self.find(spi, d, dst)?;
+        let d = key.1;
+        let Some(l) = self.live_remove(key) else { return Err(err(MgrErrorKind::NotFound, format!("no SA with SPI {spi}"))) };
+        // The policies naming the SPI go with its last SA.
+        let last = self.keys(spi, d).next().is_none();
         let before = self.policies.len();
-        self.policies.retain(|p| !(p.direction == d && p.action == Action::Protect(spi)));
+        if last {
+            self.policies.retain(|p| !(p.direction == d && p.action == Action::Protect(spi)));
+        }
         let removed = before - self.policies.len();
-        if d == Direction::Inbound {
+        if d == Direction::Inbound && last {
             self.in_selectors.remove(&spi);
         }
-        if removed > 0 {
+        if removed > 0 || !last {
+            // (An inbound SPD entry may point at the deleted one of SAs
+            // sharing an SPI.)
             self.spd = None;
         }
         self.dirty = true;
         self.retire(l, d, Stage::Grace(now), false, "deleted");
         self.tick_retiring(now);
-        Ok(json!({ "deleted": {"spi": spi, "direction": dir_name(d)}, "policies_removed": removed }))
+        Ok(json!({ "deleted": sa_id_json(key), "policies_removed": removed }))
     }
 
     /// `sa rekey`: installs a copy of SA `spi` with `new_spi` and new key
@@ -678,15 +769,22 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     /// session per queue pair the owner's queue pair is stopped, set up with
     /// the new session and started after the publish (break-before-make:
     /// ops of the old SA still queued then fail as `session_not_attached`).
-    pub fn rekey(&mut self, spi: u32, d: Option<Direction>, new_spi: u32, key: Vec<u8>, auth_key: Option<Vec<u8>>, now: Instant) -> Result<Value, MgrError> {
-        let d = self.find(spi, d)?;
+    /// `d` and `dst` (the SA's tunnel_dst) pick the SA when its SPI names
+    /// several (errors as `sa del`'s). While other inbound SAs share the
+    /// old SPI, its policies are copied to the new SPI instead of moved.
+    // (spi, d, dst) name the SA as the protocol's sa.rekey does; grouping
+    // them would only move the arguments into a struct literal at each call.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rekey(&mut self, spi: u32, d: Option<Direction>, dst: Option<IpAddr>, new_spi: u32, key: Vec<u8>, auth_key: Option<Vec<u8>>, now: Instant) -> Result<Value, MgrError> {
+        let old_key = self.find(spi, d, dst)?;
+        let d = old_key.1;
         if new_spi == 0 {
             return Err(err(MgrErrorKind::Invalid, "new SPI 0 is reserved (RFC 4303 §2.1)"));
         }
-        if self.live.contains_key(&(new_spi, d)) {
-            return Err(err(MgrErrorKind::Exists, format!("an {} SA with SPI {new_spi} is installed already", dir_name(d))));
+        if let Some((what, hint)) = self.keys(new_spi, d).find_map(|k| model::spi_clash(d, new_spi, old_key.2, k.2)) {
+            return Err(err(MgrErrorKind::Exists, format!("an {what} is installed already{hint}")));
         }
-        let old = &self.live[&(spi, d)];
+        let old = &self.live[&old_key];
         let mut sa = old.sa.clone();
         let owner = old.owner;
         sa.spi = new_spi;
@@ -726,32 +824,47 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         } else {
             self.install(sa, owner, now)?;
         }
-        let old = self.live.remove(&(spi, d)).expect("checked above");
+        let old = self.live_remove(old_key).expect("checked above");
         // Policies naming the old SPI name the new one (only they change:
-        // no per-SA work for the others).
+        // no per-SA work for the others); while other inbound SAs still
+        // share the old SPI, they are copied to the new SPI instead.
+        let shared = self.keys(spi, d).next().is_some();
         let mut named = false;
+        let mut copies = Vec::new();
         for x in self.policies.iter_mut().filter(|x| x.direction == d && x.action == Action::Protect(spi)) {
-            x.action = Action::Protect(new_spi);
+            if shared {
+                copies.push(model::Policy { action: Action::Protect(new_spi), ..x.clone() });
+            } else {
+                x.action = Action::Protect(new_spi);
+            }
             named = true;
         }
+        self.policies.extend(copies);
         if named {
             self.spd = None;
         }
         if d == Direction::Inbound {
             // The old entry keeps its selectors until it goes.
-            if let Some(sel) = self.in_selectors.remove(&spi) {
-                self.in_selectors.insert(new_spi, sel);
+            let sel = if shared { self.in_selectors.get(&spi).cloned() } else { self.in_selectors.remove(&spi) };
+            if let Some(sel) = sel {
+                self.in_selectors.entry(new_spi).or_default().extend(sel);
             }
-            self.refresh_inbound(new_spi);
+            for k in self.keys(new_spi, d).collect::<Vec<_>>() {
+                self.refresh_inbound(k);
+            }
         }
         let until = now + if d == Direction::Inbound { self.grace } else { OUTBOUND_GRACE };
-        let msg = format!("SA {spi} {} rekeyed to SPI {new_spi}", dir_name(d));
-        self.event("rekeyed", spi, d, msg, Some(&old.life));
+        let msg = format!("SA {spi} {}{} rekeyed to SPI {new_spi}", dir_name(d), dst_note(old_key.2));
+        self.event("rekeyed", old_key, msg, Some(&old.life));
         if let Some(e) = self.events.last_mut() {
             e.new_spi = Some(new_spi);
         }
         self.retire(old, d, Stage::Grace(until), detached_old, "rekeyed");
-        Ok(json!({ "rekeyed": {"spi": spi, "new_spi": new_spi, "direction": dir_name(d), "worker": owner}, "old_valid_ms": (until - now).as_millis() as u64 }))
+        let mut rekeyed = json!({"spi": spi, "new_spi": new_spi, "direction": dir_name(d), "worker": owner});
+        if let Some(a) = old_key.2 {
+            rekeyed["tunnel_dst"] = json!(a.to_string());
+        }
+        Ok(json!({ "rekeyed": rekeyed, "old_valid_ms": (until - now).as_millis() as u64 }))
     }
 
     /// `reload`: reads the config file again (a DPDK `.cfg` is imported
@@ -787,26 +900,26 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             let detail = if ports.is_empty() { String::new() } else { format!(" ({})", ports.join("; ")) };
             return Err(err(MgrErrorKind::Invalid, format!("{}: {} changed{detail}; these take effect on restart only (nothing applied)", new.source.display(), fixed.join(", "))));
         }
-        let wanted: HashMap<(u32, Direction), &model::Sa> = new.sas.iter().map(|s| ((s.spi, s.direction), s)).collect();
+        let wanted: HashMap<SaKey, &model::Sa> = new.sas.iter().map(|s| (key_of(s), s)).collect();
         let (mut added, mut removed, mut replaced) = (0, 0, 0);
-        let gone: Vec<(u32, Direction)> = self.live.keys().filter(|k| !wanted.contains_key(k)).copied().collect();
+        let gone: Vec<SaKey> = self.live.keys().filter(|k| !wanted.contains_key(k)).copied().collect();
         for k in gone {
-            if let Some(l) = self.live.remove(&k) {
+            if let Some(l) = self.live_remove(k) {
                 // Its `deleted` event comes when its session is freed.
                 self.retire(l, k.1, Stage::Grace(now), false, "removed by reload");
                 removed += 1;
             }
         }
         for sa in &new.sas {
-            let k = (sa.spi, sa.direction);
+            let k = key_of(sa);
             match self.live.get(&k) {
                 Some(l) if l.sa == *sa => continue,
                 Some(l) => {
                     let owner = l.owner;
-                    let old = self.live.remove(&k).expect("present");
+                    let old = self.live_remove(k).expect("present");
                     let grace = if k.1 == Direction::Outbound { OUTBOUND_GRACE } else { Duration::ZERO };
                     if let Err(e) = self.install(sa.clone(), owner, now) {
-                        self.live.insert(k, old);
+                        self.live_insert(old);
                         return Err(e);
                     }
                     // Inbound, same SPI: the index points at the new entry
@@ -870,9 +983,10 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
                 }
             }
         }
-        for (kind, (spi, d), why, life) in fired {
+        for (kind, k, why, life) in fired {
+            let (spi, d, dst) = k;
             let what = if kind == "soft_expired" { "soft limit reached: rekey it" } else { "hard limit reached: it processes no more packets" };
-            self.event(kind, spi, d, format!("SA {spi} {} {what} ({})", dir_name(d), why.name()), Some(&life));
+            self.event(kind, k, format!("SA {spi} {}{} {what} ({})", dir_name(d), dst_note(dst), why.name()), Some(&life));
             if let Some(e) = self.events.last_mut() {
                 e.reason = Some(why.name());
             }
@@ -932,8 +1046,9 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
                         tracing::error!(spi = r.live.sa.spi, error = %e, "session free failed");
                     }
                     self.release_slot(r.direction, r.live.slot);
-                    let msg = format!("SA {} {} gone ({}): {} packets, {} bytes", r.live.sa.spi, dir_name(r.direction), r.why, r.live.life.counters.packets.get(), r.live.life.counters.bytes.get());
-                    self.event("deleted", r.live.sa.spi, r.direction, msg, Some(&r.live.life));
+                    let k = key_of(&r.live.sa);
+                    let msg = format!("SA {} {}{} gone ({}): {} packets, {} bytes", k.0, dir_name(r.direction), dst_note(k.2), r.why, r.live.life.counters.packets.get(), r.live.life.counters.bytes.get());
+                    self.event("deleted", k, msg, Some(&r.live.life));
                 }
                 _ => i += 1,
             }
@@ -1054,6 +1169,7 @@ impl MgrEvent {
             },
             spi: self.spi,
             direction: self.direction.to_string(),
+            dst: self.dst,
             reason: self.reason.map(str::to_string),
             message: self.message.clone(),
             time: self.time,
@@ -1077,11 +1193,11 @@ impl<D: CryptoDevice> CtlHandler for Manager<'_, D> {
             }
             Command::SaList => Ok(self.list_sas(now)),
             Command::SaAdd { toml } => self.add(toml, now).map_err(ctl_error),
-            Command::SaDel { spi, direction } => self.del(*spi, *direction, now).map_err(ctl_error),
-            Command::SaRekey { spi, direction, new_spi, key, auth_key } => {
+            Command::SaDel { spi, direction, dst } => self.del(*spi, *direction, *dst, now).map_err(ctl_error),
+            Command::SaRekey { spi, direction, dst, new_spi, key, auth_key } => {
                 let key = hex_key("key", key)?;
                 let auth = auth_key.as_deref().map(|a| hex_key("auth_key", a)).transpose()?;
-                self.rekey(*spi, *direction, *new_spi, key.to_vec(), auth.map(|a| a.to_vec()), now).map_err(ctl_error)
+                self.rekey(*spi, *direction, *dst, *new_spi, key.to_vec(), auth.map(|a| a.to_vec()), now).map_err(ctl_error)
             }
             Command::PolicyList => Ok(self.list_policies()),
             Command::Reload => self.reload(now).map_err(ctl_error),

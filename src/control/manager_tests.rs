@@ -9,6 +9,8 @@ use std::path::PathBuf;
 
 const OUT_KEY: &str = "24d84805d9cc35adcdc5696f6ed3dab836df80aa";
 const IN_KEY: &str = "3f5658ee8547685d56203c691b223e23f77e7b80";
+/// The inbound SAs' tunnel_dst (our outside address).
+const OURS: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(203, 0, 113, 1));
 const MACS: [[u8; 6]; 2] = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
 
 fn sa(spi: u32, dir: &str, key: &str) -> String {
@@ -88,7 +90,7 @@ impl<D: CryptoDevice> Fixture<'_, D> {
     }
     fn in_resolves(&self, spi: u32) -> bool {
         let t = self.snap();
-        t.sad.inbound_by_spi(spi).and_then(|s| t.sad.inbound_at(s)).is_some_and(|e| e.sa.spi == spi)
+        t.sad.inbound_lookup(spi, OURS).and_then(|s| t.sad.inbound_at(s)).is_some_and(|e| e.sa.spi == spi)
     }
 }
 
@@ -104,7 +106,7 @@ fn check_add<D: CryptoDevice>(fx: &mut Fixture<'_, D>, name: &str) {
     fx.m.publish();
     let t = fx.snap();
     assert!(t.version > v0, "{name}: published");
-    let slot = t.sad.inbound_by_spi(2002).expect("SPI 2002 resolves");
+    let slot = t.sad.inbound_lookup(2002, OURS).expect("SPI 2002 resolves");
     let e = t.sad.inbound_at(slot).unwrap();
     assert_eq!(e.selectors.len(), 1, "{name}");
     assert_eq!(e.selectors[0].src, crate::policy::spd::Prefix::new("10.9.0.0".parse().unwrap(), 16), "{name}");
@@ -177,7 +179,7 @@ fn del_removes_policies_empties_the_slot_and_frees_the_session_only_after_quiesc
     let slot = fx.out_slot(1001).unwrap();
     assert_eq!(protect_slots(&fx.snap().spd_out), vec![slot]);
     let now = Instant::now();
-    let r = fx.m.del(1001, None, now).unwrap();
+    let r = fx.m.del(1001, None, None, now).unwrap();
     assert_eq!(r["policies_removed"], 1);
     fx.m.publish();
     let t = fx.snap();
@@ -197,7 +199,7 @@ fn del_removes_policies_empties_the_slot_and_frees_the_session_only_after_quiesc
     assert_eq!(fx.m.retiring(), 0);
     let ev = fx.m.take_events();
     assert!(ev.iter().any(|e| e.kind == "deleted" && e.spi == 1001));
-    assert_eq!(fx.m.del(1001, None, now).unwrap_err().kind, MgrErrorKind::NotFound);
+    assert_eq!(fx.m.del(1001, None, None, now).unwrap_err().kind, MgrErrorKind::NotFound);
 }
 
 #[test]
@@ -218,7 +220,7 @@ fn rekey_outbound_moves_the_policies_at_once_and_the_old_slot_goes_after_the_gra
 fn rekey_outbound<D: CryptoDevice>(fx: &mut Fixture<'_, D>) {
     let now = Instant::now();
     let old = fx.out_slot(1001).unwrap();
-    fx.m.rekey(1001, None, 1101, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
+    fx.m.rekey(1001, None, None, 1101, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
     fx.m.publish();
     let new = fx.out_slot(1101).expect("new SA published");
     assert_ne!(new, old);
@@ -242,11 +244,11 @@ fn rekey_inbound_keeps_both_spis_during_the_grace_then_only_the_new() {
     let mut fx = fixture(&cfg, &s);
     fx.m.set_grace(Duration::from_secs(5));
     let now = Instant::now();
-    fx.m.rekey(1002, None, 1202, hex::decode(OUT_KEY).unwrap(), None, now).unwrap();
+    fx.m.rekey(1002, None, None, 1202, hex::decode(OUT_KEY).unwrap(), None, now).unwrap();
     fx.m.publish();
     assert!(fx.in_resolves(1002) && fx.in_resolves(1202), "both SPIs during the grace");
     let t = fx.snap();
-    let e = t.sad.inbound_at(t.sad.inbound_by_spi(1202).unwrap()).unwrap();
+    let e = t.sad.inbound_at(t.sad.inbound_lookup(1202, OURS).unwrap()).unwrap();
     assert_eq!(e.selectors.len(), 1, "the new SA has the policy's selectors");
     fx.m.tick(now + Duration::from_millis(4900));
     fx.m.publish();
@@ -266,7 +268,7 @@ fn limit_one_rekey_stops_sets_up_and_restarts_the_queue_pair_after_publish() {
     let d = desc(1);
     let mut fx = fixture(&cfg, &d);
     let before = d.qp_session_ids(0).unwrap();
-    fx.m.rekey(1001, None, 1101, hex::decode(IN_KEY).unwrap(), None, Instant::now()).unwrap();
+    fx.m.rekey(1001, None, None, 1101, hex::decode(IN_KEY).unwrap(), None, Instant::now()).unwrap();
     assert_eq!(fx.m.restart, vec![0], "queue pair 0 waits for its restart");
     let after = d.qp_session_ids(0).unwrap();
     assert_eq!(after.len(), 1);
@@ -367,16 +369,16 @@ fn reload_applies_a_new_rekey_grace_and_refuses_a_new_socket_path() {
     // The grace from the file: a rekey after the reload keeps the old SA 250 ms.
     std::fs::write(&path, format!("{base}[control]\nrekey_grace_ms = 250\n")).unwrap();
     fx.m.reload(now).unwrap();
-    let r = fx.m.rekey(1002, None, 4002, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
+    let r = fx.m.rekey(1002, None, None, 4002, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
     assert_eq!(r["old_valid_ms"].as_u64(), Some(250), "{r}");
     // A new socket path needs a restart: refused, nothing applied.
     std::fs::write(&path, format!("{base}[control]\nrekey_grace_ms = 9000\nsocket = \"/tmp/elsewhere.sock\"\n")).unwrap();
     let e = fx.m.reload(now).unwrap_err();
     assert_eq!(e.kind, MgrErrorKind::Invalid);
     assert!(e.message.contains("control.socket") && e.message.contains("nothing applied"), "{}", e.message);
-    let r = fx.m.rekey(1001, None, 4001, hex::decode(OUT_KEY).unwrap(), None, now).unwrap();
+    let r = fx.m.rekey(1001, None, None, 4001, hex::decode(OUT_KEY).unwrap(), None, now).unwrap();
     assert_eq!(r["old_valid_ms"].as_u64(), Some(100), "outbound: {r}");
-    let r = fx.m.rekey(4002, None, 5002, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
+    let r = fx.m.rekey(4002, None, None, 5002, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
     assert_eq!(r["old_valid_ms"].as_u64(), Some(250), "the refused file's grace is not applied: {r}");
 }
 
@@ -409,7 +411,7 @@ fn rekey_over_the_socket_takes_the_key_as_sa_key_does_and_says_what_is_wrong_wit
     let s = soft();
     let mut fx = fixture(&cfg, &s);
     let rekey = |m: &mut Manager<'_, SoftDevice>, new_spi: u32, key: &str| {
-        m.handle(&Command::SaRekey { spi: 1001, direction: Some(Direction::Outbound), new_spi, key: key.into(), auth_key: None })
+        m.handle(&Command::SaRekey { spi: 1001, direction: Some(Direction::Outbound), dst: None, new_spi, key: key.into(), auth_key: None })
     };
     // The key file of `secgw ctl sa rekey` holds hex "as sa.key": ':' separators allowed.
     let colons = OUT_KEY.as_bytes().chunks(2).map(|c| std::str::from_utf8(c).unwrap()).collect::<Vec<_>>().join(":");
@@ -451,4 +453,82 @@ fn reload_of_a_dpdk_cfg_imports_it_again_with_its_port_options() {
     assert_eq!((r["added"].as_u64(), r["removed"].as_u64(), r["replaced"].as_u64()), (Some(1), Some(0), Some(0)), "{r}");
     fx.m.publish();
     assert!(fx.out_slot(6).is_some());
+}
+
+/// An inbound tunnel SA with SPI `spi` from `src` to our address `dst`.
+fn inbound_to(spi: u32, src: &str, dst: &str, key: &str) -> String {
+    format!("[[sa]]\nspi = {spi}\ndirection = \"inbound\"\nalgorithm = \"aes-128-gcm\"\nkey = \"{key}\"\ntunnel_src = \"{src}\"\ntunnel_dst = \"{dst}\"\n")
+}
+
+#[test]
+fn an_spi_shared_by_two_inbound_sas_is_ambiguous_until_the_destination_is_given() {
+    let cfg = load("shared", &config_text("backend = \"software\"", ""));
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let now = Instant::now();
+    // Config SA 1002 goes to 203.0.113.1; a second peer uses SPI 1002
+    // towards our 203.0.113.5, with its own key and policy.
+    let second: std::net::IpAddr = "203.0.113.5".parse().unwrap();
+    let frag = format!("{}{}", inbound_to(1002, "203.0.113.6", "203.0.113.5", OUT_KEY), policy("inbound", "10.6.0.0/16", "192.0.2.0/24", 1002));
+    let r = fx.m.add(&frag, now).unwrap();
+    assert_eq!(r["added"][0]["tunnel_dst"], "203.0.113.5", "{r}");
+    fx.m.publish();
+    let t = fx.snap();
+    let (a, b) = (t.sad.inbound_lookup(1002, OURS).unwrap(), t.sad.inbound_lookup(1002, second).unwrap());
+    assert_ne!(a, b, "two SAs, two slots");
+    assert_eq!(t.sad.inbound_at(b).unwrap().sa.tunnel_src, "203.0.113.6".parse::<std::net::IpAddr>().unwrap());
+    assert_eq!(t.sad.inbound_lookup(1002, "203.0.113.9".parse().unwrap()), None, "a third address has no SA");
+    let ev = fx.m.take_events();
+    assert!(ev.iter().any(|e| e.kind == "added" && e.spi == 1002 && e.dst == Some(second)), "{ev:?}");
+    // The same SPI and destination again: exists.
+    let e = fx.m.add(&inbound_to(1002, "203.0.113.7", "203.0.113.5", IN_KEY), now).unwrap_err();
+    assert_eq!(e.kind, MgrErrorKind::Exists, "{e}");
+    assert!(e.message.contains("SPI 1002 and tunnel_dst 203.0.113.5 is installed already"), "{}", e.message);
+    // Without a destination, del and rekey say the SPI is ambiguous and
+    // name the destinations; nothing changes.
+    for r in [fx.m.del(1002, None, None, now), fx.m.rekey(1002, Some(Direction::Inbound), None, 3002, hex::decode(IN_KEY).unwrap(), None, now)] {
+        let e = r.unwrap_err();
+        assert_eq!(e.kind, MgrErrorKind::Invalid, "{e}");
+        assert_eq!(e.message, "SPI 1002 is shared by 2 inbound SAs (tunnel_dst 203.0.113.1, 203.0.113.5): give the destination (--dst)");
+    }
+    assert_eq!(fx.m.len(), 3);
+    // A destination no SA has: not found.
+    let e = fx.m.del(1002, None, Some("203.0.113.9".parse().unwrap()), now).unwrap_err();
+    assert_eq!(e.kind, MgrErrorKind::NotFound, "{e}");
+    // Over the socket, with the destination: the right one goes, the
+    // other keeps its slot and the SPI's policies.
+    let r = fx.m.handle(&Command::SaDel { spi: 1002, direction: None, dst: Some(second) }).unwrap();
+    assert_eq!(r["deleted"]["tunnel_dst"], "203.0.113.5", "{r}");
+    assert_eq!(r["policies_removed"], 0, "SA 1002 to 203.0.113.1 still uses them");
+    fx.m.tick(now + Duration::from_secs(1));
+    fx.m.publish();
+    let t = fx.snap();
+    assert_eq!(t.sad.inbound_lookup(1002, second), None);
+    assert_eq!(t.sad.inbound_lookup(1002, OURS), Some(a));
+    assert_eq!(t.sad.inbound_at(a).unwrap().selectors.len(), 2, "both policies naming 1002");
+    // Now unambiguous again: del without a destination works.
+    let r = fx.m.del(1002, None, None, now).unwrap();
+    assert_eq!(r["policies_removed"], 2, "{r}");
+}
+
+#[test]
+fn rekeying_one_of_two_inbound_sas_sharing_an_spi_leaves_the_other_its_policies() {
+    let cfg = load("shared-rekey", &config_text("backend = \"software\"", ""));
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    fx.m.set_grace(Duration::from_millis(10));
+    let now = Instant::now();
+    fx.m.add(&inbound_to(1002, "203.0.113.6", "203.0.113.5", OUT_KEY), now).unwrap();
+    let second: std::net::IpAddr = "203.0.113.5".parse().unwrap();
+    let r = fx.m.rekey(1002, None, Some(second), 3002, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
+    assert_eq!(r["rekeyed"]["tunnel_dst"], "203.0.113.5", "{r}");
+    fx.m.tick(now + Duration::from_secs(1));
+    fx.m.publish();
+    let t = fx.snap();
+    assert_eq!(t.sad.inbound_lookup(1002, second), None, "rekeyed away after the grace");
+    let new = t.sad.inbound_at(t.sad.inbound_lookup(3002, second).unwrap()).unwrap();
+    let old = t.sad.inbound_at(t.sad.inbound_lookup(1002, OURS).unwrap()).unwrap();
+    assert_eq!((new.selectors.len(), old.selectors.len()), (1, 1), "the policy was copied, not moved");
+    let actions: Vec<String> = fx.m.list_policies()["policies"].as_array().unwrap().iter().map(|p| p["action"].as_str().unwrap().to_string()).collect();
+    assert!(actions.contains(&"protect 1002".to_string()) && actions.contains(&"protect 3002".to_string()), "{actions:?}");
 }

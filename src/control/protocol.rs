@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::fmt;
+use std::net::IpAddr;
 
 /// Protocol version: the `v` of every request, response and event line.
 /// A request with another `v` is answered with [`ErrorCode::BadVersion`].
@@ -63,8 +64,10 @@ pub enum Command {
         /// The TOML text (holds key material: never logged).
         toml: String,
     },
-    /// `sa.del`, args `{"spi": u32, "direction": "inbound"|"outbound"}`
-    /// (direction optional when the SPI names one SA).
+    /// `sa.del`, args `{"spi": u32, "direction": "inbound"|"outbound",
+    /// "dst": "<address>"}` (direction and dst optional when they are not
+    /// needed to tell the SA from others with its SPI: dst, the SA's
+    /// tunnel_dst, tells apart inbound tunnel SAs sharing an SPI).
     #[serde(rename = "sa.del")]
     SaDel {
         /// SPI of the SA.
@@ -72,10 +75,13 @@ pub enum Command {
         /// Which of the two SAs an SPI may name.
         #[serde(skip_serializing_if = "Option::is_none")]
         direction: Option<Direction>,
+        /// The SA's tunnel_dst, for an SPI shared by inbound tunnel SAs.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        dst: Option<IpAddr>,
     },
-    /// `sa.rekey`, args `{"spi", "direction"?, "new_spi", "key", "auth_key"?}`:
-    /// replace SA `spi` by one with SPI `new_spi` and the new keys
-    /// (make-before-break).
+    /// `sa.rekey`, args `{"spi", "direction"?, "dst"?, "new_spi", "key",
+    /// "auth_key"?}`: replace SA `spi` by one with SPI `new_spi` and the new
+    /// keys (make-before-break).
     #[serde(rename = "sa.rekey")]
     SaRekey {
         /// SPI of the SA to replace.
@@ -83,6 +89,9 @@ pub enum Command {
         /// Which of the two SAs an SPI may name.
         #[serde(skip_serializing_if = "Option::is_none")]
         direction: Option<Direction>,
+        /// The SA's tunnel_dst, for an SPI shared by inbound tunnel SAs.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        dst: Option<IpAddr>,
         /// SPI of the new SA.
         new_spi: u32,
         /// Cipher key material in hex (key ‖ salt/nonce, as `sa.key`).
@@ -134,13 +143,14 @@ impl fmt::Debug for Command {
         match self {
             Command::Stats { format } => f.debug_struct("Stats").field("format", format).finish(),
             Command::SaAdd { toml } => f.debug_struct("SaAdd").field("toml", &redacted(toml)).finish(),
-            Command::SaDel { spi, direction } => {
-                f.debug_struct("SaDel").field("spi", spi).field("direction", direction).finish()
+            Command::SaDel { spi, direction, dst } => {
+                f.debug_struct("SaDel").field("spi", spi).field("direction", direction).field("dst", dst).finish()
             }
-            Command::SaRekey { spi, direction, new_spi, key, auth_key } => f
+            Command::SaRekey { spi, direction, dst, new_spi, key, auth_key } => f
                 .debug_struct("SaRekey")
                 .field("spi", spi)
                 .field("direction", direction)
+                .field("dst", dst)
                 .field("new_spi", new_spi)
                 .field("key", &redacted(key))
                 .field("auth_key", &auth_key.as_deref().map(redacted))
@@ -277,6 +287,10 @@ pub struct Event {
     pub spi: u32,
     /// `"inbound"` or `"outbound"`.
     pub direction: String,
+    /// The SA's tunnel_dst when SAs are told apart by it (inbound tunnel
+    /// SAs, which may share an SPI); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<IpAddr>,
     /// Which limit fired for an expiry: `"packets"`, `"bytes"`, `"seconds"`,
     /// `"sequence"`, ….
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -383,6 +397,8 @@ struct SaDelArgs {
     spi: u32,
     #[serde(default)]
     direction: Option<Direction>,
+    #[serde(default)]
+    dst: Option<IpAddr>,
 }
 
 #[derive(Deserialize)]
@@ -391,6 +407,8 @@ struct SaRekeyArgs {
     spi: u32,
     #[serde(default)]
     direction: Option<Direction>,
+    #[serde(default)]
+    dst: Option<IpAddr>,
     new_spi: u32,
     key: String,
     #[serde(default)]
@@ -415,10 +433,11 @@ fn parse_command(cmd: &str, args: Option<Value>) -> Result<Command, CtlError> {
         "stats" => decode::<StatsArgs>(cmd, args).map(|a| Command::Stats { format: a.format }),
         "sa.list" => none(Command::SaList),
         "sa.add" => decode::<SaAddArgs>(cmd, args).map(|a| Command::SaAdd { toml: a.toml }),
-        "sa.del" => decode::<SaDelArgs>(cmd, args).map(|a| Command::SaDel { spi: a.spi, direction: a.direction }),
+        "sa.del" => decode::<SaDelArgs>(cmd, args).map(|a| Command::SaDel { spi: a.spi, direction: a.direction, dst: a.dst }),
         "sa.rekey" => decode::<SaRekeyArgs>(cmd, args).map(|a| Command::SaRekey {
             spi: a.spi,
             direction: a.direction,
+            dst: a.dst,
             new_spi: a.new_spi,
             key: a.key,
             auth_key: a.auth_key,
@@ -595,7 +614,7 @@ mod tests {
         let r = parse_request(br#"{"v":1,"id":null,"cmd":"sa.list","args":null}"#).unwrap();
         assert_eq!((r.id, r.command), (None, Command::SaList));
         let r = parse_request(br#"{"args":{"spi":7,"direction":"inbound"},"cmd":"sa.del","v":1,"id":3}"#).unwrap();
-        assert_eq!((r.id, r.command), (Some(json!(3)), Command::SaDel { spi: 7, direction: Some(Direction::Inbound) }));
+        assert_eq!((r.id, r.command), (Some(json!(3)), Command::SaDel { spi: 7, direction: Some(Direction::Inbound), dst: None }));
     }
 
     fn every_command() -> Vec<Command> {
@@ -604,10 +623,11 @@ mod tests {
             Command::Stats { format: StatsFormat::Prometheus },
             Command::SaList,
             Command::SaAdd { toml: "[[sa]]\nspi = 5\n".into() },
-            Command::SaDel { spi: 1000, direction: None },
-            Command::SaDel { spi: u32::MAX, direction: Some(Direction::Outbound) },
-            Command::SaRekey { spi: 1, direction: Some(Direction::Inbound), new_spi: 2, key: "00ff".into(), auth_key: Some("aa".into()) },
-            Command::SaRekey { spi: 1, direction: None, new_spi: 2, key: "00ff".into(), auth_key: None },
+            Command::SaDel { spi: 1000, direction: None, dst: None },
+            Command::SaDel { spi: 1000, direction: Some(Direction::Inbound), dst: Some("2001:db8::1".parse().unwrap()) },
+            Command::SaDel { spi: u32::MAX, direction: Some(Direction::Outbound), dst: None },
+            Command::SaRekey { spi: 1, direction: Some(Direction::Inbound), dst: Some("203.0.113.1".parse().unwrap()), new_spi: 2, key: "00ff".into(), auth_key: Some("aa".into()) },
+            Command::SaRekey { spi: 1, direction: None, dst: None, new_spi: 2, key: "00ff".into(), auth_key: None },
             Command::PolicyList,
             Command::Reload,
             Command::Events,
@@ -664,7 +684,7 @@ mod tests {
 
     #[test]
     fn debug_never_shows_keys() {
-        let c = Command::SaRekey { spi: 1, direction: None, new_spi: 2, key: "deadbeef".into(), auth_key: Some("cafe".into()) };
+        let c = Command::SaRekey { spi: 1, direction: None, dst: None, new_spi: 2, key: "deadbeef".into(), auth_key: Some("cafe".into()) };
         let d = format!("{c:?}");
         assert!(!d.contains("deadbeef") && !d.contains("cafe"), "{d}");
         let d = format!("{:?}", Command::SaAdd { toml: "key = \"0011\"".into() });
@@ -683,6 +703,7 @@ mod tests {
             kind: EventKind::SoftExpired,
             spi: 9,
             direction: "outbound".into(),
+            dst: None,
             reason: Some("packets".into()),
             message: "soft limit".into(),
             time: 1.5,

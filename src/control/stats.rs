@@ -43,6 +43,11 @@ pub struct SaStats {
     pub errors: u64,
     /// Dummy packets (RFC 4303 §2.6) sent on this outbound SA (0 inbound).
     pub dummies: u64,
+    /// The SA's tunnel_dst, only for inbound SAs sharing their SPI with
+    /// another (RFC 4301 §4.1: found by SPI and destination), so each has
+    /// its own series; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dst: Option<String>,
 }
 
 /// Counters of one worker.
@@ -95,16 +100,24 @@ pub fn snapshot(t: &Tables, workers: &[Arc<WorkerCounters>]) -> Snapshot {
         ports: t.ports.iter().map(|p| PortStats { name: p.name.clone(), ..Default::default() }).collect(),
         ..Default::default()
     };
-    let sa = |spi, direction, c: &SaCounters| SaStats {
+    let sa = |spi, direction, c: &SaCounters, dst: Option<String>| SaStats {
         spi,
         direction,
         packets: c.packets.get(),
         bytes: c.bytes.get(),
         errors: c.errors.get(),
         dummies: c.dummies.get(),
+        dst,
     };
-    s.sas.extend(t.sad.outbound_sas().map(|(_, o)| sa(o.spi, "outbound", &o.life.counters)));
-    s.sas.extend(t.sad.inbound_sas().map(|(_, e)| sa(e.sa.spi, "inbound", &e.sa.life.counters)));
+    s.sas.extend(t.sad.outbound_sas().map(|(_, o)| sa(o.spi, "outbound", &o.life.counters, None)));
+    let mut inbound_spis: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+    for (_, e) in t.sad.inbound_sas() {
+        *inbound_spis.entry(e.sa.spi).or_default() += 1;
+    }
+    s.sas.extend(t.sad.inbound_sas().map(|(_, e)| {
+        let shared = inbound_spis.get(&e.sa.spi).is_some_and(|&n| n > 1);
+        sa(e.sa.spi, "inbound", &e.sa.life.counters, shared.then(|| e.sa.tunnel_dst.to_string()))
+    }));
     for r in DropReason::ALL {
         s.drops.insert(r.name(), 0);
     }
@@ -150,7 +163,8 @@ impl Snapshot {
         }
         let _ = writeln!(o, "{:<12} {:<9} {:>12} {:>14} {:>10} {:>10}", "sa spi", "dir", "packets", "bytes", "errors", "dummies");
         for s in &self.sas {
-            let _ = writeln!(o, "{:<12} {:<9} {:>12} {:>14} {:>10} {:>10}", s.spi, s.direction, s.packets, s.bytes, s.errors, s.dummies);
+            let dst = s.dst.as_deref().map_or(String::new(), |d| format!(" dst {d}"));
+            let _ = writeln!(o, "{:<12} {:<9} {:>12} {:>14} {:>10} {:>10}{dst}", s.spi, s.direction, s.packets, s.bytes, s.errors, s.dummies);
         }
         let nz: Vec<String> = self.drops.iter().filter(|(_, &v)| v > 0).map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(o, "drops: {}", if nz.is_empty() { "none".to_string() } else { nz.join(" ") });
@@ -237,6 +251,8 @@ struct SaJson {
     bytes: u64,
     errors: u64,
     dummies: u64,
+    #[serde(default)]
+    dst: Option<String>,
 }
 
 #[derive(serde::Deserialize)]
@@ -249,7 +265,8 @@ struct WorkerJson {
 impl Snapshot {
     /// The counters in Prometheus text exposition format 0.0.4: `secgw_`
     /// names, counters ending in `_total`; per port (label `port`), per SA
-    /// (`spi`, `direction`), drops by reason (`reason`), the global
+    /// (`spi`, `direction`, and `dst` for inbound SAs sharing their SPI),
+    /// drops by reason (`reason`), the global
     /// counters, per worker (`worker`), and the gauge `secgw_frags_pending`.
     pub fn to_prometheus(&self) -> String {
         let mut o = String::new();
@@ -274,7 +291,10 @@ impl Snapshot {
             ("dummies", "Dummy packets (RFC 4303 section 2.6) sent on the SA.", |s| s.dummies),
         ];
         for (name, help, f) in sas {
-            let samples = self.sas.iter().map(|s| (format!("spi=\"{}\",direction=\"{}\"", s.spi, escape_label(s.direction)), f(s)));
+            let samples = self.sas.iter().map(|s| {
+                let dst = s.dst.as_deref().map_or(String::new(), |d| format!(",dst=\"{}\"", escape_label(d)));
+                (format!("spi=\"{}\",direction=\"{}\"{dst}", s.spi, escape_label(s.direction)), f(s))
+            });
             prom_family(&mut o, &format!("secgw_sa_{name}_total"), "counter", help, samples);
         }
         let drops = self.drops.iter().map(|(r, v)| (format!("reason=\"{}\"", escape_label(r)), *v));
@@ -326,7 +346,7 @@ impl Snapshot {
                 "inbound" => "inbound",
                 d => return Err(format!("SA {}: unknown direction {d:?}", s.spi)),
             };
-            sas.push(SaStats { spi: s.spi, direction, packets: s.packets, bytes: s.bytes, errors: s.errors, dummies: s.dummies, ..Default::default() });
+            sas.push(SaStats { spi: s.spi, direction, packets: s.packets, bytes: s.bytes, errors: s.errors, dummies: s.dummies, dst: s.dst });
         }
         Ok(Snapshot {
             ports: j

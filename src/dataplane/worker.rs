@@ -105,7 +105,7 @@ fn transport_spi(t: &Tables, buf: &PktBuf, at: usize) -> bool {
     let Some(Ok(esp)) = buf.frame().get(ethernet::HEADER_LEN + at..).map(esp_hdr::EspPacket::new_checked) else {
         return false;
     };
-    t.sad.inbound_by_spi(esp.spi()).and_then(|i| t.sad.inbound_at(i)).is_some_and(|e| e.sa.transport)
+    t.sad.inbound_transport(esp.spi()).is_some()
 }
 
 /// True if the IP header after the Ethernet header of `f` is IPv6.
@@ -1117,7 +1117,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             let Ok(esp) = esp_hdr::EspPacket::new_checked(&buf.frame()[esp_off..]) else {
                 return self.drop_buf(port, DropReason::BadLength, buf);
             };
-            let Some(i) = t.sad.inbound_by_spi(esp.spi()) else {
+            // RFC 4301 §4.4.2: tunnel SAs by (SPI, outer destination),
+            // transport SAs by SPI.
+            let Some(i) = t.sad.inbound_lookup(esp.spi(), key.dst) else {
                 return self.drop_buf(port, DropReason::NoSa, buf);
             };
             let Some(e) = t.sad.inbound_at(i) else {

@@ -1,9 +1,11 @@
 //! The Security Association Database (RFC 4301 §4.4.2): outbound SAs by
-//! index (the outbound SPD points at them) and inbound SAs by SPI.
+//! index (the outbound SPD points at them) and inbound SAs by SPI, or by
+//! SPI and destination (see [`InboundKey`]).
 
 use super::spd::{FlowKey, Selector};
 use crate::esp::{InboundSa, OutboundSa};
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 /// An inbound SA with the selectors of the policies that protect with it:
@@ -27,39 +29,77 @@ impl InboundEntry {
     }
 }
 
+/// How the SAD finds an inbound SA (RFC 4301 §4.1, §4.4.2: each SAD entry
+/// says whether its lookup uses the destination address in addition to the
+/// SPI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InboundKey {
+    /// A transport-mode SA: by SPI alone, whatever the packet's destination
+    /// (the packet's own addresses are the SA's endpoints).
+    Spi(u32),
+    /// A tunnel-mode SA: by SPI and outer destination (its `tunnel_dst`), so
+    /// two peers may use the same SPI towards two addresses of ours.
+    SpiDst(u32, IpAddr),
+}
+
+impl InboundKey {
+    /// The key of inbound SA `sa`.
+    pub fn of(sa: &InboundSa) -> InboundKey {
+        if sa.transport {
+            InboundKey::Spi(sa.spi)
+        } else {
+            InboundKey::SpiDst(sa.spi, sa.tunnel_dst)
+        }
+    }
+}
+
 /// The SAD: SAs in slots. A slot index is what the SPD's PROTECT actions,
 /// the workers' per-SA state and the crypto ops' tags name; a removed SA
 /// leaves its slot empty (`None`) and the control thread reuses it for a
 /// later SA (which has another [`OutboundSa::id`], so stale references are
 /// recognised). Each SA is behind an `Arc`, so a new snapshot copies
 /// pointers, not SAs.
+///
+/// Inbound SAs are indexed by [`InboundKey`] in two hash maps: tunnel-mode
+/// SAs by (SPI, `tunnel_dst`), transport-mode SAs by SPI. Config validation
+/// (and the control socket) keep an SPI either on one transport SA or on
+/// tunnel SAs with different `tunnel_dst`, so at most one SA matches a
+/// packet; [`Sad::inbound_lookup`] is at most two hash lookups, without
+/// allocating.
 #[derive(Debug, Default, Clone)]
 pub struct Sad {
     /// Outbound SAs by slot.
     pub outbound: Vec<Option<Arc<OutboundSa>>>,
     /// Inbound SAs by slot.
     pub inbound: Vec<Option<Arc<InboundEntry>>>,
+    /// Transport-mode inbound SAs: SPI → slot.
     by_spi: HashMap<u32, u32>,
+    /// Tunnel-mode inbound SAs: (SPI, tunnel_dst) → slot.
+    by_spi_dst: HashMap<(u32, IpAddr), u32>,
 }
 
 impl Sad {
     /// A SAD of these SAs in slots 0, 1, … (tests and the initial config).
-    /// SPIs of inbound SAs must be unique (checked by config validation; a
-    /// duplicate keeps the first).
+    /// Inbound keys ([`InboundKey`]) must be unique (checked by config
+    /// validation; a duplicate keeps the first).
     pub fn new(outbound: Vec<OutboundSa>, inbound: Vec<InboundEntry>) -> Sad {
         Sad::from_slots(outbound.into_iter().map(|s| Some(Arc::new(s))).collect(), inbound.into_iter().map(|e| Some(Arc::new(e))).collect())
     }
 
-    /// A SAD of these slots; builds the SPI index of the inbound ones (a
-    /// duplicate SPI keeps the first slot).
+    /// A SAD of these slots; builds the index of the inbound ones (a
+    /// duplicate key keeps the first slot).
     pub fn from_slots(outbound: Vec<Option<Arc<OutboundSa>>>, inbound: Vec<Option<Arc<InboundEntry>>>) -> Sad {
-        let mut by_spi = HashMap::with_capacity(inbound.len());
+        let mut sad = Sad { outbound, inbound: Vec::new(), by_spi: HashMap::new(), by_spi_dst: HashMap::with_capacity(inbound.len()) };
         for (i, e) in inbound.iter().enumerate() {
             if let Some(e) = e {
-                by_spi.entry(e.sa.spi).or_insert(i as u32);
+                match InboundKey::of(&e.sa) {
+                    InboundKey::Spi(spi) => sad.by_spi.entry(spi).or_insert(i as u32),
+                    InboundKey::SpiDst(spi, dst) => sad.by_spi_dst.entry((spi, dst)).or_insert(i as u32),
+                };
             }
         }
-        Sad { outbound, inbound, by_spi }
+        sad.inbound = inbound;
+        sad
     }
 
     /// Puts `sa` in outbound slot `slot` (growing the list), replacing what
@@ -72,19 +112,32 @@ impl Sad {
     }
 
     /// Puts `e` in inbound slot `slot` (growing the list) and indexes its
-    /// SPI; `None` empties the slot and drops its SPI from the index if it
-    /// pointed there (control thread).
+    /// key; `None` empties the slot and drops its key from the index if it
+    /// pointed there (control thread). A new entry with the key of another
+    /// slot's takes the key over (a reload replacing an SA in place).
     pub fn set_inbound(&mut self, slot: usize, e: Option<Arc<InboundEntry>>) {
         if self.inbound.len() <= slot {
             self.inbound.resize(slot + 1, None);
         }
         if let Some(old) = &self.inbound[slot] {
-            if self.by_spi.get(&old.sa.spi) == Some(&(slot as u32)) {
-                self.by_spi.remove(&old.sa.spi);
+            match InboundKey::of(&old.sa) {
+                InboundKey::Spi(spi) => {
+                    if self.by_spi.get(&spi) == Some(&(slot as u32)) {
+                        self.by_spi.remove(&spi);
+                    }
+                }
+                InboundKey::SpiDst(spi, dst) => {
+                    if self.by_spi_dst.get(&(spi, dst)) == Some(&(slot as u32)) {
+                        self.by_spi_dst.remove(&(spi, dst));
+                    }
+                }
             }
         }
         if let Some(new) = &e {
-            self.by_spi.insert(new.sa.spi, slot as u32);
+            match InboundKey::of(&new.sa) {
+                InboundKey::Spi(spi) => self.by_spi.insert(spi, slot as u32),
+                InboundKey::SpiDst(spi, dst) => self.by_spi_dst.insert((spi, dst), slot as u32),
+            };
         }
         self.inbound[slot] = e;
     }
@@ -111,13 +164,30 @@ impl Sad {
         self.inbound.iter().enumerate().filter_map(|(i, s)| s.as_deref().map(|s| (i, s)))
     }
 
-    /// Slot of the inbound SA with this SPI. SPI 0 never matches
-    /// (RFC 4303 §2.1).
+    /// Slot of the inbound SA for an ESP packet with SPI `spi` and outer
+    /// destination `dst` (RFC 4301 §4.4.2): the tunnel-mode SA keyed by
+    /// (`spi`, `dst`), else the transport-mode SA with `spi`. SPI 0 never
+    /// matches (RFC 4303 §2.1). At most two hash lookups; no allocation.
     #[inline]
-    pub fn inbound_by_spi(&self, spi: u32) -> Option<usize> {
+    pub fn inbound_lookup(&self, spi: u32, dst: IpAddr) -> Option<usize> {
+        if spi == 0 {
+            return None;
+        }
+        self.by_spi_dst.get(&(spi, dst)).or_else(|| self.by_spi.get(&spi)).map(|&s| s as usize)
+    }
+
+    /// Slot of the inbound transport-mode SA with SPI `spi` (SPI 0 never
+    /// matches).
+    #[inline]
+    pub fn inbound_transport(&self, spi: u32) -> Option<usize> {
         if spi == 0 {
             return None;
         }
         self.by_spi.get(&spi).map(|&s| s as usize)
+    }
+
+    /// Inbound SAs indexed (transport by SPI, tunnel by (SPI, destination)).
+    pub fn inbound_indexed(&self) -> usize {
+        self.by_spi.len() + self.by_spi_dst.len()
     }
 }
