@@ -1,9 +1,34 @@
 //! The Security Policy Database (RFC 4301 §4.4.1): ordered selectors with
-//! PROTECT / BYPASS / DISCARD actions. Lookup scans entries in priority order
-//! (lower number first, ties by insertion order); a faster classifier is
-//! future work (issue 6).
+//! PROTECT / BYPASS / DISCARD actions. The first entry in (priority, insertion
+//! order) whose selector matches decides, exactly as a scan in that order
+//! would ([`Spd::lookup_linear`], kept as the reference), but found by a
+//! classifier whose cost stays nearly flat as rules grow:
+//!
+//! - each rule gets a *rank*, its position in (priority, insertion) order;
+//!   the lowest matching rank wins;
+//! - per family, a path-compressed binary trie of the rules' source
+//!   prefixes; each source node owns a trie of the destination prefixes of
+//!   its rules; each destination node holds the rules of that (source,
+//!   destination) pair indexed by protocol and by port intervals
+//!   (`ports.rs`): a binary search, not a scan, even for thousands of port
+//!   rules under one pair;
+//! - a lookup walks the source prefixes covering the key and, for each, the
+//!   destination prefixes covering it; every node knows the best rank below
+//!   it, so the walk stops wherever nothing left can beat the best match
+//!   found so far.
+//!
+//! Cost: at most (distinct source prefix lengths on the key's path) ×
+//! (destination ones) node visits, each O(1) plus a binary search over the
+//! pair's port intervals; independent of how many rules do not cover the
+//! key. Built once per snapshot (control thread); lookups never allocate.
+
+mod ports;
+mod trie;
+#[cfg(test)]
+mod tests;
 
 use std::net::IpAddr;
+use trie::{Forest, NONE};
 
 /// The fields of a packet a selector looks at (the inner packet's, for
 /// tunnel mode). Source and destination are of one family.
@@ -170,101 +195,141 @@ pub struct SpdEntry {
     pub action: SpdAction,
 }
 
-/// An SPD: entries kept sorted by (priority, insertion order), IPv4 and
-/// IPv6 selectors in separate lists so a lookup scans only its family.
+/// One family's entries in lookup order and their classifier.
+#[derive(Debug, Clone, Default)]
+struct Family {
+    /// Sorted by (priority, insertion order); the index is the rank.
+    entries: Vec<SpdEntry>,
+    /// Source tries (root 0 when there are entries); a node's value is the
+    /// root of its destination trie in `dst`.
+    src: Forest,
+    /// Destination tries; a node's value indexes `groups`.
+    dst: Forest,
+    groups: Vec<ports::Group>,
+}
+
+/// An address as the tries take it: left-aligned (IPv4 in the top 32 bits).
+#[inline]
+fn aligned(v6: bool, bits: u128) -> u128 {
+    if v6 {
+        bits
+    } else {
+        bits << 96
+    }
+}
+
+impl Family {
+    fn new(entries: Vec<SpdEntry>) -> Family {
+        let mut f = Family { entries, ..Family::default() };
+        if f.entries.is_empty() {
+            return f;
+        }
+        let src_root = f.src.new_root();
+        let mut members: Vec<Vec<u32>> = Vec::new();
+        let mut dst_roots = Vec::new();
+        for (rank, e) in f.entries.iter().enumerate() {
+            let rank = rank as u32;
+            let (s, d) = (&e.selector.src, &e.selector.dst);
+            let sn = f.src.insert(src_root, aligned(s.v6, s.bits), s.len);
+            if f.src.value(sn) == NONE {
+                let root = f.dst.new_root();
+                dst_roots.push(root);
+                f.src.set_value(sn, root);
+            }
+            f.src.offer_rank(sn, rank);
+            let dn = f.dst.insert(f.src.value(sn), aligned(d.v6, d.bits), d.len);
+            if f.dst.value(dn) == NONE {
+                f.dst.set_value(dn, members.len() as u32);
+                members.push(Vec::new());
+            }
+            f.dst.offer_rank(dn, rank);
+            members[f.dst.value(dn) as usize].push(rank);
+        }
+        f.groups = members
+            .iter()
+            .map(|m| ports::Group::build(&m.iter().map(|&r| (r, &f.entries[r as usize].selector)).collect::<Vec<_>>()))
+            .collect();
+        f.src.finish(src_root);
+        for root in dst_roots {
+            f.dst.finish(root);
+        }
+        f
+    }
+
+    /// The best rank matching the key (`NONE` if none); `s`, `d`
+    /// left-aligned.
+    #[inline]
+    fn classify(&self, s: u128, d: u128, protocol: u8, ports: Option<(u16, u16)>) -> u32 {
+        let mut best = NONE;
+        if self.entries.is_empty() {
+            return best;
+        }
+        self.src.walk(0, s, &mut best, |dst_root, best| {
+            self.dst.walk(dst_root, d, best, |g, best| {
+                if let Some(g) = self.groups.get(g as usize) {
+                    g.classify(protocol, ports, best);
+                }
+            })
+        });
+        best
+    }
+}
+
+/// An SPD: per family (IPv4 and IPv6 selectors never mix), the entries in
+/// (priority, insertion order) and the classifier over them (module docs).
 #[derive(Debug, Clone, Default)]
 pub struct Spd {
-    v4: Vec<SpdEntry>,
-    v6: Vec<SpdEntry>,
+    v4: Family,
+    v6: Family,
 }
 
 impl Spd {
-    /// Builds an SPD; the sort is stable so ties keep their order.
+    /// Builds an SPD (control thread): sorts by priority, stably so ties
+    /// keep their order, and builds the classifier, O(n log n) in the
+    /// number of entries for typical rule sets.
     pub fn new(entries: Vec<SpdEntry>) -> Spd {
         let (mut v6, mut v4): (Vec<SpdEntry>, Vec<SpdEntry>) = entries.into_iter().partition(|e| e.selector.src.is_ipv6());
         v4.sort_by_key(|e| e.priority);
         v6.sort_by_key(|e| e.priority);
-        Spd { v4, v6 }
+        Spd { v4: Family::new(v4), v6: Family::new(v6) }
     }
 
     /// The entries of one family (`ipv6`) in lookup order.
     pub fn entries(&self, ipv6: bool) -> &[SpdEntry] {
         if ipv6 {
-            &self.v6
+            &self.v6.entries
         } else {
-            &self.v4
+            &self.v4.entries
         }
     }
 
-    /// The action of the first matching entry of the key's family, `None`
-    /// when nothing matches (the caller discards and counts it, RFC 4301
-    /// §5.1).
+    /// The action of the first matching entry of the key's family in
+    /// (priority, insertion) order, `None` when nothing matches (the caller
+    /// discards and counts it, RFC 4301 §5.1). Never allocates.
     #[inline]
     pub fn lookup(&self, k: &FlowKey) -> Option<SpdAction> {
         let (v6, s, d) = k.bits()?;
+        let f = if v6 { &self.v6 } else { &self.v4 };
+        let rank = f.classify(aligned(v6, s), aligned(v6, d), k.protocol, k.ports);
+        f.entries.get(rank as usize).map(|e| e.action)
+    }
+
+    /// [`Spd::lookup`] for a burst: `out[i]` gets the action of `keys[i]`,
+    /// for `min(keys.len(), out.len())` keys (returned).
+    #[inline]
+    pub fn lookup_burst(&self, keys: &[FlowKey], out: &mut [Option<SpdAction>]) -> usize {
+        let n = keys.len().min(out.len());
+        for (k, o) in keys.iter().zip(out.iter_mut()) {
+            *o = self.lookup(k);
+        }
+        n
+    }
+
+    /// The same answer as [`Spd::lookup`] by the plain linear scan of the
+    /// family's entries in order: the reference the classifier is tested
+    /// and benchmarked against. O(entries); not for the data path.
+    pub fn lookup_linear(&self, k: &FlowKey) -> Option<SpdAction> {
+        let (v6, s, d) = k.bits()?;
         self.entries(v6).iter().find(|e| e.selector.matches_bits(s, d, k)).map(|e| e.action)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sel(src: &str, dst: &str, proto: Option<u8>, dp: (u16, u16)) -> Selector {
-        let p = |s: &str| {
-            let (a, l) = s.split_once('/').unwrap();
-            Prefix::new(a.parse().unwrap(), l.parse().unwrap())
-        };
-        Selector { src: p(src), dst: p(dst), protocol: proto, src_ports: (0, 65535), dst_ports: dp }
-    }
-
-    fn key(dst: &str, proto: u8, dport: Option<u16>) -> FlowKey {
-        FlowKey { src: "192.0.2.10".parse().unwrap(), dst: dst.parse().unwrap(), protocol: proto, ports: dport.map(|d| (1000, d)) }
-    }
-
-    #[test]
-    fn priority_then_order() {
-        let spd = Spd::new(vec![
-            SpdEntry { selector: sel("0.0.0.0/0", "198.51.100.0/24", None, (0, 65535)), priority: 50, action: SpdAction::Protect(0) },
-            SpdEntry { selector: sel("0.0.0.0/0", "198.51.100.0/24", Some(17), (53, 53)), priority: 10, action: SpdAction::Bypass },
-            SpdEntry { selector: sel("0.0.0.0/0", "198.51.100.0/24", Some(17), (53, 53)), priority: 10, action: SpdAction::Discard },
-        ]);
-        assert_eq!(spd.lookup(&key("198.51.100.10", 17, Some(53))), Some(SpdAction::Bypass));
-        assert_eq!(spd.lookup(&key("198.51.100.10", 17, Some(54))), Some(SpdAction::Protect(0)));
-        assert_eq!(spd.lookup(&key("198.51.101.10", 17, Some(53))), None);
-    }
-
-    #[test]
-    fn opaque_ports_match_only_wildcards() {
-        let spd = Spd::new(vec![SpdEntry { selector: sel("0.0.0.0/0", "0.0.0.0/0", Some(17), (0, 100)), priority: 1, action: SpdAction::Bypass }]);
-        assert_eq!(spd.lookup(&key("1.2.3.4", 17, None)), None);
-        assert_eq!(spd.lookup(&key("1.2.3.4", 17, Some(0))), Some(SpdAction::Bypass));
-        assert_eq!(spd.lookup(&key("1.2.3.4", 17, Some(100))), Some(SpdAction::Bypass));
-        assert_eq!(spd.lookup(&key("1.2.3.4", 17, Some(101))), None);
-    }
-
-    #[test]
-    fn families_never_mix() {
-        let v6 = sel("2001:db8:a::/48", "::/0", None, (0, 65535));
-        let v4 = sel("0.0.0.0/0", "0.0.0.0/0", None, (0, 65535));
-        let spd = Spd::new(vec![
-            SpdEntry { selector: v4, priority: 1, action: SpdAction::Discard },
-            SpdEntry { selector: v6, priority: 2, action: SpdAction::Bypass },
-        ]);
-        let k6 = FlowKey { src: "2001:db8:a::10".parse().unwrap(), dst: "2001:db8:b::10".parse().unwrap(), protocol: 17, ports: Some((1, 2)) };
-        assert_eq!(spd.lookup(&k6), Some(SpdAction::Bypass), "the v4 catch-all does not match IPv6");
-        assert_eq!(spd.lookup(&key("198.51.100.10", 17, None)), Some(SpdAction::Discard));
-        let other = FlowKey { src: "2001:db9::1".parse().unwrap(), ..k6 };
-        assert_eq!(spd.lookup(&other), None);
-        // An IPv4-mapped IPv6 address is IPv6, not the IPv4 address.
-        let mapped = FlowKey { src: "::ffff:192.0.2.10".parse().unwrap(), dst: "::ffff:198.51.100.10".parse().unwrap(), ..k6 };
-        assert_eq!(spd.lookup(&mapped), None);
-        let mixed = FlowKey { src: "192.0.2.10".parse().unwrap(), ..k6 };
-        assert_eq!(spd.lookup(&mixed), None);
-        assert!(!Prefix::new("::".parse().unwrap(), 0).contains("1.2.3.4".parse().unwrap()));
-        assert!(Prefix::new("2001:db8::".parse().unwrap(), 127).contains("2001:db8::1".parse().unwrap()));
-        assert!(!Prefix::new("2001:db8::".parse().unwrap(), 128).contains("2001:db8::1".parse().unwrap()));
-        assert_eq!(Prefix::new("2001:db8::ff".parse().unwrap(), 120).to_string(), "2001:db8::/120");
-        assert_eq!(Prefix::new("10.1.2.3".parse().unwrap(), 8).to_string(), "10.0.0.0/8");
     }
 }
