@@ -22,18 +22,18 @@ fn priority_then_order() {
         SpdEntry { selector: sel("0.0.0.0/0", "198.51.100.0/24", Some(17), (53, 53)), priority: 10, action: SpdAction::Bypass },
         SpdEntry { selector: sel("0.0.0.0/0", "198.51.100.0/24", Some(17), (53, 53)), priority: 10, action: SpdAction::Discard },
     ]);
-    assert_eq!(spd.lookup(&key("198.51.100.10", 17, Some(53))), Some(SpdAction::Bypass));
-    assert_eq!(spd.lookup(&key("198.51.100.10", 17, Some(54))), Some(SpdAction::Protect(0)));
-    assert_eq!(spd.lookup(&key("198.51.101.10", 17, Some(53))), None);
+    assert_eq!(both(&spd, &key("198.51.100.10", 17, Some(53))), Some(SpdAction::Bypass));
+    assert_eq!(both(&spd, &key("198.51.100.10", 17, Some(54))), Some(SpdAction::Protect(0)));
+    assert_eq!(both(&spd, &key("198.51.101.10", 17, Some(53))), None);
 }
 
 #[test]
 fn opaque_ports_match_only_wildcards() {
     let spd = Spd::new(vec![SpdEntry { selector: sel("0.0.0.0/0", "0.0.0.0/0", Some(17), (0, 100)), priority: 1, action: SpdAction::Bypass }]);
-    assert_eq!(spd.lookup(&key("1.2.3.4", 17, None)), None);
-    assert_eq!(spd.lookup(&key("1.2.3.4", 17, Some(0))), Some(SpdAction::Bypass));
-    assert_eq!(spd.lookup(&key("1.2.3.4", 17, Some(100))), Some(SpdAction::Bypass));
-    assert_eq!(spd.lookup(&key("1.2.3.4", 17, Some(101))), None);
+    assert_eq!(both(&spd, &key("1.2.3.4", 17, None)), None);
+    assert_eq!(both(&spd, &key("1.2.3.4", 17, Some(0))), Some(SpdAction::Bypass));
+    assert_eq!(both(&spd, &key("1.2.3.4", 17, Some(100))), Some(SpdAction::Bypass));
+    assert_eq!(both(&spd, &key("1.2.3.4", 17, Some(101))), None);
 }
 
 #[test]
@@ -45,15 +45,15 @@ fn families_never_mix() {
         SpdEntry { selector: v6, priority: 2, action: SpdAction::Bypass },
     ]);
     let k6 = FlowKey { src: "2001:db8:a::10".parse().unwrap(), dst: "2001:db8:b::10".parse().unwrap(), protocol: 17, ports: Some((1, 2)) };
-    assert_eq!(spd.lookup(&k6), Some(SpdAction::Bypass), "the v4 catch-all does not match IPv6");
-    assert_eq!(spd.lookup(&key("198.51.100.10", 17, None)), Some(SpdAction::Discard));
+    assert_eq!(both(&spd, &k6), Some(SpdAction::Bypass), "the v4 catch-all does not match IPv6");
+    assert_eq!(both(&spd, &key("198.51.100.10", 17, None)), Some(SpdAction::Discard));
     let other = FlowKey { src: "2001:db9::1".parse().unwrap(), ..k6 };
-    assert_eq!(spd.lookup(&other), None);
+    assert_eq!(both(&spd, &other), None);
     // An IPv4-mapped IPv6 address is IPv6, not the IPv4 address.
     let mapped = FlowKey { src: "::ffff:192.0.2.10".parse().unwrap(), dst: "::ffff:198.51.100.10".parse().unwrap(), ..k6 };
-    assert_eq!(spd.lookup(&mapped), None);
+    assert_eq!(both(&spd, &mapped), None);
     let mixed = FlowKey { src: "192.0.2.10".parse().unwrap(), ..k6 };
-    assert_eq!(spd.lookup(&mixed), None);
+    assert_eq!(both(&spd, &mixed), None);
     assert!(!Prefix::new("::".parse().unwrap(), 0).contains("1.2.3.4".parse().unwrap()));
     assert!(Prefix::new("2001:db8::".parse().unwrap(), 127).contains("2001:db8::1".parse().unwrap()));
     assert!(!Prefix::new("2001:db8::".parse().unwrap(), 128).contains("2001:db8::1".parse().unwrap()));
@@ -76,6 +76,18 @@ fn flow(src: &str, dst: &str, protocol: u8, ports: Option<(u16, u16)>) -> FlowKe
 
 const ANY: (u16, u16) = (0, 65535);
 
+/// `lookup`'s answer, asserted to be the classifier's too.
+fn both(spd: &Spd, k: &FlowKey) -> Option<SpdAction> {
+    let a = spd.lookup(k);
+    assert_eq!(classified(spd, k), a, "classifier {k:?}");
+    a
+}
+
+/// The classifier's answer even where `lookup` would scan (small SPDs).
+fn classified(spd: &Spd, k: &FlowKey) -> Option<SpdAction> {
+    k.bits().and_then(|(v6, s, d)| spd.classify(v6, s, d, k))
+}
+
 /// Checks each (key, expected) against lookup, the burst lookup and the
 /// linear reference.
 fn expect(spd: &Spd, cases: &[(FlowKey, Option<SpdAction>)]) {
@@ -86,6 +98,7 @@ fn expect(spd: &Spd, cases: &[(FlowKey, Option<SpdAction>)]) {
         assert_eq!(spd.lookup(k), *want, "lookup {k:?}");
         assert_eq!(out[i], *want, "lookup_burst {k:?}");
         assert_eq!(spd.lookup_linear(k), *want, "lookup_linear {k:?}");
+        assert_eq!(classified(spd, k), *want, "classifier {k:?}");
     }
 }
 
@@ -323,7 +336,9 @@ mod against_linear {
                 } else {
                     FlowKey { src: ip(v6, noise_s), dst: ip(v6 ^ (how == 5 && ps % 7 == 0), noise_d), protocol: [6, 17, 50][pd as usize % 3], ports: (ps % 3 != 0).then_some((ps, pd)) }
                 };
-                prop_assert_eq!(spd.lookup(&k), spd.lookup_linear(&k), "key {:?}", k);
+                let want = spd.lookup_linear(&k);
+                prop_assert_eq!(classified(&spd, &k), want, "classifier, key {:?}", k);
+                prop_assert_eq!(spd.lookup(&k), want, "key {:?}", k);
             }
         }
     }
