@@ -17,6 +17,9 @@ use super::Selector;
 
 const ANY: (u16, u16) = (0, u16::MAX);
 
+/// An inclusive port range (first, last).
+type Ports = (u16, u16);
+
 /// Elementary intervals of one port dimension: `starts[i]` is the first
 /// port of interval `i` (`starts[0] == 0`), `ranks[i]` its best rank.
 #[derive(Debug, Clone, Default)]
@@ -92,7 +95,7 @@ struct PortIndex {
     by_dst: Intervals,
     by_src: Intervals,
     /// Rules restricting both ports: (rank, source range, destination range).
-    both: Vec<(u32, (u16, u16), (u16, u16))>,
+    both: Vec<(u32, Ports, Ports)>,
 }
 
 impl PortIndex {
