@@ -247,6 +247,8 @@ pub struct NeighbourTable {
     /// ip → (mac, port, confirmed).
     learned: HashMap<IpAddr, ([u8; 6], usize, Instant)>,
     cell: Arc<NeighbourCell>,
+    /// Changed since the last publish.
+    dirty: bool,
 }
 
 impl NeighbourTable {
@@ -255,7 +257,7 @@ impl NeighbourTable {
     pub fn new(conf: NeighbourConf, statics: impl IntoIterator<Item = (IpAddr, [u8; 6])>) -> NeighbourTable {
         let statics: HashMap<IpAddr, [u8; 6]> = statics.into_iter().collect();
         let first = Neighbours { map: statics.iter().map(|(ip, mac)| (*ip, Entry { mac: *mac, learned: None })).collect(), conf };
-        NeighbourTable { conf, statics, learned: HashMap::new(), cell: Arc::new(NeighbourCell::new(first, REPORT_QUEUE)) }
+        NeighbourTable { conf, statics, learned: HashMap::new(), cell: Arc::new(NeighbourCell::new(first, REPORT_QUEUE)), dirty: false }
     }
 
     /// The cell shared with the workers.
@@ -282,8 +284,15 @@ impl NeighbourTable {
     /// ignored for a static address; a new address when the table is full
     /// evicts the learned entry confirmed longest ago. Returns true if the
     /// snapshot changes (always, except for a static address: the
-    /// confirmation time moves).
+    /// confirmation time moves); the next [`NeighbourTable::tick`]
+    /// publishes it.
     pub fn learn(&mut self, l: Learned) -> bool {
+        let changed = self.take(l);
+        self.dirty |= changed;
+        changed
+    }
+
+    fn take(&mut self, l: Learned) -> bool {
         if self.statics.contains_key(&l.ip) {
             self.cell.counters.static_kept.add(1);
             return false;
@@ -320,9 +329,9 @@ impl NeighbourTable {
     /// publishes a new snapshot if anything changed. Returns whether it
     /// published.
     pub fn tick(&mut self, now: Instant) -> bool {
-        let mut changed = false;
+        let mut changed = std::mem::take(&mut self.dirty);
         while let Some(l) = self.cell.reports.pop() {
-            changed |= self.learn(l);
+            changed |= self.take(l);
         }
         let life = self.conf.reachable + self.conf.retrans * MAX_PROBES;
         let before = self.learned.len();
