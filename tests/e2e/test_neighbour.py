@@ -141,7 +141,7 @@ def test_unanswered_next_hop_is_dropped_as_neigh_unresolved(testbed, start_gws, 
     cap_b = L.Capture("hostB", "b0", "arp", artifacts / "b0-arp")
     n = 4
     L.send_udp("hostA", L.A_IP, L.B_IP, [{"sport": 41002, "dport": 5001, "payload": bytes([i]) * 16, "gap": 0.02} for i in range(n)])
-    st1 = gws["gw1"].wait_stats(lambda s: s["drops"]["neigh_unresolved"] >= n, timeout=8)
+    st1 = gws["gw1"].wait_stats(lambda s: s["drops"].get("neigh_unresolved", 0) >= n, timeout=8)
     frames = cap_b.stop()
     assert st1["drops"]["neigh_unresolved"] == n, st1["drops"]
     asks = [f for f in frames if ARP in f and f[ARP].op == 1 and f[ARP].pdst == dead]
