@@ -126,6 +126,11 @@ enum CtlCmd {
         #[command(subcommand)]
         cmd: PolicyCmd,
     },
+    /// The neighbour table (ARP / Neighbor Discovery).
+    Neigh {
+        #[command(subcommand)]
+        cmd: NeighCmd,
+    },
     /// Re-read the config file and apply the difference (make-before-break).
     Reload,
     /// Print SA events (expiry, rekey, errors), one per line, until ^C.
@@ -188,6 +193,16 @@ enum SaCmd {
 #[derive(Subcommand)]
 enum PolicyCmd {
     /// The SPD entries.
+    List {
+        /// The JSON result as it is (pretty-printed).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum NeighCmd {
+    /// Static and learned entries: ip, mac, port, state, age.
     List {
         /// The JSON result as it is (pretty-printed).
         #[arg(long)]
@@ -347,6 +362,9 @@ fn ctl(socket: PathBuf, cmd: CtlCmd) -> ExitCode {
         }
         CtlCmd::Policy { cmd: PolicyCmd::List { json } } => {
             request(&Command::PolicyList).map(|v| if json { Ok(pretty(&v) + "\n") } else { client::render_policy_table(&v) })
+        }
+        CtlCmd::Neigh { cmd: NeighCmd::List { json } } => {
+            request(&Command::NeighList).map(|v| if json { Ok(pretty(&v) + "\n") } else { client::render_neigh_table(&v) })
         }
         CtlCmd::Sa { cmd: SaCmd::Add { file } } => match read_input(&file) {
             Ok(toml) => request(&Command::SaAdd { toml }).map(|v| Ok(client::render_compact(&v) + "\n")),

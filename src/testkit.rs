@@ -14,6 +14,7 @@ use crate::dataplane::worker::{Handoff, WorkerConf};
 use crate::dataplane::{Worker, WorkerCounters};
 use crate::io::mem::{self, MemPort, MemWire};
 use crate::io::PktBuf;
+use crate::policy::neighbour::NeighbourTable;
 use crate::policy::Tables;
 use std::path::Path;
 use std::sync::Arc;
@@ -34,6 +35,9 @@ pub struct MemGateway<D: CryptoDevice = SoftDevice> {
     pub cfg: Config,
     /// The crypto device.
     pub dev: D,
+    /// The neighbour table the workers report to ([`MemGateway::run`]
+    /// ticks it as the control thread would).
+    pub neighbours: NeighbourTable,
 }
 
 /// Loads a config, relative paths from the crate root. Panics on a bad
@@ -71,7 +75,7 @@ impl<D: CryptoDevice> MemGateway<D> {
     pub fn with_device(cfg: Config, dev: D) -> Result<MemGateway<D>, crate::control::ControlError> {
         let n = cfg.gateway.workers.max(1);
         let macs: Vec<[u8; 6]> = cfg.ports.iter().map(|p| p.mac.unwrap_or([2, 0, 0, 0, 0, 0])).collect();
-        let (built, _binding) = tables::install(&cfg, &dev, &macs)?;
+        let (built, _binding, neighbours) = tables::install_with_neighbours(&cfg, &dev, &macs)?;
         let tables = Arc::new(arc_swap::ArcSwap::from_pointee(built));
         let t = tables.load_full();
         let mut workers = Vec::new();
@@ -87,12 +91,12 @@ impl<D: CryptoDevice> MemGateway<D> {
             }
             let c = Arc::new(WorkerCounters::new(t.ports.len()));
             let qp = dev.queue_pair_setup(w as u16, QpConf { nb_descriptors: 256.min(cfg.crypto.ring_depth) })?;
-            let conf = WorkerConf { id: w, burst: 32, pool_size: 512, nb_workers: n, idle_sleep_us: 0, reasm: crate::control::run::reassembly_conf(&cfg.reassembly) };
+            let conf = WorkerConf { id: w, burst: 32, pool_size: 512, nb_workers: n, idle_sleep_us: 0, reasm: crate::control::run::reassembly_conf(&cfg.reassembly), neigh: crate::control::run::pending_conf(&cfg.neighbour_table) };
             workers.push(Worker::new(conf, ports, qp, tables.clone(), c.clone(), handoff));
             wires.push(ws);
             counters.push(c);
         }
-        Ok(MemGateway { workers, wires, tables: t, counters, cfg, dev })
+        Ok(MemGateway { workers, wires, tables: t, counters, cfg, dev, neighbours })
     }
 
     /// The wire of worker `worker`'s port `port` (by config name).
@@ -109,11 +113,28 @@ impl<D: CryptoDevice> MemGateway<D> {
     /// flight, drains crypto, and returns what each worker sent as (worker,
     /// port name, frame), in send order per worker and port.
     pub fn run(&mut self) -> Vec<(usize, String, Vec<u8>)> {
+        self.run_clock(None)
+    }
+
+    /// [`MemGateway::run`] with every poll and the neighbour table's tick
+    /// at time `now` (neighbour timers without sleeping).
+    pub fn run_at(&mut self, now: std::time::Instant) -> Vec<(usize, String, Vec<u8>)> {
+        self.run_clock(Some(now))
+    }
+
+    fn run_clock(&mut self, now: Option<std::time::Instant>) -> Vec<(usize, String, Vec<u8>)> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while std::time::Instant::now() < deadline {
             let mut moved = 0;
             for w in &mut self.workers {
-                moved += w.poll_once();
+                moved += match now {
+                    Some(t) => w.poll_at(t),
+                    None => w.poll_once(),
+                };
+            }
+            // The control thread's turn: learned neighbours published.
+            if self.neighbours.tick(now.unwrap_or_else(std::time::Instant::now)) {
+                moved += 1;
             }
             if moved == 0 && self.workers.iter().all(|w| w.inflight() == 0) && self.wires.iter().flatten().all(|(_, w)| w.pending() == 0) {
                 break;

@@ -680,10 +680,16 @@ fn table_where_array_of_tables_belongs() {
 
 #[test]
 fn warnings_for_unreachable_next_hop_and_addressless_unprotected_port() {
+    // Without a static entry the next hop is resolved (ARP from the port's
+    // address): no warning; without the port's address too, one.
     let text = BASE.replace("[[neighbour]]\nip = \"203.0.113.2\"\nmac = \"02:00:00:00:01:02\"\n", "");
     let cfg = config::parse(&text, Path::new(FILE)).unwrap();
     let w = config::warnings(&cfg);
-    assert!(w.iter().any(|w| w.contains("route[0].via: next hop 203.0.113.2 has no [[neighbour]] entry")), "{w:?}");
+    assert!(!w.iter().any(|w| w.contains("route[0]")), "{w:?}");
+    let text = text.replace("addresses = [\"203.0.113.1/24\"]", "addresses = [\"2001:db8:ff::1/64\"]");
+    let cfg = config::parse(&text, Path::new(FILE)).unwrap();
+    let w = config::warnings(&cfg);
+    assert!(w.iter().any(|w| w.contains("route[0].via: next hop 203.0.113.2 has no [[neighbour]] entry") && w.contains("0.0.0.0")), "{w:?}");
 }
 
 #[test]

@@ -7,7 +7,7 @@
 use secgw::control::client::{self, Client, ClientError};
 use secgw::control::protocol::{self, Command, CtlError, ErrorCode, Event, EventKind, StatsFormat, MAX_REQUEST_BYTES};
 use secgw::control::socket::{CtlHandler, CtlServer, Limits};
-use secgw::control::stats::{PortStats, SaStats, Snapshot, WorkerStats};
+use secgw::control::stats::{NeighbourStats, PortStats, SaStats, Snapshot, WorkerStats};
 use secgw::dataplane::DropReason;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -64,6 +64,7 @@ fn snapshot() -> Snapshot {
         reassembled: 8,
         frags_reassembled: 9,
         frags_pending: 10,
+        neighbours: NeighbourStats { arp_requests: 51, ns_sent: 52, probes: 53, learned: 54, reports_lost: 55, pending: 56, entries: 57, added: 58, aged_out: 59, evicted: 60 },
         workers: vec![WorkerStats { worker: 0, handoff_out: 31, handoff_in: 32 }, WorkerStats { worker: 1, handoff_out: 41, handoff_in: 42 }],
     }
 }
@@ -79,6 +80,8 @@ impl CtlHandler for Mock {
                 "state":"active","age_s":1.5,"packets":7,"bytes":700,"errors":0}]})),
             Command::PolicyList => Ok(json!({"policies":[{"direction":"outbound","src":"192.0.2.0/24","dst":"198.51.100.0/24",
                 "protocol":"any","src_ports":"0-65535","dst_ports":"0-65535","priority":10,"action":"protect 1000"}]})),
+            Command::NeighList => Ok(json!({"neighbours":[{"ip":"203.0.113.2","mac":"02:00:00:00:01:02","port":"outside","state":"stale","age_ms":31500},
+                {"ip":"2001:db8:ff::2","mac":"02:00:00:00:01:03","port":null,"state":"static","age_ms":null}]})),
             Command::SaDel { spi: 404, .. } => Err(CtlError::not_found("no SA with SPI 404")),
             Command::SaDel { spi, direction, .. } => Ok(json!({"deleted": spi, "direction": direction})),
             Command::SaAdd { toml } => Ok(json!({"added": toml.matches("[[sa]]").count()})),
@@ -510,6 +513,12 @@ fn secgw_ctl_prints_tables_results_and_exit_codes() {
     let (code, out, _) = ctl(&h.path, &["policy", "list"], "");
     assert_eq!(code, 0);
     assert!(out.lines().nth(1).unwrap().split_whitespace().eq(["outbound", "192.0.2.0/24", "198.51.100.0/24", "any", "0-65535", "0-65535", "10", "protect", "1000"]), "{out}");
+    let (code, out, _) = ctl(&h.path, &["neigh", "list"], "");
+    assert_eq!(code, 0);
+    let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(lines[0], ["ip", "mac", "port", "state", "age"], "{out}");
+    assert_eq!(lines[1][..4], ["203.0.113.2", "02:00:00:00:01:02", "outside", "stale"], "{out}");
+    assert_eq!(lines[2], ["2001:db8:ff::2", "02:00:00:00:01:03", "any", "static", "-"], "{out}");
     // Text stats: the snapshot as `secgw run` prints it.
     let (code, out, _) = ctl(&h.path, &["stats"], "");
     assert_eq!((code, out), (0, snapshot().to_text()));
@@ -585,7 +594,7 @@ fn prometheus_text_parses_with_prometheus_client_and_matches_the_counters() {
     assert!(ok, "prometheus_client rejected the text: {err}");
     let samples: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let s = snapshot();
-    let n = 6 * s.ports.len() + 4 * s.sas.len() + s.drops.len() + 9 + 1 + 2 * s.workers.len();
+    let n = 6 * s.ports.len() + 4 * s.sas.len() + s.drops.len() + 9 + 1 + 8 + 2 + 2 * s.workers.len();
     assert_eq!(samples.len(), n, "{out}");
     let value = |name: &str, labels: Value| -> f64 {
         let hits: Vec<&Value> = samples.iter().filter(|v| v["name"] == name && v["labels"] == labels).collect();
@@ -601,6 +610,10 @@ fn prometheus_text_parses_with_prometheus_client_and_matches_the_counters() {
     assert_eq!(value("secgw_icmp_rate_limited_total", json!({})), 6.0);
     assert_eq!(value("secgw_frags_pending", json!({})), 10.0);
     assert_eq!(value("secgw_worker_handoff_in_total", json!({"worker": "1"})), 42.0);
+    assert_eq!(value("secgw_neigh_arp_requests_total", json!({})), 51.0);
+    assert_eq!(value("secgw_neigh_evicted_total", json!({})), 60.0);
+    assert_eq!(value("secgw_neigh_pending", json!({})), 56.0);
+    assert_eq!(value("secgw_neigh_entries", json!({})), 57.0);
     let pending: Vec<&Value> = samples.iter().filter(|v| v["name"] == "secgw_frags_pending").collect();
     assert_eq!(pending[0]["type"], "gauge");
     // The check can fail: a broken label, an unescaped quote, a counter

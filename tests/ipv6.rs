@@ -34,18 +34,6 @@ const KEY_1001: &str = "24d84805d9cc35adcdc5696f6ed3dab836df80aa";
 
 // ---- hand-built packets ------------------------------------------------------
 
-/// One's-complement sum, folded, not inverted (RFC 1071), written here so
-/// the test does not share the gateway's checksum code.
-fn sum(data: &[u8], mut acc: u32) -> u32 {
-    for c in data.chunks(2) {
-        acc += u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32;
-    }
-    while acc >> 16 != 0 {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    acc
-}
-
 /// Sum of the IPv6 pseudo-header (RFC 8200 §8.1).
 fn pseudo(src: &Ipv6Addr, dst: &Ipv6Addr, len: usize, nh: u8) -> u32 {
     let mut ph = Vec::new();

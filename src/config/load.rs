@@ -29,6 +29,16 @@
 //! timeout_ms = 5000         # time a datagram has to complete from its first fragment,
 //!                           # 10..=120000 ms, default 5000
 //!
+//! [neighbour_table]         # optional table: ARP (RFC 826) / Neighbor Discovery (RFC 4861)
+//!                           # resolution of next hops without a [[neighbour]] entry or peer_mac
+//! max_entries = 4096        # learned entries kept, 1..=1048576; full: the oldest learned goes
+//! reachable_ms = 30000      # an entry is REACHABLE this long after a confirmation, then STALE
+//!                           # (used and probed), removed after 3 more retrans_ms; 1000..=3600000
+//! retrans_ms = 1000         # between requests / probes for one address, 100..=60000; an
+//!                           # unresolved next hop is given up after 3 requests
+//! pending_packets = 256     # packets per worker waiting for a MAC, 0..=1024 (0: none wait)
+//! pending_per_hop = 16      # of those, per next hop, 1..=pending_packets (when > 0)
+//!
 //! [control]                 # optional table: the control socket (`secgw ctl`)
 //! socket = "/run/secgw/gw0.sock"  # path, at most 107 bytes; default "/run/secgw/<gateway.name>.sock"
 //!                           # (`secgw run --socket PATH` overrides it)
@@ -383,6 +393,7 @@ struct RawFile {
     gateway: Option<Spanned<RawGateway>>,
     crypto: Option<Spanned<RawCrypto>>,
     reassembly: Option<Spanned<RawReassembly>>,
+    neighbour_table: Option<Spanned<RawNeighbourTable>>,
     control: Option<Spanned<RawControl>>,
     port: Option<Vec<Spanned<RawPort>>>,
     sa: Option<Vec<Spanned<RawSa>>>,
@@ -418,6 +429,16 @@ struct RawReassembly {
     contexts: Field,
     max_fragments: Field,
     timeout_ms: Field,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNeighbourTable {
+    max_entries: Field,
+    reachable_ms: Field,
+    retrans_ms: Field,
+    pending_packets: Field,
+    pending_per_hop: Field,
 }
 
 #[derive(Deserialize)]
@@ -526,6 +547,7 @@ struct Outline {
     gateway: Option<Spanned<IgnoredAny>>,
     crypto: Option<Spanned<IgnoredAny>>,
     reassembly: Option<Spanned<IgnoredAny>>,
+    neighbour_table: Option<Spanned<IgnoredAny>>,
     control: Option<Spanned<IgnoredAny>>,
     port: Option<Vec<Spanned<IgnoredAny>>>,
     sa: Option<Vec<Spanned<IgnoredAny>>>,
@@ -539,7 +561,13 @@ impl Outline {
     fn table_at(&self, offset: usize) -> String {
         let inside = |s: &Spanned<IgnoredAny>| s.span().contains(&offset);
         let tables =
-            [("gateway", &self.gateway), ("crypto", &self.crypto), ("reassembly", &self.reassembly), ("control", &self.control)];
+            [
+            ("gateway", &self.gateway),
+            ("crypto", &self.crypto),
+            ("reassembly", &self.reassembly),
+            ("neighbour_table", &self.neighbour_table),
+            ("control", &self.control),
+        ];
         if let Some((name, _)) = tables.iter().find(|(_, t)| t.as_ref().is_some_and(inside)) {
             return (*name).into();
         }
@@ -854,6 +882,7 @@ impl Checker<'_> {
         let (gateway, workers) = self.gateway(raw.gateway.as_ref());
         let crypto = self.crypto(raw.crypto.as_ref());
         let reassembly = self.reassembly(raw.reassembly.as_ref());
+        let neighbour_table = self.neighbour_table(raw.neighbour_table.as_ref());
         let control = self.control(raw.control.as_ref(), raw.gateway.as_ref(), gateway.as_ref());
 
         let ports = self.ports(raw.port.as_deref().unwrap_or_default());
@@ -883,6 +912,7 @@ impl Checker<'_> {
             gateway: gateway?,
             crypto: crypto?,
             reassembly: reassembly?,
+            neighbour_table: neighbour_table?,
             control: control?,
             ports: ports.list?,
             sas: sas.list?,
@@ -1078,6 +1108,33 @@ impl Checker<'_> {
             contexts: contexts? as usize,
             max_fragments: max_fragments? as usize,
             timeout_ms: timeout_ms? as u64,
+        })
+    }
+
+    // -- [neighbour_table] ---------------------------------------------------
+
+    fn neighbour_table(&mut self, raw: Option<&Spanned<RawNeighbourTable>>) -> Option<NeighbourTable> {
+        let d = NeighbourTable::default();
+        let Some(raw) = raw else {
+            return Some(d);
+        };
+        let tab = Tab {
+            path: "neighbour_table".into(),
+            span: raw.span(),
+        };
+        let r = raw.get_ref();
+        let max_entries = self.opt_integer(&r.max_entries, &tab.field("max_entries"), 1, 1 << 20, d.max_entries as i64);
+        let reachable_ms = self.opt_integer(&r.reachable_ms, &tab.field("reachable_ms"), 1000, 3_600_000, d.reachable_ms as i64);
+        let retrans_ms = self.opt_integer(&r.retrans_ms, &tab.field("retrans_ms"), 100, 60_000, d.retrans_ms as i64);
+        let pending_packets = self.opt_integer(&r.pending_packets, &tab.field("pending_packets"), 0, 1024, d.pending_packets as i64)?;
+        let per_hop_default = (d.pending_per_hop as i64).min(pending_packets.max(1));
+        let pending_per_hop = self.opt_integer(&r.pending_per_hop, &tab.field("pending_per_hop"), 1, pending_packets.max(1), per_hop_default);
+        Some(NeighbourTable {
+            max_entries: max_entries? as usize,
+            reachable_ms: reachable_ms? as u64,
+            retrans_ms: retrans_ms? as u64,
+            pending_packets: pending_packets as usize,
+            pending_per_hop: pending_per_hop? as usize,
         })
     }
 

@@ -21,6 +21,8 @@ pub struct Config {
     pub crypto: Crypto,
     /// `[reassembly]` table.
     pub reassembly: Reassembly,
+    /// `[neighbour_table]` table.
+    pub neighbour_table: NeighbourTable,
     /// `[control]` table.
     pub control: Control,
     /// `[[port]]` entries, in file order; a port's index is its port id.
@@ -78,6 +80,36 @@ pub struct Reassembly {
 impl Default for Reassembly {
     fn default() -> Self {
         Reassembly { contexts: 64, max_fragments: 16, timeout_ms: 5000 }
+    }
+}
+
+/// `[neighbour_table]`: the dynamic neighbour table (ARP, RFC 826, and
+/// Neighbor Discovery, RFC 4861) and the per-worker queue of packets
+/// waiting for a next hop's MAC. (Not `[neighbour]`: TOML cannot have a
+/// table and the `[[neighbour]]` array of static entries under one name.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NeighbourTable {
+    /// Learned entries kept at most (1..=1048576, default 4096); when
+    /// full, a new one evicts the oldest learned entry.
+    pub max_entries: usize,
+    /// Milliseconds an entry stays REACHABLE after a confirmation
+    /// (1000..=3600000, default 30000; RFC 4861 §10 REACHABLE_TIME).
+    pub reachable_ms: u64,
+    /// Milliseconds between resolution requests or probes for one address
+    /// (100..=60000, default 1000; RFC 4861 §10 RETRANS_TIMER).
+    pub retrans_ms: u64,
+    /// Packets each worker holds while their next hops are resolved
+    /// (0..=1024, default 256; 0 = none held: dropped as
+    /// `neigh_queue_full`, the request still sent).
+    pub pending_packets: usize,
+    /// Of those, at most this many per next hop (1..=pending_packets,
+    /// default 16).
+    pub pending_per_hop: usize,
+}
+
+impl Default for NeighbourTable {
+    fn default() -> Self {
+        NeighbourTable { max_entries: 4096, reachable_ms: 30_000, retrans_ms: 1000, pending_packets: 256, pending_per_hop: 16 }
     }
 }
 

@@ -99,15 +99,25 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             );
         }
     }
+    // A next hop without a static entry or peer_mac is resolved by ARP / ND
+    // from an address of its family on the egress port: an IPv6 one without
+    // such an address cannot be (no_neighbour); an IPv4 one is asked for
+    // from 0.0.0.0, which the neighbour answers but cannot learn us from.
     for (i, r) in cfg.routes.iter().enumerate() {
-        if let Some(via) = r.via {
-            if !cfg.neighbours.iter().any(|n| n.ip == via) {
-                warn(
-                    format!("route[{i}].via"),
-                    format!("next hop {via} has no [[neighbour]] entry: packets on this route are dropped (no_neighbour)"),
-                );
-            }
+        let (Some(port), Some(nh)) = (cfg.ports.get(r.port), r.via) else { continue };
+        let resolvable = port.addresses.iter().any(|a| a.0.is_ipv6() == nh.is_ipv6());
+        if cfg.neighbours.iter().any(|n| n.ip == nh) || port.peer_mac.is_some() || resolvable {
+            continue;
         }
+        let what = if nh.is_ipv6() {
+            "packets on this route are dropped (no_neighbour)"
+        } else {
+            "ARP requests for it go out from 0.0.0.0"
+        };
+        warn(
+            format!("route[{i}].via"),
+            format!("next hop {nh} has no [[neighbour]] entry, port {} has no peer_mac and no address of its family: {what}", port.name),
+        );
     }
     out
 }

@@ -240,6 +240,25 @@ pub fn render_sa_table(result: &Value) -> Result<String, String> {
     Ok(table(&header, &rows, &[5, 7, 8, 9, 10]))
 }
 
+/// `neigh list` as a table: ip, mac, port, state, age; from the
+/// `neigh.list` result `{"neighbours":[…]}`. Errors: no `neighbours` array.
+pub fn render_neigh_table(result: &Value) -> Result<String, String> {
+    let ns = result.get("neighbours").and_then(Value::as_array).ok_or("neigh.list result without a \"neighbours\" array")?;
+    let rows: Vec<Vec<String>> = ns
+        .iter()
+        .map(|n| {
+            vec![
+                str_of(n, "ip").into(),
+                str_of(n, "mac").into(),
+                n.get("port").and_then(Value::as_str).unwrap_or("any").into(),
+                str_of(n, "state").into(),
+                n.get("age_ms").and_then(Value::as_f64).map_or("-".into(), |ms| format_age(ms / 1000.0)),
+            ]
+        })
+        .collect();
+    Ok(table(&["ip", "mac", "port", "state", "age"], &rows, &[4]))
+}
+
 /// `policy list` as a table from the `policy.list` result
 /// `{"policies":[…]}`. Errors: no `policies` array.
 pub fn render_policy_table(result: &Value) -> Result<String, String> {

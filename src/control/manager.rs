@@ -24,7 +24,7 @@ use crate::dataplane::worker::MAX_SA_SLOTS;
 use crate::dataplane::WorkerCounters;
 use crate::esp::lifetime::Expiry;
 use crate::esp::SaLife;
-use crate::policy::neighbour::Neighbours;
+use crate::policy::neighbour::{NeighbourConf, NeighbourTable};
 use crate::policy::route::Routes;
 use crate::policy::sad::Sad;
 use crate::policy::spd::{Selector, Spd, SpdAction, SpdEntry};
@@ -231,7 +231,7 @@ pub struct Manager<'d, D: CryptoDevice> {
     grace: Duration,
     ports: Arc<Vec<PortInfo>>,
     routes: Arc<Routes>,
-    neighbours: Arc<Neighbours>,
+    neighbours: NeighbourTable,
     spd: Option<(Arc<Spd>, Arc<Spd>)>,
     sad: Sad,
     free_out: Vec<usize>,
@@ -262,6 +262,16 @@ pub struct Manager<'d, D: CryptoDevice> {
     stopping: Option<Arc<AtomicBool>>,
 }
 
+/// The neighbour table settings of `cfg` (`[neighbour_table]`).
+pub fn neighbour_conf(cfg: &Config) -> NeighbourConf {
+    let n = &cfg.neighbour_table;
+    NeighbourConf {
+        max_entries: n.max_entries,
+        reachable: Duration::from_millis(n.reachable_ms),
+        retrans: Duration::from_millis(n.retrans_ms),
+    }
+}
+
 impl<'d, D: CryptoDevice> Manager<'d, D> {
     /// Installs every SA and policy of `cfg` on `dev`: binds the SAs to
     /// workers ([`binding::bind`]), creates their sessions and, on a device
@@ -285,7 +295,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             grace: Duration::from_millis(5000),
             ports: Arc::new(tables::ports(cfg, macs)),
             routes: Arc::new(tables::routes(cfg)),
-            neighbours: Arc::new(Neighbours::new(cfg.neighbours.iter().map(|n| (n.ip, n.mac)))),
+            neighbours: NeighbourTable::new(neighbour_conf(cfg), cfg.neighbours.iter().map(|n| (n.ip, n.mac))),
             spd: None,
             sad: Sad::default(),
             free_out: Vec::new(),
@@ -356,7 +366,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             spd_in,
             sad: self.sad.clone(),
             routes: self.routes.clone(),
-            neighbours: self.neighbours.clone(),
+            neighbours: self.neighbours.cell().clone(),
             natt_ports,
         }
     }
@@ -889,6 +899,11 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         if new.reassembly != self.cfg.reassembly {
             fixed.push("[reassembly]");
         }
+        // The workers' pending queues are sized at start.
+        let nt = (&new.neighbour_table, &self.cfg.neighbour_table);
+        if (nt.0.pending_packets, nt.0.pending_per_hop) != (nt.1.pending_packets, nt.1.pending_per_hop) {
+            fixed.push("neighbour_table.pending_packets/pending_per_hop");
+        }
         let ports = port_changes(&self.cfg.ports, &new.ports);
         if !ports.is_empty() {
             fixed.push("[[port]]");
@@ -936,9 +951,10 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         }
         self.set_policies(new.policies.clone());
         self.routes = Arc::new(tables::routes(&new));
-        self.neighbours = Arc::new(Neighbours::new(new.neighbours.iter().map(|n| (n.ip, n.mac))));
+        self.neighbours.set_statics(neighbour_conf(&new), new.neighbours.iter().map(|n| (n.ip, n.mac)));
         self.cfg.routes = new.routes.clone();
         self.cfg.neighbours = new.neighbours.clone();
+        self.cfg.neighbour_table = new.neighbour_table;
         self.cfg.policies = new.policies.clone();
         self.cfg.sas = new.sas.clone();
         // Rekeys from now on use the file's grace (those already done keep theirs).
@@ -957,6 +973,43 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             self.scan_lifetimes(now);
         }
         self.tick_retiring(now);
+        self.neighbours.tick(now);
+    }
+
+    /// The neighbour table (learned and static entries; `secgw ctl neigh`).
+    pub fn neighbours(&self) -> &NeighbourTable {
+        &self.neighbours
+    }
+
+    /// `neigh.list`: `{"neighbours": [{"ip", "mac", "port" (name, or null
+    /// for a static entry, valid on every port), "state"
+    /// ("static"|"reachable"|"stale"), "age_ms" (since the last
+    /// confirmation, null for static)}]}`, sorted by address; `settings`
+    /// gives the timers and limits.
+    pub fn list_neighbours(&self, now: Instant) -> Value {
+        let n = self.neighbours.cell().load_full();
+        let mut rows: Vec<(std::net::IpAddr, Value)> = n
+            .iter()
+            .map(|(ip, e)| {
+                let port = e.learned.and_then(|(p, _)| self.ports.get(p)).map(|p| p.name.clone());
+                let age = e.learned.map(|(_, c)| now.saturating_duration_since(c).as_millis() as u64);
+                (ip, json!({ "ip": ip.to_string(), "mac": crate::wire::ethernet::fmt_mac(&e.mac), "port": port, "state": n.state(e, now).name(), "age_ms": age }))
+            })
+            .collect();
+        rows.sort_by_key(|(ip, _)| *ip);
+        let c = self.neighbours.conf();
+        let nt = &self.cfg.neighbour_table;
+        json!({
+            "neighbours": rows.into_iter().map(|(_, v)| v).collect::<Vec<_>>(),
+            "settings": { "max_entries": c.max_entries, "reachable_ms": c.reachable.as_millis() as u64, "retrans_ms": c.retrans.as_millis() as u64,
+                          "pending_packets": nt.pending_packets, "pending_per_hop": nt.pending_per_hop },
+        })
+    }
+
+    /// Gives up the manager for its neighbour table (in-memory gateways
+    /// that run the control side of neighbour learning themselves).
+    pub fn into_neighbours(self) -> NeighbourTable {
+        self.neighbours
     }
 
     fn scan_lifetimes(&mut self, now: Instant) {
@@ -1200,6 +1253,7 @@ impl<D: CryptoDevice> CtlHandler for Manager<'_, D> {
                 self.rekey(*spi, *direction, *dst, *new_spi, key.to_vec(), auth.map(|a| a.to_vec()), now).map_err(ctl_error)
             }
             Command::PolicyList => Ok(self.list_policies()),
+            Command::NeighList => Ok(self.list_neighbours(now)),
             Command::Reload => self.reload(now).map_err(ctl_error),
             Command::Version => Ok(json!({ "version": env!("CARGO_PKG_VERSION"), "protocol": super::protocol::VERSION })),
             Command::Events => Err(CtlError::new(ErrorCode::Internal, "events is served by the socket")),

@@ -103,6 +103,9 @@ pub enum Command {
     /// `policy.list`: the SPD.
     #[serde(rename = "policy.list")]
     PolicyList,
+    /// `neigh.list`: the neighbour table (static and learned entries).
+    #[serde(rename = "neigh.list")]
+    NeighList,
     /// `reload`: re-read the config file and apply the difference.
     #[serde(rename = "reload")]
     Reload,
@@ -115,8 +118,8 @@ pub enum Command {
 }
 
 /// Every command name, for messages and docs.
-pub const COMMANDS: [&str; 9] =
-    ["stats", "sa.list", "sa.add", "sa.del", "sa.rekey", "policy.list", "reload", "events", "version"];
+pub const COMMANDS: [&str; 10] =
+    ["stats", "sa.list", "sa.add", "sa.del", "sa.rekey", "policy.list", "neigh.list", "reload", "events", "version"];
 
 impl Command {
     /// The `cmd` string.
@@ -128,6 +131,7 @@ impl Command {
             Command::SaDel { .. } => "sa.del",
             Command::SaRekey { .. } => "sa.rekey",
             Command::PolicyList => "policy.list",
+            Command::NeighList => "neigh.list",
             Command::Reload => "reload",
             Command::Events => "events",
             Command::Version => "version",
@@ -432,6 +436,7 @@ fn parse_command(cmd: &str, args: Option<Value>) -> Result<Command, CtlError> {
     match cmd {
         "stats" => decode::<StatsArgs>(cmd, args).map(|a| Command::Stats { format: a.format }),
         "sa.list" => none(Command::SaList),
+        "neigh.list" => none(Command::NeighList),
         "sa.add" => decode::<SaAddArgs>(cmd, args).map(|a| Command::SaAdd { toml: a.toml }),
         "sa.del" => decode::<SaDelArgs>(cmd, args).map(|a| Command::SaDel { spi: a.spi, direction: a.direction, dst: a.dst }),
         "sa.rekey" => decode::<SaRekeyArgs>(cmd, args).map(|a| Command::SaRekey {
@@ -629,6 +634,7 @@ mod tests {
             Command::SaRekey { spi: 1, direction: Some(Direction::Inbound), dst: Some("203.0.113.1".parse().unwrap()), new_spi: 2, key: "00ff".into(), auth_key: Some("aa".into()) },
             Command::SaRekey { spi: 1, direction: None, dst: None, new_spi: 2, key: "00ff".into(), auth_key: None },
             Command::PolicyList,
+            Command::NeighList,
             Command::Reload,
             Command::Events,
             Command::Version,

@@ -2,12 +2,12 @@
 
 use super::manager::Manager;
 use super::{stats, ControlError};
-use crate::config::model::{Config, CryptoBackend, Reassembly, XdpMode};
+use crate::config::model::{Config, CryptoBackend, NeighbourTable, Reassembly, XdpMode};
 use crate::crypto::descriptor::{DescriptorConfig, DescriptorDevice};
 use crate::crypto::soft::SoftDevice;
 use crate::crypto::{CryptoDevice, QpConf};
 use crate::dataplane::reassembly::ReassemblyConf;
-use crate::dataplane::worker::{Handoff, WorkerConf};
+use crate::dataplane::worker::{Handoff, PendingConf, WorkerConf};
 use crate::dataplane::{Worker, WorkerCounters};
 use crate::io::af_xdp::{self, AfXdpConfig, AfXdpPort, AttachMode};
 use crate::io::PktBuf;
@@ -29,7 +29,9 @@ pub struct RunOptions {
     pub socket: Option<PathBuf>,
 }
 
-/// Packet buffers per worker.
+/// Packet buffers per worker. At most `neighbour_table.pending_packets`
+/// (≤ 1024, a quarter) of them wait for next hops' MACs, so rx always
+/// keeps buffers.
 const POOL_SIZE: usize = 4096;
 /// Packets each handoff ring holds.
 const HANDOFF_DEPTH: usize = 1024;
@@ -37,6 +39,11 @@ const HANDOFF_DEPTH: usize = 1024;
 /// The workers' reassembly settings from the config's `[reassembly]`.
 pub fn reassembly_conf(r: &Reassembly) -> ReassemblyConf {
     ReassemblyConf { contexts: r.contexts, max_fragments: r.max_fragments, timeout: Duration::from_millis(r.timeout_ms) }
+}
+
+/// The workers' pending-queue sizes from the config's `[neighbour_table]`.
+pub fn pending_conf(n: &NeighbourTable) -> PendingConf {
+    PendingConf { packets: n.pending_packets, per_hop: n.pending_per_hop }
 }
 
 /// Writes `snap` as JSON to `path` atomically (temporary file + rename).
@@ -145,7 +152,7 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
             })
             .collect();
         let core = cores[w];
-        let wconf = WorkerConf { id: w, burst: cfg.gateway.burst, pool_size: POOL_SIZE, nb_workers: nworkers, idle_sleep_us: cfg.gateway.idle_sleep_us, reasm: reassembly_conf(&cfg.reassembly) };
+        let wconf = WorkerConf { id: w, burst: cfg.gateway.burst, pool_size: POOL_SIZE, nb_workers: nworkers, idle_sleep_us: cfg.gateway.idle_sleep_us, reasm: reassembly_conf(&cfg.reassembly), neigh: pending_conf(&cfg.neighbour_table) };
         let (wstop, wtables, ready) = (stop.clone(), tables.clone(), ready_tx.clone());
         let h = std::thread::Builder::new()
             .name(format!("secgw-worker{w}"))

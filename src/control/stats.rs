@@ -61,6 +61,34 @@ pub struct WorkerStats {
     pub handoff_in: u64,
 }
 
+/// Neighbour resolution (ARP, RFC 826; Neighbor Discovery, RFC 4861):
+/// the workers' requests, reports and held packets, and the control
+/// thread's table.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct NeighbourStats {
+    /// ARP requests sent to resolve or probe next hops.
+    pub arp_requests: u64,
+    /// Neighbor Solicitations sent to resolve or probe next hops.
+    pub ns_sent: u64,
+    /// Of those two, unicast probes of STALE entries.
+    pub probes: u64,
+    /// Neighbours the workers reported (ARP requests and replies, Neighbor
+    /// Solicitations and Advertisements that passed the learning rules).
+    pub learned: u64,
+    /// Reports lost to a full queue to the control thread.
+    pub reports_lost: u64,
+    /// Packets held now waiting for a next hop's MAC (a gauge).
+    pub pending: u64,
+    /// Entries in the table now, static and learned (a gauge).
+    pub entries: u64,
+    /// Learned entries added (new address, or a new MAC or port).
+    pub added: u64,
+    /// Learned entries removed unconfirmed (reachable + 3 × retrans).
+    pub aged_out: u64,
+    /// Learned entries evicted (the oldest) because the table was full.
+    pub evicted: u64,
+}
+
 /// Every counter of the gateway at one moment.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct Snapshot {
@@ -90,6 +118,8 @@ pub struct Snapshot {
     pub frags_reassembled: u64,
     /// Fragments waiting for the rest of their datagram now.
     pub frags_pending: u64,
+    /// Neighbour resolution.
+    pub neighbours: NeighbourStats,
     /// Per worker.
     pub workers: Vec<WorkerStats>,
 }
@@ -121,6 +151,11 @@ pub fn snapshot(t: &Tables, workers: &[Arc<WorkerCounters>]) -> Snapshot {
     for r in DropReason::ALL {
         s.drops.insert(r.name(), 0);
     }
+    let nc = &t.neighbours.counters;
+    s.neighbours.entries = nc.entries.get();
+    s.neighbours.added = nc.added.get();
+    s.neighbours.aged_out = nc.aged_out.get();
+    s.neighbours.evicted = nc.evicted.get();
     for (wi, w) in workers.iter().enumerate() {
         s.workers.push(WorkerStats { worker: wi, handoff_out: w.handoff_out.get(), handoff_in: w.handoff_in.get() });
         for (ps, pc) in s.ports.iter_mut().zip(&w.ports) {
@@ -144,6 +179,13 @@ pub fn snapshot(t: &Tables, workers: &[Arc<WorkerCounters>]) -> Snapshot {
         s.reassembled += w.reassembled.get();
         s.frags_reassembled += w.frags_reassembled.get();
         s.frags_pending += w.frags_pending.get();
+        let n = &mut s.neighbours;
+        n.arp_requests += w.arp_requests.get();
+        n.ns_sent += w.ns_sent.get();
+        n.probes += w.neigh_probes.get();
+        n.learned += w.neigh_learned.get();
+        n.reports_lost += w.neigh_reports_lost.get();
+        n.pending += w.neigh_pending.get();
     }
     s
 }
@@ -177,6 +219,12 @@ impl Snapshot {
             o,
             "fragments received: {} (reassembled into {} datagrams: {}; pending: {})",
             self.frags_received, self.reassembled, self.frags_reassembled, self.frags_pending
+        );
+        let n = &self.neighbours;
+        let _ = writeln!(
+            o,
+            "neighbours: {} entries (added {}, aged out {}, evicted {}); sent {} arp requests, {} ns ({} probes); learned {} (lost {}); pending {}",
+            n.entries, n.added, n.aged_out, n.evicted, n.arp_requests, n.ns_sent, n.probes, n.learned, n.reports_lost, n.pending
         );
         for w in &self.workers {
             let _ = writeln!(o, "worker {}: handoff out {} in {}", w.worker, w.handoff_out, w.handoff_in);
@@ -229,6 +277,7 @@ struct SnapshotJson {
     reassembled: u64,
     frags_reassembled: u64,
     frags_pending: u64,
+    neighbours: NeighbourStats,
     workers: Vec<WorkerJson>,
 }
 
@@ -309,11 +358,21 @@ impl Snapshot {
             ("frags_received", "Fragments addressed to the gateway taken for reassembly.", self.frags_received),
             ("reassembled", "Datagrams reassembled.", self.reassembled),
             ("frags_reassembled", "Fragments that went into reassembled datagrams.", self.frags_reassembled),
+            ("neigh_arp_requests", "ARP requests sent to resolve or probe next hops.", self.neighbours.arp_requests),
+            ("neigh_ns_sent", "Neighbor Solicitations sent to resolve or probe next hops.", self.neighbours.ns_sent),
+            ("neigh_probes", "Unicast probes of STALE neighbour entries.", self.neighbours.probes),
+            ("neigh_learned", "Neighbours reported by the workers.", self.neighbours.learned),
+            ("neigh_reports_lost", "Neighbour reports lost to a full queue.", self.neighbours.reports_lost),
+            ("neigh_added", "Learned neighbour entries added.", self.neighbours.added),
+            ("neigh_aged_out", "Learned neighbour entries removed unconfirmed.", self.neighbours.aged_out),
+            ("neigh_evicted", "Learned neighbour entries evicted from a full table.", self.neighbours.evicted),
         ];
         for (name, help, v) in globals {
             prom_family(&mut o, &format!("secgw_{name}_total"), "counter", help, [(String::new(), v)]);
         }
         prom_family(&mut o, "secgw_frags_pending", "gauge", "Fragments waiting for the rest of their datagram.", [(String::new(), self.frags_pending)]);
+        prom_family(&mut o, "secgw_neigh_pending", "gauge", "Packets waiting for a next hop's MAC.", [(String::new(), self.neighbours.pending)]);
+        prom_family(&mut o, "secgw_neigh_entries", "gauge", "Neighbour table entries, static and learned.", [(String::new(), self.neighbours.entries)]);
         let workers: [Metric<WorkerStats>; 2] = [
             ("handoff_out", "Packets the worker handed to the owner of their SA.", |w| w.handoff_out),
             ("handoff_in", "Packets the worker received from other workers for SAs it owns.", |w| w.handoff_in),
@@ -375,6 +434,7 @@ impl Snapshot {
             reassembled: j.reassembled,
             frags_reassembled: j.frags_reassembled,
             frags_pending: j.frags_pending,
+            neighbours: j.neighbours,
             workers: j
                 .workers
                 .into_iter()

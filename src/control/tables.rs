@@ -8,6 +8,7 @@ use super::ControlError;
 use crate::config::model::{self, Config, Direction};
 use crate::crypto::{CipherDirection, CryptoDevice, Session, SymXform};
 use crate::esp::{DfMode, DummyPlan, InboundSa, IvGen, OutboundSa, SaLife, UdpEncap};
+use crate::policy::neighbour::NeighbourTable;
 use crate::policy::route::{Route, Routes};
 use crate::policy::sad::InboundEntry;
 use crate::policy::spd::{Prefix, Selector};
@@ -146,7 +147,15 @@ pub fn inbound_entry(sa: &model::Sa, session: Arc<Session>, owner: usize, id: u3
 /// Errors: a config whose SAs do not fit the limit (naming the SA, the limit
 /// and the totals), an unsupported transform, a refused attach.
 pub fn install<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]]) -> Result<(Tables, Binding), ControlError> {
+    let (t, b, _) = install_with_neighbours(cfg, dev, macs)?;
+    Ok((t, b))
+}
+
+/// [`install`], also returning the neighbour table whose cell the tables
+/// hold (whoever runs the gateway then calls its `tick` as the control
+/// thread would).
+pub fn install_with_neighbours<D: CryptoDevice>(cfg: &Config, dev: &D, macs: &[[u8; 6]]) -> Result<(Tables, Binding, NeighbourTable), ControlError> {
     let mut m = Manager::new(cfg, dev, macs)?;
     let binding = m.binding().clone();
-    Ok((m.tables_now(), binding))
+    Ok((m.tables_now(), binding, m.into_neighbours()))
 }

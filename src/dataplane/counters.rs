@@ -17,7 +17,9 @@ pub enum DropReason {
     /// Unicast frame for another MAC, or a multicast IPv6 packet that is not
     /// Neighbor Discovery (the gateway forwards unicast only).
     NotForUs,
-    /// ARP that is not a request for one of our addresses.
+    /// ARP that is neither a request for one of our addresses nor a reply
+    /// to one of them whose sender may be learned (RFC 826; the learning
+    /// rules are in README, Neighbours).
     ArpIgnored,
     /// Addressed to the gateway itself (it terminates no traffic but ARP,
     /// Neighbor Solicitations and ESP).
@@ -64,7 +66,8 @@ pub enum DropReason {
     TtlExceeded,
     /// No route to the destination.
     NoRoute,
-    /// Next hop has no neighbour entry.
+    /// The next hop has no neighbour entry and cannot be resolved: an IPv6
+    /// next hop out of a port without an IPv6 address to solicit from.
     NoNeighbour,
     /// The SA is owned by another worker (handoff lands with multi-worker).
     NotOwner,
@@ -119,19 +122,33 @@ pub enum DropReason {
     /// past the end, Not-ECT mixed with ECT, RFC 3168 §5.3; then the whole
     /// datagram).
     ReasmBadFragment,
-    /// Neighbor Discovery (ICMPv6 133..=137) not answered: anything but a
+    /// Neighbor Discovery (ICMPv6 133..=137) not taken: anything but a
     /// valid Neighbor Solicitation (RFC 4861 §7.1.1: hop limit 255, code 0,
-    /// checksum, lengths, options) for one of the port's IPv6 addresses.
+    /// checksum, lengths, options) for one of the port's IPv6 addresses or
+    /// a valid Neighbor Advertisement (§7.1.2) to us whose target may be
+    /// learned.
     NdIgnored,
     /// The SA reached a hard lifetime limit (RFC 4301 §4.4.2.1: packets,
     /// bytes, seconds, or its sequence counter ran out) and processes
     /// nothing until it is replaced.
     SaExpired,
+    /// The next hop is being resolved (ARP / Neighbor Solicitation) and the
+    /// worker's pending queue is full (`neighbour_table.pending_packets`),
+    /// or this next hop already has `pending_per_hop` packets waiting.
+    NeighQueueFull,
+    /// Held for a next hop that did not answer 3 requests sent
+    /// `neighbour_table.retrans_ms` apart (RFC 4861 §7.2.2
+    /// MAX_MULTICAST_SOLICIT): one per packet held.
+    NeighUnresolved,
+    /// An ARP reply or Neighbor Advertisement addressed to the gateway,
+    /// taken for the neighbour table (its sender learned when the rules
+    /// allow, `neigh_learned`) and not forwarded; not a loss.
+    NeighReply,
 }
 
 impl DropReason {
     /// Every reason, in counter-index order.
-    pub const ALL: [DropReason; 43] = [
+    pub const ALL: [DropReason; 46] = [
         DropReason::Malformed,
         DropReason::UnsupportedEthertype,
         DropReason::NotForUs,
@@ -175,6 +192,9 @@ impl DropReason {
         DropReason::ReasmBadFragment,
         DropReason::NdIgnored,
         DropReason::SaExpired,
+        DropReason::NeighQueueFull,
+        DropReason::NeighUnresolved,
+        DropReason::NeighReply,
     ];
 
     /// Number of reasons.
@@ -226,6 +246,9 @@ impl DropReason {
             DropReason::ReasmBadFragment => "reasm_bad_fragment",
             DropReason::NdIgnored => "nd_ignored",
             DropReason::SaExpired => "sa_expired",
+            DropReason::NeighQueueFull => "neigh_queue_full",
+            DropReason::NeighUnresolved => "neigh_unresolved",
+            DropReason::NeighReply => "neigh_reply",
         }
     }
 }
@@ -280,6 +303,22 @@ pub struct WorkerCounters {
     /// Neighbor Advertisements sent in answer to solicitations (RFC 4861
     /// §7.2.4).
     pub nd_replies: Counter,
+    /// ARP requests sent to resolve or probe a next hop (RFC 826),
+    /// broadcast and unicast.
+    pub arp_requests: Counter,
+    /// Neighbor Solicitations sent to resolve or probe a next hop (RFC 4861
+    /// §7.2.2), multicast and unicast.
+    pub ns_sent: Counter,
+    /// Of those, unicast probes of STALE entries (RFC 4861 §7.3.3).
+    pub neigh_probes: Counter,
+    /// Neighbours reported to the control thread (from ARP requests and
+    /// replies, Neighbor Solicitations and Advertisements that passed the
+    /// learning rules).
+    pub neigh_learned: Counter,
+    /// Reports lost because the queue to the control thread was full.
+    pub neigh_reports_lost: Counter,
+    /// Packets held now, waiting for their next hop's MAC (a gauge).
+    pub neigh_pending: Counter,
     /// Packets handed to the worker owning their SA.
     pub handoff_out: Counter,
     /// Packets received from other workers for SAs this worker owns.
@@ -330,6 +369,12 @@ impl WorkerCounters {
             ports: (0..ports).map(|_| PortCounters::default()).collect(),
             arp_replies: Counter::default(),
             nd_replies: Counter::default(),
+            arp_requests: Counter::default(),
+            ns_sent: Counter::default(),
+            neigh_probes: Counter::default(),
+            neigh_learned: Counter::default(),
+            neigh_reports_lost: Counter::default(),
+            neigh_pending: Counter::default(),
             handoff_out: Counter::default(),
             handoff_in: Counter::default(),
             frags_sent: Counter::default(),

@@ -1,10 +1,15 @@
 //! One data-plane worker.
 
+mod resolve;
+
+pub use resolve::PendingConf;
+
 use super::counters::{DropReason, WorkerCounters};
 use super::reassembly::{ReassemblyConf, Reassembler};
 use crate::crypto::{CryptoOp, QueuePair};
 use crate::esp::{inbound, outbound, transport, InboundState, OutboundSa, OutboundState};
 use crate::io::{PktBuf, Port};
+use crate::policy::neighbour::Neighbours;
 use crate::policy::spd::{FlowKey, SpdAction};
 use crate::policy::Tables;
 use crate::wire::{arp, esp as esp_hdr, ethernet, icmp, icmpv6, ipv4, ipv6, udp};
@@ -193,6 +198,8 @@ pub struct WorkerConf {
     pub idle_sleep_us: u64,
     /// Reassembly of outer fragments addressed to the gateway.
     pub reasm: ReassemblyConf,
+    /// The queue of packets waiting for a next hop's MAC.
+    pub neigh: PendingConf,
 }
 
 /// Empty polls in a row before a worker starts sleeping between polls.
@@ -276,6 +283,9 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     icmp_refill: Instant,
     icmp_ident: u16,
     reasm: Reassembler,
+    /// The neighbour snapshot of this poll (loaded once per poll).
+    neigh: Arc<Neighbours>,
+    resolver: resolve::Resolver,
 }
 
 impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
@@ -328,6 +338,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             icmp_refill: Instant::now(),
             icmp_ident: 0,
             reasm: Reassembler::new(conf.reasm),
+            neigh: t.neighbours.load_full(),
+            resolver: resolve::Resolver::new(conf.neigh),
         };
         w.adopt(&t);
         w
@@ -420,6 +432,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             }
         }
         self.drain();
+        self.drop_pending();
     }
 
     /// Completes every op still in the queue pair (waiting up to a second
@@ -439,17 +452,31 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// One loop iteration: an rx burst from every port, crypto, tx. Returns
     /// the number of frames received.
     pub fn poll_once(&mut self) -> usize {
+        self.poll(None)
+    }
+
+    /// [`Worker::poll_once`] with the clock fixed at `now` for the poll
+    /// (tests: neighbour timers, reassembly timeouts without sleeping).
+    pub fn poll_at(&mut self, now: Instant) -> usize {
+        self.poll(Some(now))
+    }
+
+    fn poll(&mut self, now: Option<Instant>) -> usize {
         let mut t = self.tables.load_full();
         if t.version != self.version {
             self.adopt(&t);
         }
         let mut received = 0;
-        self.now = None;
+        self.now = now;
+        self.neigh = t.neighbours.load_full();
         if let Some(r) = self.handoff.returns.get(self.conf.id) {
             while self.pool.len() < self.pool.capacity() {
                 let Some(b) = r.pop() else { break };
                 self.pool.push(b);
             }
+        }
+        if self.resolver.busy() {
+            self.service_pending(&t);
         }
         if self.reasm.pending() {
             let now = self.now();
@@ -660,10 +687,17 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// source), to all-nodes (ff02::1) with O set; hop limit 255, a target
     /// link-layer address option with the port's MAC; Ethernet destination
     /// = the source link-layer option, else the frame's source. Counted
-    /// under `nd_replies`. Everything else is dropped as `nd_ignored`
-    /// (next hops come from static neighbours: no resolution here).
+    /// under `nd_replies`. Everything else is dropped as `nd_ignored`.
+    ///
+    /// Learning (RFC 4861 §7.2.3, §7.2.5; README, Neighbours): a valid
+    /// solicitation from a unicast source with a Source Link-Layer Address
+    /// option reports (source, option); a valid advertisement to us with S
+    /// or O set reports (target, its Target Link-Layer Address option, else
+    /// the frame's source for a solicited one) and is consumed as
+    /// `neigh_reply`; both only when [`resolve::learnable`].
     fn nd(&mut self, t: &Tables, port: usize, mut buf: PktBuf, icmp_off: usize) {
         let mac = t.ports[port].mac;
+        let mut learn = None;
         let answer = {
             let f = buf.frame();
             let eth_src: [u8; 6] = f[ethernet::SRC..ethernet::SRC + 6].try_into().unwrap_or([0; 6]);
@@ -672,6 +706,25 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             };
             let msg = ip.bytes().get(icmp_off..).unwrap_or(&[]);
             let (src, dst) = (ip.src(), ip.dst());
+            if msg.first() == Some(&icmpv6::TYPE_NEIGHBOR_ADVERTISEMENT) {
+                let taken = icmpv6::NeighborAdvertisement::new_checked(msg).ok().and_then(|na| {
+                    let flags = na.flags();
+                    let target = IpAddr::V6(na.target());
+                    let valid = ip.hop_limit() == icmpv6::ND_HOP_LIMIT
+                        && ipv6::upper_layer_checksum_ok(&src, &dst, ipv6::NH_ICMPV6, msg)
+                        // §7.1.2: S set only in answers to a unicast address.
+                        && !(ipv6::is_multicast(&dst) && flags & icmpv6::NA_FLAG_SOLICITED != 0)
+                        && (ipv6::is_multicast(&dst) || t.is_local(port, IpAddr::V6(dst)))
+                        && flags & (icmpv6::NA_FLAG_SOLICITED | icmpv6::NA_FLAG_OVERRIDE) != 0;
+                    let lladdr = na.target_lladdr().or((flags & icmpv6::NA_FLAG_SOLICITED != 0).then_some(eth_src))?;
+                    (valid && resolve::learnable(t, port, target, lladdr)).then_some((target, lladdr))
+                });
+                let Some((target, lladdr)) = taken else {
+                    return self.drop_buf(port, DropReason::NdIgnored, buf);
+                };
+                self.report_neighbour(t, target, lladdr, port);
+                return self.drop_buf(port, DropReason::NeighReply, buf);
+            }
             match icmpv6::NeighborSolicitation::new_checked(msg) {
                 Ok(ns)
                     if ip.hop_limit() == icmpv6::ND_HOP_LIMIT
@@ -693,6 +746,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                             Some((target, all_nodes, icmpv6::multicast_mac(&all_nodes), icmpv6::NA_FLAG_OVERRIDE))
                         }
                     } else {
+                        // §7.2.3: the source link-layer option teaches us the sender.
+                        learn = ns.source_lladdr().filter(|&m| resolve::learnable(t, port, IpAddr::V6(src), m)).map(|m| (IpAddr::V6(src), m));
                         let to_mac = ns.source_lladdr().unwrap_or(eth_src);
                         Some((target, src, to_mac, icmpv6::NA_FLAG_SOLICITED | icmpv6::NA_FLAG_OVERRIDE))
                     }
@@ -703,6 +758,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let Some((target, to, to_mac, flags)) = answer else {
             return self.drop_buf(port, DropReason::NdIgnored, buf);
         };
+        if let Some((ip, m)) = learn {
+            self.report_neighbour(t, ip, m, port);
+        }
         const IP: usize = ethernet::HEADER_LEN;
         const MSG: usize = IP + ipv6::HEADER_LEN;
         let len = MSG + icmpv6::NA_LEN;
@@ -972,25 +1030,32 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         }
     }
 
+    /// ARP received on `port` (RFC 826). A request for one of our
+    /// addresses on `port` from a unicast sender that does not claim one of
+    /// our addresses is answered in place (`arp_replies`). Learning (RFC
+    /// 826's merge, restricted; README, Neighbours): the sender of such a
+    /// request, and of a reply to one of our addresses on `port`, is
+    /// reported when [`resolve::learnable`]; a reply is then consumed as
+    /// `neigh_reply`. Everything else: `arp_ignored`.
     fn arp(&mut self, t: &Tables, port: usize, mut buf: PktBuf) {
         let mac = t.ports[port].mac;
-        let req = match arp::ArpPacket::new_checked(&buf.frame()[ethernet::HEADER_LEN..]) {
-            // A request for one of our addresses from a unicast sender that
-            // does not claim one of our addresses itself.
-            Ok(a) if a.operation() == arp::OP_REQUEST
-                && t.is_local(port, IpAddr::V4(a.target_ip()))
-                && a.sender_mac()[0] & 1 == 0
-                && a.sender_mac() != [0; 6]
-                && !t.is_local(port, IpAddr::V4(a.sender_ip())) =>
-            {
-                Some((a.sender_mac(), a.target_ip()))
-            }
-            Ok(_) => None,
-            Err(_) => return self.drop_buf(port, DropReason::Malformed, buf),
+        let Ok(a) = arp::ArpPacket::new_checked(&buf.frame()[ethernet::HEADER_LEN..]) else {
+            return self.drop_buf(port, DropReason::Malformed, buf);
         };
-        let Some((asker, ip)) = req else {
-            return self.drop_buf(port, DropReason::ArpIgnored, buf);
-        };
+        let (op, sha, spa, tpa) = (a.operation(), a.sender_mac(), a.sender_ip(), a.target_ip());
+        let to_us = t.is_local(port, IpAddr::V4(tpa));
+        let learn = to_us && (op == arp::OP_REQUEST || op == arp::OP_REPLY) && resolve::learnable(t, port, IpAddr::V4(spa), sha);
+        if learn {
+            self.report_neighbour(t, IpAddr::V4(spa), sha, port);
+        }
+        // A request for one of our addresses from a unicast sender that
+        // does not claim one of our addresses itself.
+        let answer = op == arp::OP_REQUEST && to_us && sha[0] & 1 == 0 && sha != [0; 6] && !t.is_local(port, IpAddr::V4(spa));
+        if !answer {
+            let reason = if learn && op == arp::OP_REPLY { DropReason::NeighReply } else { DropReason::ArpIgnored };
+            return self.drop_buf(port, reason, buf);
+        }
+        let (asker, ip) = (sha, tpa);
         buf.trim_to(ethernet::HEADER_LEN + arp::LEN);
         let f = buf.frame_mut();
         arp::make_reply_in_place(&mut f[ethernet::HEADER_LEN..], &mac, ip);
@@ -1246,15 +1311,29 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// the egress MTU is fragmented (DF clear) or dropped; an IPv6 one is
     /// dropped (`mtu_exceeded`: routers do not fragment IPv6, RFC 8200 §5;
     /// tunnel traffic got its Packet Too Big before encapsulation).
-    fn forward(&mut self, t: &Tables, rx_port: usize, mut buf: PktBuf, dst: IpAddr) {
+    ///
+    /// The destination MAC: a static neighbour entry, else one learned on
+    /// the egress port, else the port's `peer_mac`, else the packet waits
+    /// while the next hop is resolved (ARP / Neighbor Solicitation,
+    /// `resolve.rs`).
+    fn forward(&mut self, t: &Tables, rx_port: usize, buf: PktBuf, dst: IpAddr) {
         let Some((out, nh)) = t.routes.lookup(dst) else {
             return self.drop_buf(rx_port, DropReason::NoRoute, buf);
         };
+        if out >= t.ports.len() {
+            return self.drop_buf(rx_port, DropReason::NoRoute, buf);
+        }
+        match self.next_hop_mac(t, out, nh) {
+            Some(mac) => self.transmit(t, rx_port, buf, out, mac),
+            None => self.hold(t, rx_port, out, nh, buf),
+        }
+    }
+
+    /// The second half of [`Self::forward`]: Ethernet header to `mac` and
+    /// stage on port `out` (fragmenting an IPv4 packet too big for its MTU).
+    fn transmit(&mut self, t: &Tables, rx_port: usize, mut buf: PktBuf, out: usize, mac: [u8; 6]) {
         let Some(egress) = t.ports.get(out) else {
             return self.drop_buf(rx_port, DropReason::NoRoute, buf);
-        };
-        let Some(mac) = t.neighbours.lookup(nh).or(egress.peer_mac) else {
-            return self.drop_buf(rx_port, DropReason::NoNeighbour, buf);
         };
         let src = egress.mac;
         let v6 = is_ipv6(buf.frame());

@@ -49,8 +49,10 @@ pub struct Tables {
     pub sad: sad::Sad,
     /// Routes.
     pub routes: Arc<route::Routes>,
-    /// Neighbours.
-    pub neighbours: Arc<neighbour::Neighbours>,
+    /// The neighbour cell: the same in every snapshot; its own snapshot of
+    /// static and learned neighbours changes without a new `Tables`
+    /// (see [`neighbour`]).
+    pub neighbours: Arc<neighbour::NeighbourCell>,
     /// UDP destination ports on which our addresses take ESP-in-UDP, NAT
     /// keepalives and (dropped) IKE (RFC 3948): 4500 and every inbound SA's
     /// `udp_dport`.

@@ -56,10 +56,32 @@ impl<'a> ArpPacket<'a> {
     pub fn sender_ip(&self) -> Ipv4Addr {
         Ipv4Addr::new(self.buf[SPA], self.buf[SPA + 1], self.buf[SPA + 2], self.buf[SPA + 3])
     }
+    /// Target MAC.
+    pub fn target_mac(&self) -> [u8; 6] {
+        self.buf[THA..THA + 6].try_into().unwrap_or([0; 6])
+    }
     /// Target IPv4 address.
     pub fn target_ip(&self) -> Ipv4Addr {
         Ipv4Addr::new(self.buf[TPA], self.buf[TPA + 1], self.buf[TPA + 2], self.buf[TPA + 3])
     }
+}
+
+/// Writes an Ethernet/IPv4 ARP request (RFC 826) into `arp[..28]`: "who
+/// has `target_ip`, tell `our_ip` at `our_mac`", target hardware address
+/// `target_mac` (zero for a broadcast request, the known MAC for a unicast
+/// probe). Returns [`LEN`], or `None` if `arp` is shorter.
+pub fn write_request(arp: &mut [u8], our_mac: &[u8; 6], our_ip: Ipv4Addr, target_mac: &[u8; 6], target_ip: Ipv4Addr) -> Option<usize> {
+    let a = arp.get_mut(..LEN)?;
+    a[HTYPE..HTYPE + 2].copy_from_slice(&1u16.to_be_bytes());
+    a[PTYPE..PTYPE + 2].copy_from_slice(&0x0800u16.to_be_bytes());
+    a[HLEN] = 6;
+    a[PLEN] = 4;
+    a[OPER..OPER + 2].copy_from_slice(&OP_REQUEST.to_be_bytes());
+    a[SHA..SHA + 6].copy_from_slice(our_mac);
+    a[SPA..SPA + 4].copy_from_slice(&our_ip.octets());
+    a[THA..THA + 6].copy_from_slice(target_mac);
+    a[TPA..TPA + 4].copy_from_slice(&target_ip.octets());
+    Some(LEN)
 }
 
 /// Turns the checked ARP request in `arp[..28]` into the reply saying that

@@ -1,7 +1,9 @@
 //! ICMPv6 (RFC 4443) as the gateway uses it: the checksum over the IPv6
 //! pseudo-header (§2.3), "Packet Too Big" built in place (§3.2), and the
-//! minimum of Neighbor Discovery (RFC 4861): a checked view of a Neighbor
-//! Solicitation and the Neighbor Advertisement that answers it (§7.2.4).
+//! minimum of Neighbor Discovery (RFC 4861): checked views of Neighbor
+//! Solicitations and Advertisements, the advertisement that answers a
+//! solicitation (§7.2.4) and the solicitation that resolves a next hop
+//! (§7.2.2).
 
 use super::{ipv6, need, WireError};
 use std::net::Ipv6Addr;
@@ -102,38 +104,111 @@ impl<'a> NeighborSolicitation<'a> {
         if buf[TYPE] != TYPE_NEIGHBOR_SOLICITATION || buf[CODE] != 0 {
             return Err(WireError::BadField { layer: "icmpv6", field: "type/code", value: u16::from_be_bytes([buf[0], buf[1]]) as u32 });
         }
-        let ns = NeighborSolicitation { buf };
-        if ipv6::is_multicast(&ns.target()) {
-            return Err(WireError::BadField { layer: "icmpv6 neighbor solicitation", field: "multicast target", value: 0 });
-        }
-        let mut at = ND_LEN;
-        while at < buf.len() {
-            let len = buf.get(at + 1).map_or(0, |&l| l as usize * 8);
-            if len == 0 || at + len > buf.len() {
-                return Err(WireError::BadField { layer: "icmpv6 neighbor solicitation", field: "option length", value: at as u32 });
-            }
-            at += len;
-        }
-        Ok(ns)
+        check_nd_body(buf, "icmpv6 neighbor solicitation")?;
+        Ok(NeighborSolicitation { buf })
     }
     /// Target address.
     pub fn target(&self) -> Ipv6Addr {
-        let mut a = [0u8; 16];
-        a.copy_from_slice(&self.buf[8..24]);
-        Ipv6Addr::from(a)
+        nd_target(self.buf)
     }
     /// The Source Link-Layer Address option for Ethernet, if present.
     pub fn source_lladdr(&self) -> Option<[u8; 6]> {
-        let mut at = ND_LEN;
-        while at + 8 <= self.buf.len() {
-            let len = self.buf[at + 1] as usize * 8;
-            if self.buf[at] == OPT_SOURCE_LLADDR && len == 8 {
-                return self.buf[at + 2..at + 8].try_into().ok();
-            }
-            at += len.max(8);
-        }
-        None
+        nd_lladdr(self.buf, OPT_SOURCE_LLADDR)
     }
+}
+
+/// The target of a checked ND message.
+fn nd_target(buf: &[u8]) -> Ipv6Addr {
+    let mut a = [0u8; 16];
+    a.copy_from_slice(&buf[8..24]);
+    Ipv6Addr::from(a)
+}
+
+/// RFC 4861 §7.1.1 / §7.1.2 checks shared by solicitations and
+/// advertisements: target not multicast, every option of non-zero length
+/// and inside the message.
+fn check_nd_body(buf: &[u8], layer: &'static str) -> Result<(), WireError> {
+    if ipv6::is_multicast(&nd_target(buf)) {
+        return Err(WireError::BadField { layer, field: "multicast target", value: 0 });
+    }
+    let mut at = ND_LEN;
+    while at < buf.len() {
+        let len = buf.get(at + 1).map_or(0, |&l| l as usize * 8);
+        if len == 0 || at + len > buf.len() {
+            return Err(WireError::BadField { layer, field: "option length", value: at as u32 });
+        }
+        at += len;
+    }
+    Ok(())
+}
+
+/// The first link-layer address option of type `kind` for Ethernet (length
+/// 1, i.e. 8 bytes) of a checked ND message.
+fn nd_lladdr(buf: &[u8], kind: u8) -> Option<[u8; 6]> {
+    let mut at = ND_LEN;
+    while at + 8 <= buf.len() {
+        let len = buf[at + 1] as usize * 8;
+        if buf[at] == kind && len == 8 {
+            return buf[at + 2..at + 8].try_into().ok();
+        }
+        at += len.max(8);
+    }
+    None
+}
+
+/// Checked view of a Neighbor Advertisement message (RFC 4861 §4.4),
+/// validated per §7.1.2 as far as the message goes: type 136, code 0, at
+/// least 24 bytes, target not multicast, options well formed. The caller
+/// checks the checksum, the hop limit (255) and that a multicast
+/// destination comes with S clear.
+#[derive(Debug, Clone, Copy)]
+pub struct NeighborAdvertisement<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> NeighborAdvertisement<'a> {
+    /// Validates the message (see the type's doc).
+    pub fn new_checked(buf: &'a [u8]) -> Result<Self, WireError> {
+        need("icmpv6 neighbor advertisement", buf, ND_LEN)?;
+        if buf[TYPE] != TYPE_NEIGHBOR_ADVERTISEMENT || buf[CODE] != 0 {
+            return Err(WireError::BadField { layer: "icmpv6", field: "type/code", value: u16::from_be_bytes([buf[0], buf[1]]) as u32 });
+        }
+        check_nd_body(buf, "icmpv6 neighbor advertisement")?;
+        Ok(NeighborAdvertisement { buf })
+    }
+    /// R, S, O flags (the byte at offset 4: [`NA_FLAG_ROUTER`] …).
+    pub fn flags(&self) -> u8 {
+        self.buf[4] & 0xe0
+    }
+    /// Target address.
+    pub fn target(&self) -> Ipv6Addr {
+        nd_target(self.buf)
+    }
+    /// The Target Link-Layer Address option for Ethernet, if present.
+    pub fn target_lladdr(&self) -> Option<[u8; 6]> {
+        nd_lladdr(self.buf, OPT_TARGET_LLADDR)
+    }
+}
+
+/// Length of the Neighbor Solicitation the gateway sends: [`ND_LEN`] + a
+/// Source Link-Layer Address option for Ethernet (8).
+pub const NS_LEN: usize = ND_LEN + 8;
+
+/// Writes a Neighbor Solicitation (RFC 4861 §4.3) into `msg[..32]`: type
+/// 135, code 0, `target`, a Source Link-Layer Address option with `mac`
+/// (§7.2.2: included when the source is not unspecified), checksum over the
+/// pseudo-header of `src` → `dst`. Returns [`NS_LEN`], or `None` if `msg`
+/// is shorter.
+pub fn write_neighbor_solicitation(msg: &mut [u8], src: &Ipv6Addr, dst: &Ipv6Addr, target: &Ipv6Addr, mac: &[u8; 6]) -> Option<usize> {
+    let m = msg.get_mut(..NS_LEN)?;
+    m[..8].copy_from_slice(&[TYPE_NEIGHBOR_SOLICITATION, 0, 0, 0, 0, 0, 0, 0]);
+    m[8..24].copy_from_slice(&target.octets());
+    m[24] = OPT_SOURCE_LLADDR;
+    m[25] = 1;
+    m[26..32].copy_from_slice(mac);
+    let ck = ipv6::upper_layer_checksum(src, dst, ipv6::NH_ICMPV6, m);
+    m[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
+    Some(NS_LEN)
 }
 
 /// Writes a Neighbor Advertisement (RFC 4861 §4.4) into `msg[..32]`:
