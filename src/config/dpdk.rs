@@ -192,10 +192,12 @@ pub fn is_dpdk_cfg(path: &Path) -> bool {
     path.extension().is_some_and(|e| e.eq_ignore_ascii_case("cfg"))
 }
 
-/// Reads `path` and imports it ([`import`]).
+/// Reads `path` and imports it ([`import`]); the config keeps `opts` in
+/// [`Config::dpdk_import`] so a reload imports the file the same way.
 pub fn load(path: &Path, opts: &ImportOptions) -> Result<(Config, Vec<Notice>), ConfigError> {
     let text = read(path)?;
-    parse(&text, path, opts)
+    let (cfg, notices) = parse(&text, path, opts)?;
+    Ok((Config { dpdk_import: Some(opts.clone()), ..cfg }, notices))
 }
 
 /// Reads `path` (at most the TOML loader's size limit), wiped when dropped.
@@ -220,7 +222,7 @@ pub fn parse(text: &str, source: &Path, opts: &ImportOptions) -> Result<(Config,
 pub fn import(text: &str, source: &Path, opts: &ImportOptions) -> Result<(Imported, Config), ConfigError> {
     let imp = convert(text, source, opts)?;
     match super::parse(&imp.toml, source) {
-        Ok(cfg) => Ok((imp, Config { dpdk_import: Some(opts.clone()), ..cfg })),
+        Ok(cfg) => Ok((imp, cfg)),
         Err(ConfigError::Syntax(p)) => Err(ConfigError::Syntax(imp.map_problem(p, source))),
         Err(ConfigError::Invalid(ps)) => Err(ConfigError::Invalid(ps.into_iter().map(|p| imp.map_problem(p, source)).collect())),
         Err(e) => Err(e),
