@@ -200,11 +200,7 @@ pub fn parse(text: &str, source: &Path) -> Result<Config, ConfigError> {
         Ok(raw) => raw,
         Err(e) => return Err(ConfigError::Syntax(decode_problem(text, source, &e))),
     };
-    let mut ck = Checker {
-        text,
-        source,
-        problems: Vec::new(),
-    };
+    let mut ck = Checker::new(text, source);
     let cfg = ck.config(raw);
     match cfg {
         Some(cfg) if ck.problems.is_empty() => Ok(cfg),
@@ -246,7 +242,7 @@ pub fn parse_fragment(
         policy: Option<Vec<Spanned<RawPolicy>>>,
     }
     let raw: RawFragment = toml::from_str(text).map_err(|e| ConfigError::Syntax(decode_problem(text, source, &e)))?;
-    let mut ck = Checker { text, source, problems: Vec::new() };
+    let mut ck = Checker::new(text, source);
     let raws = raw.sa.as_deref().unwrap_or_default();
     let sas = ck.sas(raws, Some(base.gateway.workers as i64));
     let mut ids = sas.ids.clone();
@@ -704,12 +700,27 @@ struct Checker<'a> {
     text: &'a str,
     source: &'a Path,
     problems: Vec<Problem>,
+    /// Byte offset of the start of each line of `text` (built once: a
+    /// line number is a binary search, not a scan from the start, so
+    /// checking 100,000 SAs stays linear).
+    line_starts: Vec<usize>,
 }
 
 /// A table being checked: its path and its span (missing keys point here).
 struct Tab {
     path: String,
     span: Range<usize>,
+}
+
+/// Byte offsets at which the lines of `text` start (0 first).
+fn line_starts(text: &str) -> Vec<usize> {
+    std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect()
+}
+
+impl<'a> Checker<'a> {
+    fn new(text: &'a str, source: &'a Path) -> Checker<'a> {
+        Checker { text, source, problems: Vec::new(), line_starts: line_starts(text) }
+    }
 }
 
 impl Tab {
@@ -736,7 +747,7 @@ impl Checker<'_> {
     }
 
     fn line_of(&self, span: &Range<usize>) -> usize {
-        line_col(self.text, span.start).0
+        self.line_starts.partition_point(|&s| s <= span.start)
     }
 
     fn required<'f>(&mut self, f: &'f Field, tab: &Tab, key: &str) -> Option<&'f Spanned<Raw>> {
@@ -2210,6 +2221,11 @@ mod tests {
         assert_eq!(line_col(text, text.find("key").unwrap()), (2, 1));
         assert_eq!(line_col(text, text.find('x').unwrap()), (2, 9));
         assert_eq!(line_col(text, 10_000), (3, 1));
+        // The checker's line index agrees with line_col at every offset.
+        let ck = Checker::new(text, Path::new("t.toml"));
+        for off in 0..=text.len() + 2 {
+            assert_eq!(ck.line_of(&(off..off)), line_col(text, off).0, "offset {off}");
+        }
     }
 
     #[test]
