@@ -333,6 +333,37 @@ fn unsupported_sa_is_refused_not_half_configured() {
     assert_eq!(cfg.policies[2].action, Action::Protect(5));
 }
 
+/// A refusal neither hides a duplicate SPI nor takes the policy of an
+/// imported SA that shares the SPI (found by the trial user).
+#[test]
+fn refusals_do_not_hide_duplicates_or_disable_a_shared_spi() {
+    const K: &str = "1:2:3:4:5:6:7:8:9:a:b:c:d:e:f:10:11:12:13:14";
+    // Outbound SPI 5000 twice, the second copy refused: still a duplicate.
+    let text = format!(
+        "sa out 5000 aead_algo aes-128-gcm aead_key {K} mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2\n\
+         sa out 5000 cipher_algo null auth_algo null mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2\n\
+         sp ipv4 out esp protect 5000 pri 1 dst 192.168.1.0/24\nrt ipv4 dst 10.0.0.2/32 port 0\n"
+    );
+    let ps = problems(&text);
+    assert!(ps.iter().any(|p| p.line == 2 && p.field == "sa" && p.message.contains("duplicate out SA with SPI 5000 (first at line 1)")), "{ps:#?}");
+    // Inbound SPI 8 towards two of our addresses, the second refused: the
+    // policy still protects with the first.
+    let text = format!(
+        "sa in 8 aead_algo aes-128-gcm aead_key {K} mode ipv4-tunnel src 10.0.0.2 dst 10.0.0.1\n\
+         sa in 8 cipher_algo null auth_algo null mode ipv4-tunnel src 10.0.0.3 dst 10.0.0.5\n\
+         sp ipv4 in esp protect 8 pri 1 dst 192.168.1.0/24\nrt ipv4 dst 10.0.0.0/24 port 0\nrt ipv4 dst 192.168.1.0/24 port 1\n"
+    );
+    let o = ImportOptions { port_mask: Some(3), unprotected_mask: Some(1), ..Default::default() };
+    let (cfg, notices) = dpdk::parse(&text, Path::new("x.cfg"), &o).unwrap();
+    assert_eq!(cfg.sas.len(), 1);
+    assert_eq!(cfg.policies[0].action, Action::Protect(8), "{notices:#?}");
+    assert!(notices.iter().any(|n| n.kind == NoticeKind::Refused && n.line == 2));
+    // esn N above 2^63−1 (TOML's largest integer) still imports.
+    let text = format!("sa out 5 aead_algo aes-128-gcm aead_key {K} mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2 esn 18446744073709551000\n{}", TAIL.replace("protect 5 ", "protect 5 "));
+    let (cfg, _) = dpdk::parse(&text, Path::new("x.cfg"), &o).unwrap();
+    assert_eq!((cfg.sas[0].esn, cfg.sas[0].first_seq), (true, 18446744073709551000));
+}
+
 /// neigh → the port's peer_mac; --eth-dest overrides it; -u absent infers
 /// the unprotected port from the route to the SA's peer; an address
 /// without /len is /0 as in DPDK; flow-direction is accepted and warned.

@@ -1108,6 +1108,29 @@ pub fn convert(text: &str, source: &Path, opts: &ImportOptions) -> Result<Import
         return Err(ConfigError::Invalid(p.problems));
     }
     let Parsed { sps, sas, rts, neigh } = parsed;
+    // An SPI given twice in one direction is an error even when one of the
+    // two was refused (else the refusal hides the duplicate); inbound
+    // tunnel SAs towards different destinations may share an SPI, as in the
+    // TOML (RFC 4301 §4.1: SPI + destination).
+    let mut by_spi: HashMap<(u32, u8), Vec<&Sa>> = HashMap::new();
+    let mut dups = Vec::new();
+    for b in &sas {
+        let same = by_spi.entry((b.spi, b.dir as u8)).or_default();
+        let shares = |a: &Sa| {
+            a.dir == Direction::Inbound
+                && !matches!(a.mode, SaMode::Transport)
+                && !matches!(b.mode, SaMode::Transport)
+                && a.dst.map(|d| d.0) != b.dst.map(|d| d.0)
+        };
+        if let Some(a) = same.iter().find(|a| !shares(a)) {
+            let m = format!("duplicate {} SA with SPI {} (first at line {})", dir_word(b.dir), b.spi, a.line);
+            dups.push(Problem { file: source.to_path_buf(), line: b.line, column: 1, field: "sa".into(), message: m });
+        }
+        same.push(b);
+    }
+    if !dups.is_empty() {
+        return Err(ConfigError::Invalid(dups));
+    }
     let warn = |p: &mut Parser<'_>, line: usize, kw: &str, m: String| p.note(line, kw, NoticeKind::Warning, m);
 
     // Ports in use.
@@ -1228,7 +1251,14 @@ pub fn convert(text: &str, source: &Path, opts: &ImportOptions) -> Result<Import
         }
     }
 
-    let refused: HashMap<(u32, u8), usize> = sas.iter().filter_map(|s| s.refused.as_ref().map(|_| ((s.spi, s.dir as u8), s.line))).collect();
+    // Policies naming a refused SA become discard, unless an imported SA
+    // has that SPI too (an inbound SPI shared by two destinations, one of
+    // them refused: the policy still protects with the other).
+    let refused: HashMap<(u32, u8), usize> = sas
+        .iter()
+        .filter(|s| s.refused.is_some() && !by_spi[&(s.spi, s.dir as u8)].iter().any(|o| o.refused.is_none()))
+        .map(|s| ((s.spi, s.dir as u8), s.line))
+        .collect();
     for sa in sas.iter().filter(|s| s.refused.is_none()) {
         let l = sa.line;
         out.line("", None);
@@ -1257,7 +1287,9 @@ pub fn convert(text: &str, source: &Path, opts: &ImportOptions) -> Result<Import
         if sa.esn > 0 {
             out.line(&format!("esn = true                # esn {}", sa.esn), Some((l, "esn")));
             if sa.dir == Direction::Outbound {
-                out.line(&format!("first_seq = {}", sa.esn), Some((l, "esn")));
+                // TOML integers stop at 2^63−1; larger first_seq values are strings.
+                let v = if sa.esn > i64::MAX as u64 { q(&sa.esn.to_string()) } else { sa.esn.to_string() };
+                out.line(&format!("first_seq = {v}"), Some((l, "esn")));
             }
         }
         if sa.udp_encap {
