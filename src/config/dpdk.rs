@@ -987,7 +987,14 @@ impl Parser<'_> {
             match t.s {
                 "dst" => {
                     let v = self.value(toks, &mut i, "dst")?;
-                    prefix = Some(self.prefix(&v, "dst", v6, true)?);
+                    let p = self.prefix(&v, "dst", v6, true)?;
+                    if p.1 == 0 {
+                        // rte_lpm_add / rte_lpm6_add take depths from 1:
+                        // ipsec-secgw exits on such a route.
+                        self.err(&v, "dst", format!("route prefix length 0 ({:?}): DPDK's rte_lpm refuses it and ipsec-secgw exits; give a length of 1 or more", v.s));
+                        return Err(());
+                    }
+                    prefix = Some(p);
                 }
                 "port" => {
                     let v = self.value(toks, &mut i, "port")?;
