@@ -152,9 +152,13 @@ def test_tshark_decrypts_gw0_esp(testbed, start_gws, artifacts):
 
     # control: with wrong keys tshark must call the HMAC bad and decode no inner UDP for either SA
     bad = _tshark(cap_w.path, keys, wrong=True)
-    verdicts = {r["esp.icv_good"][0] + "/" + (r["esp.icv_bad"] or ["-"])[0]
+    # A frame whose wrongly decrypted trailer is malformed (its pad length
+    # beyond the payload: depends on the random key) gets no verdict at all
+    # from tshark ("-/-"; seen once in CI); "good" must never appear.
+    verdicts = {(r["esp.icv_good"] or ["-"])[0] + "/" + (r["esp.icv_bad"] or ["-"])[0]
                 for r in bad if int(r["esp.spi"][0], 16) == 0x7101}
-    assert verdicts == {"0/1"}, f"with a wrong HMAC key tshark says good/bad = {verdicts}: its ICV check is not working"
+    assert "0/1" in verdicts and verdicts <= {"0/1", "-/-"}, \
+        f"with a wrong HMAC key tshark says good/bad = {verdicts}: its ICV check is not working"
     decoded = [r["frame.number"] for r in bad if r["udp.dstport"]]
     assert not decoded, f"tshark decoded inner UDP with wrong keys in frames {decoded}: the positive result proves nothing"
 
