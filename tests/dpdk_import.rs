@@ -362,7 +362,7 @@ fn refusals_do_not_hide_duplicates_or_disable_a_shared_spi() {
     assert_eq!(cfg.policies[0].action, Action::Protect(8), "{notices:#?}");
     assert!(notices.iter().any(|n| n.kind == NoticeKind::Refused && n.line == 2));
     // esn N above 2^63−1 (TOML's largest integer) still imports.
-    let text = format!("sa out 5 aead_algo aes-128-gcm aead_key {K} mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2 esn 18446744073709551000\n{}", TAIL.replace("protect 5 ", "protect 5 "));
+    let text = format!("sa out 5 aead_algo aes-128-gcm aead_key {K} mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2 esn 18446744073709551000\n{TAIL}");
     let (cfg, _) = dpdk::parse(&text, Path::new("x.cfg"), &o).unwrap();
     assert_eq!((cfg.sas[0].esn, cfg.sas[0].first_seq), (true, 18446744073709551000));
 }
