@@ -95,11 +95,15 @@ impl DpdkArgs {
         };
         for p in &self.ports {
             let (id, name) = O::parse_port(p).map_err(|m| e(format!("--port: {m}")))?;
-            o.interfaces.insert(id, name);
+            if let Some(old) = o.interfaces.insert(id, name) {
+                return Err(e(format!("--port: port {id} given twice (first as {old:?})")));
+            }
         }
         for d in &self.eth_dest {
             let (id, mac) = O::parse_eth_dest(d).map_err(|m| e(format!("--eth-dest: {m}")))?;
-            o.eth_dest.insert(id, mac);
+            if o.eth_dest.insert(id, mac).is_some() {
+                return Err(e(format!("--eth-dest: port {id} given twice")));
+            }
         }
         Ok(o)
     }

@@ -229,6 +229,20 @@ fn round_trip_through_toml() {
         let strict = Command::new(env!("CARGO_BIN_EXE_secgw")).args(&args).arg("--strict").output().unwrap();
         assert_eq!(strict.status.code(), Some(3));
         assert_eq!(strict.stdout, out.stdout);
+        // One port given twice (as interface or as destination MAC) is an
+        // error, not "the last one wins".
+        for twice in [["--port", "1=other"], ["--eth-dest", "0,02:00:00:00:00:09"]] {
+            let mut a = args.clone();
+            if twice[0] == "--eth-dest" {
+                a.extend(["--eth-dest".to_owned(), "0,02:00:00:00:00:01".into()]);
+            }
+            a.extend(twice.map(str::to_owned));
+            let o = Command::new(env!("CARGO_BIN_EXE_secgw")).args(&a).output().unwrap();
+            assert_eq!(o.status.code(), Some(1), "{twice:?}");
+            assert!(o.stdout.is_empty());
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(err.contains(twice[0]) && err.contains("given twice"), "{err}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
