@@ -112,6 +112,35 @@ def scapy_sa(info: SaInfo):
                                auth_algo="NULL", tunnel_header=IP(src=info.src, dst=info.dst))
 
 
+def scapy_esp_frames(sa, first_seq: int, n: int, tag: str, sport: int, dports, ip_id: int, pad: int):
+    """n ESP frames wan → gw1 sealed by scapy's `sa` (sequence numbers
+    first_seq…), each carrying an inner UDP packet hostA → hostB from `sport`
+    to `dports(i)` with the payload `tag-i` followed by `i * pad` zero bytes
+    and IP id `ip_id + i`; returns (frames, inner IP packets as bytes)."""
+    from scapy.compat import raw
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    from scapy.packet import Raw
+    inners = [raw(IP(src=A_IP, dst=B_IP, ttl=64, id=ip_id + i) / UDP(sport=sport, dport=dports(i)) /
+                  Raw(f"{tag}-{i}".encode() + bytes(i * pad))) for i in range(n)]
+    frames = [Ether(dst=GW1_OUT_MAC, src=GW0_OUT_MAC) / sa.encrypt(IP(p), seq_num=first_seq + i)
+              for i, p in enumerate(inners)]
+    return frames, inners
+
+
+def captured_ips(frames, normalize: bool = False) -> list[bytes]:
+    """The IP packets of captured Ethernet frames, cut to the IP total length
+    (veth pads short frames); with `normalize`, TTL and checksum zeroed
+    (`normalize_ttl_csum`) so packets that crossed a gateway compare."""
+    from scapy.compat import raw
+    out = []
+    for f in frames:
+        ip = raw(f)[14:]
+        ip = ip[:int.from_bytes(ip[2:4], "big")]
+        out.append(normalize_ttl_csum(ip) if normalize else ip)
+    return out
+
+
 # --------------------------------------------------------------------------
 # gateways
 

@@ -266,25 +266,7 @@ def new_sa_fragment(key: bytes) -> str:
 def esp_frames(sa, first_seq: int, n: int, tag: str) -> tuple[list, list[bytes]]:
     """n ESP frames wan → gw1 sealed by scapy with `sa` (sequence numbers
     from first_seq), and the inner IP packets they carry."""
-    from scapy.compat import raw
-    from scapy.layers.inet import IP, UDP
-    from scapy.layers.l2 import Ether
-    from scapy.packet import Raw
-    inners = [raw(IP(src=L.A_IP, dst=L.B_IP, ttl=64, id=0x2000 + i) /
-                  UDP(sport=40300, dport=NEW_PORTS[0] + i) / Raw(f"{tag}-{i}".encode() + bytes(i * 13)))
-              for i in range(n)]
-    frames = [Ether(dst=L.GW1_OUT_MAC, src=L.GW0_OUT_MAC) / sa.encrypt(IP(p), seq_num=first_seq + i)
-              for i, p in enumerate(inners)]
-    return frames, inners
-
-
-def captured_ips(frames) -> list[bytes]:
-    from scapy.compat import raw
-    out = []
-    for f in frames:
-        ip = raw(f)[14:]
-        out.append(ip[:int.from_bytes(ip[2:4], "big")])
-    return out
+    return L.scapy_esp_frames(sa, first_seq, n, tag, 40300, lambda i: NEW_PORTS[0] + i, 0x2000, 13)
 
 
 def policies(gw: L.Gateway) -> list[dict]:
@@ -322,7 +304,7 @@ def test_sa_add_then_del(gws, artifacts, source):
     L.send_frames("wan", "wan1", frames, artifacts / "esp-added", gap_ms=5)
     wait_for(lambda: sa_counter(ctl_json(gw1, "stats"), NEW_SPI, "inbound") == ESP_COUNT,
              f"gw1 SA {NEW_SPI} counts {ESP_COUNT} packets")
-    got = captured_ips(cap.stop(settle=0.5))
+    got = L.captured_ips(cap.stop(settle=0.5))
     assert [L.normalize_ttl_csum(p) for p in got] == [L.normalize_ttl_csum(p) for p in inners], \
         f"hostB got {len(got)} packets from SA {NEW_SPI}, want the {ESP_COUNT} built"
     assert all(p[8] == 63 for p in got), "TTL decremented once"

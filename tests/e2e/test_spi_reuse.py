@@ -44,30 +44,13 @@ def stats(gw) -> dict:
 def frames_for(sa, first_seq: int, dport: int, tag: str):
     """COUNT ESP frames wan → gw1 sealed by scapy with `sa`, and their inner
     IP packets (hostA → hostB, UDP to `dport`)."""
-    from scapy.compat import raw
-    from scapy.layers.inet import IP, UDP
-    from scapy.layers.l2 import Ether
-    from scapy.packet import Raw
-    inners = [raw(IP(src=L.A_IP, dst=L.B_IP, ttl=64, id=0x3000 + i) / UDP(sport=40400, dport=dport) /
-                  Raw(f"{tag}-{i}".encode() + bytes(i * 7))) for i in range(COUNT)]
-    frames = [Ether(dst=L.GW1_OUT_MAC, src=L.GW0_OUT_MAC) / sa.encrypt(IP(p), seq_num=first_seq + i)
-              for i, p in enumerate(inners)]
-    return frames, inners
-
-
-def captured(frames) -> list[bytes]:
-    from scapy.compat import raw
-    out = []
-    for f in frames:
-        ip = raw(f)[14:]
-        out.append(L.normalize_ttl_csum(ip[:int.from_bytes(ip[2:4], "big")]))
-    return out
+    return L.scapy_esp_frames(sa, first_seq, COUNT, tag, 40400, lambda i: dport, 0x3000, 7)
 
 
 def deliver(gw1, artifacts, frames, inners, dport: int, tag: str):
     cap = L.Capture("hostB", "b0", f"udp and src host {L.A_IP} and dst port {dport}", artifacts / f"b0-{tag}")
     L.send_frames("wan", "wan1", frames, artifacts / f"esp-{tag}", gap_ms=5)
-    got = captured(cap.stop(settle=0.7))
+    got = L.captured_ips(cap.stop(settle=0.7), normalize=True)
     assert got == [L.normalize_ttl_csum(p) for p in inners], \
         f"{tag}: hostB got {len(got)} packets, want the {len(inners)} built"
 
