@@ -29,24 +29,7 @@ use std::time::{Duration, Instant};
 const SIZES: [usize; 4] = [1, 100, 1_000, 10_000];
 const NKEYS: usize = 1024;
 
-/// splitmix64: small, seeded, good enough for bench data.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len() as u64) as usize]
-    }
-}
+use secgw::testkit::Rng;
 
 fn addr(v6: bool, bits: u128) -> IpAddr {
     if v6 {

@@ -12,16 +12,7 @@ use secgw::policy::route::{Route, Routes};
 use secgw::policy::spd::Prefix;
 use std::net::IpAddr;
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+use secgw::testkit::Rng;
 
 fn routes(n: usize, v6: bool, rng: &mut Rng) -> Vec<Route> {
     (0..n)

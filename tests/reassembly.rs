@@ -19,23 +19,7 @@ use std::time::Duration;
 const HOST_A: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
 const HOST_B: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 10);
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            v.swap(i, self.below(i + 1));
-        }
-    }
-}
+use secgw::testkit::Rng;
 
 /// UDP hostA → hostB on `dport`, `total` bytes of IP, DF clear, as gw0's
 /// inside receives it.
@@ -120,7 +104,7 @@ fn fragmented_tunnel(gw0_cfg: &str, gw1_cfg: &str, n: usize, seed: u64) {
     let mut sent = Vec::new();
     let mut esp = Vec::new();
     for i in 0..n {
-        let f = from_host_a(28 + rng.below(1500 - 28 + 1), 10000 + i as u16);
+        let f = from_host_a(28 + rng.below(1500 - 28 + 1) as usize, 10000 + i as u16);
         let out = gw0.push("inside", std::slice::from_ref(&f));
         assert!(!out.is_empty() && out.iter().all(|(p, _)| p == "outside"), "{i}: {:?}", gw0.stats().drops);
         esp.push(out.into_iter().map(|(_, f)| f).collect::<Vec<_>>());
