@@ -260,6 +260,17 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
                 (Some(path), Some(spi)) => Some(EspTx::from_config(&path, spi, esp_seq_start)?),
                 _ => None,
             };
+            if let Some(e) = &esp {
+                let largest = match size {
+                    Size::Fixed(n) => n,
+                    Size::Imix => 1500,
+                };
+                let hl = if src.is_ipv6() { 40 } else { 20 };
+                let outer = secgw::esp::outbound::encapsulated_len(&e.sa, hl, largest);
+                if outer > 1500 {
+                    tracing::warn!(inner = largest, outer, "ESP packets longer than a 1500-byte MTU: a veth peer drops them (a gateway would fragment or refuse the inner packet)");
+                }
+            }
             let stop = stop_flag()?;
             pin(xdp.core)?;
             let mut ports = open(&iface, &xdp, 0)?;
@@ -319,8 +330,9 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
             let mut ins = open(&input, &xdp, 0)?;
             let mut outs = open(&output, &xdp, xdp.queues as u16)?;
             tracing::info!(%input, %output, queues = xdp.queues, "forwarding");
-            let r = forward::run(&mut ins, &mut outs, dst_mac, src_mac, duration, Duration::from_micros(idle_sleep_us), &stop);
-            println!("forward: rx {} tx {} tx_dropped {} in {:.3} s", r.rx_packets, r.tx_packets, r.tx_dropped, r.duration_s);
+            let mut r = forward::run(&mut ins, &mut outs, dst_mac, src_mac, duration, Duration::from_micros(idle_sleep_us), &stop);
+            r.rx_dropped = port_rx_dropped(&ins);
+            println!("forward: rx {} tx {} tx_dropped {} kernel rx drops {} in {:.3} s", r.rx_packets, r.tx_packets, r.tx_dropped, r.rx_dropped, r.duration_s);
             if let Some(p) = json {
                 write_json(&p, &r)?;
             }

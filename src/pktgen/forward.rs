@@ -23,6 +23,10 @@ pub struct ForwardReport {
     pub tx_bytes: u64,
     /// Frames the out ports did not take (ring full after a retry).
     pub tx_dropped: u64,
+    /// Frames the kernel dropped before the forwarder saw them (rx ring
+    /// full, no fill-ring frame), as the in ports' sockets count them;
+    /// filled in by the caller from [`Port::stats`].
+    pub rx_dropped: u64,
     /// Frames shorter than an Ethernet header (dropped).
     pub runts: u64,
     /// Seconds run.
