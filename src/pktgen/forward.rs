@@ -77,7 +77,7 @@ pub fn run<P: Port>(ins: &mut [P], outs: &mut [P], dst_mac: [u8; 6], src_mac: [u
             out.poll();
         }
         iter = iter.wrapping_add(1);
-        if got == 0 || iter % 64 == 0 {
+        if got == 0 || iter.is_multiple_of(64) {
             if stop.load(Ordering::Relaxed) || end.is_some_and(|e| now_ns() >= e) {
                 break;
             }

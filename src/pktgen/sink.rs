@@ -434,7 +434,7 @@ pub fn run<P: Port>(ports: &mut [P], cfg: &SinkConfig, mut esp: Option<&mut EspR
             p.poll();
         }
         iter = iter.wrapping_add(1);
-        if got == 0 || iter % 64 == 0 {
+        if got == 0 || iter.is_multiple_of(64) {
             if now_ns() >= end || stop.load(Ordering::Relaxed) {
                 break;
             }
