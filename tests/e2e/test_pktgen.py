@@ -13,7 +13,7 @@
   our payload), and in ESP mode decrypted by scapy with the config's key.
 
 The pktgen binary is SECGW_PKTGEN, else `secgw-pktgen` beside the secgw
-binary under test (SECGW_BIN / target/release)."""
+binary under test (SECGW_BIN), else target/release/secgw-pktgen."""
 from __future__ import annotations
 
 import json
@@ -34,10 +34,15 @@ WARMUP = 0.5
 
 
 def pktgen(testbed) -> str:
-    p = os.environ.get("SECGW_PKTGEN") or str(Path(testbed["binary"]).parent / "secgw-pktgen")
-    if not (os.path.isfile(p) and os.access(p, os.X_OK)):
-        pytest.fail(f"secgw-pktgen binary {p} missing (cargo build --release, or set SECGW_PKTGEN)")
-    return p
+    env = os.environ.get("SECGW_PKTGEN")
+    # Beside the gateway under test, else the repository's build (when the
+    # gateway is testbed/refgw.py, the Python double).
+    tries = [env] if env else [str(Path(testbed["binary"]).parent / "secgw-pktgen"),
+                               str(L.REPO / "target" / "release" / "secgw-pktgen")]
+    for p in tries:
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    pytest.fail(f"secgw-pktgen binary missing (tried {tries}; cargo build --release, or set SECGW_PKTGEN)")
 
 
 class Sink:
