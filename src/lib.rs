@@ -20,3 +20,14 @@ pub mod pktgen;
 pub mod policy;
 pub mod testkit;
 pub mod wire;
+
+/// Logs of the binaries (`secgw`, `secgw-pktgen`): `tracing` to stderr,
+/// coloured only on a terminal, level from `RUST_LOG` (default `info`).
+pub fn init_logging() {
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+}

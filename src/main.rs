@@ -2,7 +2,6 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -246,11 +245,7 @@ fn main() -> ExitCode {
         Cmd::ImportDpdk { file, dpdk, strict } => return import_dpdk(&file, &dpdk, strict),
         cmd => cmd,
     };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .init();
+    secgw::init_logging();
     match real_main(cmd) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

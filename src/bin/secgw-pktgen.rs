@@ -12,7 +12,6 @@ use secgw::pktgen::gen::{self, GenConfig, GenReport};
 use secgw::pktgen::sa::{EspRx, EspTx};
 use secgw::pktgen::sink::{self, SinkConfig, SinkReport};
 use secgw::pktgen::{forward, report};
-use std::io::IsTerminal;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -371,11 +370,7 @@ fn print_sink(r: &SinkReport) {
 
 fn main() -> ExitCode {
     let cmd = Cli::parse().cmd;
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .init();
+    secgw::init_logging();
     match real_main(cmd) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
