@@ -54,7 +54,8 @@
 #   --loss-tolerance P   loss in % a trial may have and still pass (default 0)
 #   --flows N            flows per trial (default 2: SA 1001 for flow 0, 1003 for the rest)
 #   --burst N, --idle-sleep US, --xdp-mode MODE
-#                        gateway settings for every row (default 32, 0, native)
+#                        gateway settings for every row (default 32, 0, native;
+#                        --xdp-mode also for secgw-pktgen's sockets)
 #   --no-crosscheck, --xcheck-rate PPS, --xcheck-size BYTES
 #   --json FILE          write every row (and its trials) as JSON
 #   --keep               leave the namespaces up at the end
@@ -243,15 +244,23 @@ FWD_PID=""
 fwd_start() { # fwd_start WORKERS
     local q="$1" dir="$BENCH_DIR/fwd"
     mkdir -p "$dir"
-    nsx fwd env --default-signal=INT,TERM "$SECGW_PKTGEN_BIN" forward --in fwd-in --out fwd-out \
-        --dst-mac "$SINK_MAC" --src-mac "$FWD_OUT_MAC" --queues "$q" --core "$DUT_CORE" \
+    ip netns exec "$(ns fwd)" env --default-signal=INT,TERM "$SECGW_PKTGEN_BIN" forward --in fwd-in --out fwd-out \
+        --dst-mac "$SINK_MAC" --src-mac "$FWD_OUT_MAC" --queues "$q" --core "$DUT_CORE" --xdp-mode "$XDP_MODE" \
         >"$dir/stdout.log" 2>"$dir/stderr.log" </dev/null &
     FWD_PID=$!
     wait_xdp fwd fwd-in "$FWD_PID" "$dir/stderr.log" || { FWD_PID=""; return 1; }
 }
+# Background jobs are started with `ip netns exec` directly (not through nsx,
+# a function: `&` would fork a subshell, and $! would be that shell's pid).
 fwd_stop() {
     [ -n "$FWD_PID" ] || return 0
     kill -INT "$FWD_PID" 2>/dev/null || true
+    local i
+    for i in $(seq 1 50); do kill -0 "$FWD_PID" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$FWD_PID" 2>/dev/null; then
+        err "secgw-pktgen forward still running 5 s after SIGINT: SIGKILL"
+        kill -KILL "$FWD_PID" 2>/dev/null || true
+    fi
     local rc=0; wait "$FWD_PID" || rc=$?
     FWD_PID=""
     [ "$rc" -eq 0 ] || [ "$rc" -eq 130 ] || { err "secgw-pktgen forward exited $rc"; tail -5 "$BENCH_DIR/fwd/stderr.log" >&2; return 1; }
@@ -296,13 +305,13 @@ trial() {
     [ "$topo" = b ] && gen_args+=(--esp-config "$BENCH_REPO/configs/bench/gw0.toml" --esp-spi 1001)
     local sink_secs
     sink_secs=$(awk -v a="$WARMUP" -v b="$TRIAL_SECS" 'BEGIN { print a + b + 2 }')
-    nsx sink env --default-signal=INT,TERM "$SECGW_PKTGEN_BIN" sink --iface sink0 --queues "$q" --core "$SINK_CORE" \
+    ip netns exec "$(ns sink)" env --default-signal=INT,TERM "$SECGW_PKTGEN_BIN" sink --iface sink0 --queues "$q" --core "$SINK_CORE" --xdp-mode "$XDP_MODE" \
         --duration "$sink_secs" --json "$dir/sink.json" --gen-json "$dir/gen.json" "${sink_args[@]}" \
         >"$dir/sink.out" 2>"$dir/sink.err" </dev/null &
     local sink_pid=$!
     wait_xdp sink sink0 "$sink_pid" "$dir/sink.err" || { kill "$sink_pid" 2>/dev/null; wait "$sink_pid" 2>/dev/null; return 1; }
     local rc=0
-    nsx gen "$SECGW_PKTGEN_BIN" gen --iface gen0 --queues "$q" --core "$GEN_CORE" \
+    nsx gen "$SECGW_PKTGEN_BIN" gen --iface gen0 --queues "$q" --core "$GEN_CORE" --xdp-mode "$XDP_MODE" \
         --src-mac "$GEN_MAC" --dst-mac "$GEN_DST_MAC" --src "$GEN_IP" --dst "$SINK_IP" \
         --flows "$FLOWS" --size "$size" --rate "$rate" --duration "$TRIAL_SECS" --warmup "$WARMUP" \
         --json "$dir/gen.json" "${gen_args[@]}" >"$dir/gen.out" 2>"$dir/gen.err" </dev/null || rc=$?
@@ -411,7 +420,7 @@ crosscheck() {
     trafgen_conf "$size" "$xdir/trafgen.cfg"
     local sink_secs
     sink_secs=$(awk -v a="$secs" 'BEGIN { print a + 3 }')
-    nsx sink env --default-signal=INT,TERM "$SECGW_PKTGEN_BIN" sink --iface sink0 --queues 1 --core "$SINK_CORE" \
+    ip netns exec "$(ns sink)" env --default-signal=INT,TERM "$SECGW_PKTGEN_BIN" sink --iface sink0 --queues 1 --core "$SINK_CORE" --xdp-mode "$XDP_MODE" \
         --duration "$sink_secs" --json "$xdir/trafgen-sink.json" --esp-config "$BENCH_REPO/configs/bench/gw1.toml" \
         >"$xdir/sink.out" 2>"$xdir/sink.err" </dev/null &
     local sink_pid=$! rc=0
