@@ -1,0 +1,386 @@
+//! `secgw-pktgen`: the command line of the testbed's AF_XDP traffic
+//! generator, sink and forwarder ([`secgw::pktgen`]). Parses arguments,
+//! opens the ports, pins the thread and calls the library.
+#![deny(unsafe_code)]
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand, ValueEnum};
+use secgw::io::af_xdp::{self, AfXdpConfig, AfXdpPort, AttachMode};
+use secgw::io::Port;
+use secgw::pktgen::build::{FlowSpec, PacketBuilder, Size};
+use secgw::pktgen::gen::{self, GenConfig, GenReport};
+use secgw::pktgen::sa::{EspRx, EspTx};
+use secgw::pktgen::sink::{self, SinkConfig, SinkReport};
+use secgw::pktgen::{forward, report};
+use std::io::IsTerminal;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "secgw-pktgen", version, about = "AF_XDP traffic generator, sink and forwarder for the secgw testbed")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+/// AF_XDP options shared by every command.
+#[derive(clap::Args, Clone)]
+struct Xdp {
+    /// AF_XDP sockets on queues 0..N of each interface.
+    #[arg(long, default_value_t = 1)]
+    queues: u32,
+    /// Pin the thread to this CPU core.
+    #[arg(long)]
+    core: Option<usize>,
+    /// XDP attach mode.
+    #[arg(long, value_enum, default_value_t = Mode::Skb)]
+    xdp_mode: Mode,
+    /// Entries of each AF_XDP ring (power of two); the UMEM has twice as many frames.
+    #[arg(long, default_value_t = 2048)]
+    ring_size: u32,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Mode {
+    Skb,
+    Native,
+    Auto,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Send UDP (or ESP) packets carrying sequence numbers and timestamps.
+    Gen {
+        /// Interface to send on.
+        #[arg(long)]
+        iface: String,
+        #[command(flatten)]
+        xdp: Xdp,
+        /// Ethernet source address.
+        #[arg(long, value_parser = parse_mac)]
+        src_mac: [u8; 6],
+        /// Ethernet destination address (the next hop).
+        #[arg(long, value_parser = parse_mac)]
+        dst_mac: [u8; 6],
+        /// IP source address (IPv4 or IPv6).
+        #[arg(long)]
+        src: IpAddr,
+        /// IP destination address.
+        #[arg(long)]
+        dst: IpAddr,
+        /// UDP source port of flow 0 (flow i uses sport + i).
+        #[arg(long, default_value_t = 40000)]
+        sport: u16,
+        /// UDP destination port.
+        #[arg(long, default_value_t = 5001)]
+        dport: u16,
+        /// Number of flows.
+        #[arg(long, default_value_t = 1)]
+        flows: u32,
+        /// Plaintext IP packet bytes (64..=1500) or `imix` (7:4:1 of 64/576/1500).
+        #[arg(long)]
+        size: Size,
+        /// Packets per second over all queues (0 = as fast as possible).
+        #[arg(long, default_value_t = 0)]
+        rate: u64,
+        /// Seconds of measured traffic.
+        #[arg(long)]
+        duration: f64,
+        /// Seconds of warm-up before it (packets not measured).
+        #[arg(long, default_value_t = 1.0)]
+        warmup: f64,
+        /// ESP mode: a secgw TOML config holding the outbound SA to encapsulate with.
+        #[arg(long, requires = "esp_spi")]
+        esp_config: Option<PathBuf>,
+        /// ESP mode: SPI of that outbound SA.
+        #[arg(long, requires = "esp_config")]
+        esp_spi: Option<u32>,
+        /// ESP mode: sequence number of the first packet.
+        #[arg(long, default_value_t = 1)]
+        esp_seq_start: u64,
+        /// Write the report as JSON to FILE.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Receive and count generated packets per flow (loss, reordering, latency).
+    Sink {
+        /// Interface to receive on.
+        #[arg(long)]
+        iface: String,
+        #[command(flatten)]
+        xdp: Xdp,
+        /// Seconds to listen (then a grace period for stragglers).
+        #[arg(long)]
+        duration: f64,
+        /// Milliseconds of grace after the duration.
+        #[arg(long, default_value_t = 200)]
+        grace_ms: u64,
+        /// Flows 0..N are tracked (others are counted as out of range).
+        #[arg(long, default_value_t = 1024)]
+        max_flows: u32,
+        /// Microseconds to sleep after an empty poll (0 = busy poll).
+        #[arg(long, default_value_t = 0)]
+        idle_sleep_us: u64,
+        /// ESP mode: decrypt ESP for any inbound SA of this secgw TOML config.
+        #[arg(long)]
+        esp_config: Option<PathBuf>,
+        /// The generator's JSON report: loss against its per-flow counts.
+        #[arg(long)]
+        gen_json: Option<PathBuf>,
+        /// Wait for the generator's JSON report (--gen-json) up to this many
+        /// seconds after listening ends (it is written when the generator exits).
+        #[arg(long, default_value_t = 5.0)]
+        gen_json_wait: f64,
+        /// Write the report as JSON to FILE.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Minimal AF_XDP L2 forwarder (MAC rewrite only): the I/O ceiling.
+    Forward {
+        /// Interface to receive on.
+        #[arg(long = "in")]
+        input: String,
+        /// Interface to send on.
+        #[arg(long = "out")]
+        output: String,
+        /// Destination MAC of forwarded frames.
+        #[arg(long, value_parser = parse_mac)]
+        dst_mac: [u8; 6],
+        /// Source MAC of forwarded frames [default: the out interface's].
+        #[arg(long, value_parser = parse_mac)]
+        src_mac: Option<[u8; 6]>,
+        #[command(flatten)]
+        xdp: Xdp,
+        /// Seconds to run [default: until SIGINT/SIGTERM].
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Microseconds to sleep after an empty poll (0 = busy poll).
+        #[arg(long, default_value_t = 0)]
+        idle_sleep_us: u64,
+        /// Write the counts as JSON to FILE.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Combine a generator's and a sink's JSON reports into one line.
+    Report {
+        /// The generator's JSON.
+        #[arg(long)]
+        gen: PathBuf,
+        /// The sink's JSON.
+        #[arg(long)]
+        sink: PathBuf,
+        /// Write the combined figures as JSON to FILE.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let mut mac = [0u8; 6];
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != 6 {
+        return Err(format!("{s:?}: a MAC is six hex octets separated by ':'"));
+    }
+    for (m, p) in mac.iter_mut().zip(parts) {
+        *m = u8::from_str_radix(p, 16).map_err(|_| format!("{s:?}: {p:?} is not a hex octet"))?;
+    }
+    Ok(mac)
+}
+
+fn secs(what: &str, s: f64) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(s).map_err(|_| anyhow::anyhow!("--{what} {s}: not a number of seconds"))
+}
+
+/// Opens AF_XDP ports on queues 0..xdp.queues of `iface`.
+fn open(iface: &str, xdp: &Xdp, first_id: u16) -> anyhow::Result<Vec<AfXdpPort>> {
+    if xdp.queues == 0 {
+        bail!("--queues must be at least 1");
+    }
+    (0..xdp.queues)
+        .map(|q| {
+            let mut c = AfXdpConfig::new(iface, q);
+            c.mode = match xdp.xdp_mode {
+                Mode::Skb => AttachMode::Skb,
+                Mode::Native => AttachMode::Native,
+                Mode::Auto => AttachMode::Auto,
+            };
+            c.ring_size = xdp.ring_size;
+            c.frame_count = xdp.ring_size.saturating_mul(2);
+            AfXdpPort::open(first_id + q as u16, &c).with_context(|| format!("opening {iface} queue {q}"))
+        })
+        .collect()
+}
+
+fn pin(core: Option<usize>) -> anyhow::Result<()> {
+    if let Some(id) = core {
+        if !core_affinity::set_for_current(core_affinity::CoreId { id }) {
+            bail!("cannot pin to core {id}");
+        }
+    }
+    Ok(())
+}
+
+fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("signal handler")?;
+    }
+    Ok(stop)
+}
+
+fn write_json<T: serde::Serialize>(path: &Path, v: &T) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(v)?;
+    // Written whole under a temporary name, then renamed: a reader polling
+    // for the file never sees half of it.
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text + "\n").with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+fn port_rx_dropped(ports: &[AfXdpPort]) -> u64 {
+    ports.iter().map(|p| p.stats().rx_dropped).sum()
+}
+
+fn real_main(cmd: Cmd) -> anyhow::Result<()> {
+    match cmd {
+        Cmd::Gen { iface, xdp, src_mac, dst_mac, src, dst, sport, dport, flows, size, rate, duration, warmup, esp_config, esp_spi, esp_seq_start, json } => {
+            let spec = FlowSpec { src_mac, dst_mac, src, dst, sport, dport, flows };
+            let builder = PacketBuilder::new(spec, size)?;
+            let cfg = GenConfig { builder, rate_pps: rate, duration: secs("duration", duration)?, warmup: secs("warmup", warmup)?, drain: Duration::from_millis(500) };
+            let mut esp = match (esp_config, esp_spi) {
+                (Some(path), Some(spi)) => Some(EspTx::from_config(&path, spi, esp_seq_start)?),
+                _ => None,
+            };
+            if let Some(e) = &esp {
+                let largest = match size {
+                    Size::Fixed(n) => n,
+                    Size::Imix => 1500,
+                };
+                let hl = if src.is_ipv6() { 40 } else { 20 };
+                let outer = secgw::esp::outbound::encapsulated_len(&e.sa, hl, largest);
+                if outer > 1500 {
+                    tracing::warn!(inner = largest, outer, "ESP packets longer than a 1500-byte MTU: a veth peer drops them (a gateway would fragment or refuse the inner packet)");
+                }
+            }
+            let stop = stop_flag()?;
+            pin(xdp.core)?;
+            let mut ports = open(&iface, &xdp, 0)?;
+            tracing::info!(%iface, queues = xdp.queues, %size, rate, flows, esp = esp.is_some(), "generating");
+            let r = gen::run(&mut ports, &cfg, esp.as_mut(), &stop);
+            drop(ports);
+            println!(
+                "gen: sent {} packets ({} measured) in {:.3} s measured: {:.0} pps, {:.4} Gbit/s; tx ring full {}, failed {}, esp errors {}",
+                r.tx_packets,
+                r.measured_tx_packets,
+                r.duration_s,
+                r.rate_pps,
+                if r.duration_s > 0.0 { r.measured_tx_bytes as f64 * 8.0 / r.duration_s / 1e9 } else { 0.0 },
+                r.tx_ring_full,
+                r.tx_failed,
+                r.esp_errors
+            );
+            if let Some(p) = json {
+                write_json(&p, &r)?;
+            }
+        }
+        Cmd::Sink { iface, xdp, duration, grace_ms, max_flows, idle_sleep_us, esp_config, gen_json, gen_json_wait, json } => {
+            let cfg = SinkConfig { duration: secs("duration", duration)?, grace: Duration::from_millis(grace_ms), max_flows, idle_sleep: Duration::from_micros(idle_sleep_us) };
+            let mut esp = esp_config.map(|p| EspRx::from_config(&p)).transpose()?;
+            let stop = stop_flag()?;
+            pin(xdp.core)?;
+            let mut ports = open(&iface, &xdp, 0)?;
+            tracing::info!(%iface, queues = xdp.queues, esp = esp.is_some(), "listening");
+            let s = sink::run(&mut ports, &cfg, esp.as_mut(), &stop);
+            let rx_dropped = port_rx_dropped(&ports);
+            drop(ports);
+            let gen: Option<GenReport> = match gen_json {
+                Some(p) => {
+                    let deadline = std::time::Instant::now() + secs("gen-json-wait", gen_json_wait)?;
+                    while !p.exists() && std::time::Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    Some(read_json(&p)?)
+                }
+                None => None,
+            };
+            let mut r: SinkReport = s.report(gen.as_ref());
+            r.port_rx_dropped = rx_dropped;
+            print_sink(&r);
+            if let Some(p) = json {
+                write_json(&p, &r)?;
+            }
+        }
+        Cmd::Forward { input, output, dst_mac, src_mac, xdp, duration, idle_sleep_us, json } => {
+            let src_mac = match src_mac {
+                Some(m) => m,
+                None => af_xdp::interface_mac(&output).with_context(|| format!("MAC of {output}"))?,
+            };
+            let duration = duration.map(|d| secs("duration", d)).transpose()?;
+            let stop = stop_flag()?;
+            pin(xdp.core)?;
+            let mut ins = open(&input, &xdp, 0)?;
+            let mut outs = open(&output, &xdp, xdp.queues as u16)?;
+            tracing::info!(%input, %output, queues = xdp.queues, "forwarding");
+            let mut r = forward::run(&mut ins, &mut outs, dst_mac, src_mac, duration, Duration::from_micros(idle_sleep_us), &stop);
+            r.rx_dropped = port_rx_dropped(&ins);
+            println!("forward: rx {} tx {} tx_dropped {} kernel rx drops {} in {:.3} s", r.rx_packets, r.tx_packets, r.tx_dropped, r.rx_dropped, r.duration_s);
+            if let Some(p) = json {
+                write_json(&p, &r)?;
+            }
+        }
+        Cmd::Report { gen, sink, json } => {
+            let g: GenReport = read_json(&gen)?;
+            let s: SinkReport = read_json(&sink)?;
+            let c = report::combine(&g, &s);
+            println!("{}", report::table_header());
+            println!("{}", report::table_row(&c));
+            if let Some(p) = json {
+                write_json(&p, &c)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_sink(r: &SinkReport) {
+    println!(
+        "sink: {} measured packets in {:.3} s: {:.0} pps, {:.4} Gbit/s; lost {} ({:.4}%, from {}), reordered {}, duplicates {}; latency us p50 {:.1} p99 {:.1} max {:.1}",
+        r.packets, r.measured_s, r.rate_pps, r.gbps, r.lost, r.loss_pct, r.loss_from, r.reordered, r.duplicates, r.latency_us.p50, r.latency_us.p99, r.latency_us.max
+    );
+    println!(
+        "      frames {} (other {}, warm-up {}, flow out of range {}), esp decrypted {} failed {} {:?}, kernel rx drops {}",
+        r.rx_frames, r.other_frames, r.warmup_packets, r.flow_out_of_range, r.esp_decrypted, r.esp_failed, r.esp_failures, r.port_rx_dropped
+    );
+    println!("{:>6} {:>12} {:>14} {:>10} {:>9} {:>9} {:>10} {:>10} {:>10}", "flow", "packets", "bytes", "lost", "reorder", "dup", "p50_us", "p99_us", "max_us");
+    for f in &r.flows {
+        println!(
+            "{:>6} {:>12} {:>14} {:>10} {:>9} {:>9} {:>10.1} {:>10.1} {:>10.1}",
+            f.flow, f.packets, f.bytes, f.lost, f.reordered, f.duplicates, f.latency_us.p50, f.latency_us.p99, f.latency_us.max
+        );
+    }
+}
+
+fn main() -> ExitCode {
+    let cmd = Cli::parse().cmd;
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    match real_main(cmd) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("secgw-pktgen: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! The generator loop: build → (ESP seal) → burst out, paced by a token
+//! bucket, on one thread driving one port per tx queue.
+//!
+//! Flow *i* goes out on queue `i % queues` (with fewer flows than queues
+//! the extra queues stay idle); each burst goes to one queue, the queues
+//! taking turns, and within a queue the flows take turns packet by packet.
+//! Sequence numbers count per flow from 0 across warm-up and measurement;
+//! a packet is *measured* (payload flag bit 0) when it is built after the
+//! warm-up. The transmit timestamp is read per packet just before it is
+//! built (and, in ESP mode, sealed: the timestamp is inside the
+//! ciphertext).
+//!
+//! A full tx ring is never a silent drop: the burst is cut to the free
+//! room first (tokens given back, `tx_ring_full` counted), and frames the
+//! port still refuses are retried after a poll (`tx_ring_full` again) until
+//! the run is over; only then are they counted in `tx_failed`.
+
+use super::build::PacketBuilder;
+use super::pace::{TokenBucket, SLEEP_MIN_NS};
+use super::payload::{Payload, FLAG_MEASURED};
+use super::sa::EspTx;
+use super::{now_ns, TxRoom, BURST};
+use crate::crypto::QueuePair;
+use crate::esp;
+use crate::io::PktBuf;
+use crate::wire::ethernet;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// What to send.
+#[derive(Debug, Clone)]
+pub struct GenConfig {
+    /// Packets (addresses, flows, sizes).
+    pub builder: PacketBuilder,
+    /// Packets per second over all queues; 0 = as fast as possible.
+    pub rate_pps: u64,
+    /// Measured part of the run.
+    pub duration: Duration,
+    /// Warm-up before it (packets not measured).
+    pub warmup: Duration,
+    /// Longest wait for the last frames to leave after the run.
+    pub drain: Duration,
+}
+
+/// Packets of one flow.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowTx {
+    /// Flow number.
+    pub flow: u32,
+    /// Packets sent (warm-up included).
+    pub tx_packets: u64,
+    /// Packets sent after the warm-up.
+    pub measured_tx_packets: u64,
+}
+
+/// What the generator did (`--json`). Bytes are Ethernet frame bytes
+/// without FCS, as handed to the port (ESP frames in ESP mode).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct GenReport {
+    /// Frames sent, warm-up included.
+    pub tx_packets: u64,
+    /// Their bytes.
+    pub tx_bytes: u64,
+    /// Frames sent after the warm-up.
+    pub measured_tx_packets: u64,
+    /// Their bytes.
+    pub measured_tx_bytes: u64,
+    /// Seconds from the end of the warm-up to the last frame sent.
+    pub duration_s: f64,
+    /// Achieved rate over `duration_s`, packets per second.
+    pub rate_pps: f64,
+    /// `--rate` (0 = as fast as possible).
+    pub target_rate_pps: u64,
+    /// Warm-up seconds.
+    pub warmup_s: f64,
+    /// Times a burst was cut or refused for want of tx ring room (retried, not dropped).
+    pub tx_ring_full: u64,
+    /// Frames built but never taken by the port before the run ended.
+    pub tx_failed: u64,
+    /// Packets the ESP seal refused (sequence numbers exhausted, ...; not sent).
+    pub esp_errors: u64,
+    /// True in ESP mode.
+    pub esp: bool,
+    /// Tx queues used.
+    pub queues: usize,
+    /// Per flow.
+    pub flows: Vec<FlowTx>,
+}
+
+/// Per-packet bookkeeping of one burst (which flow, measured or not).
+#[derive(Clone, Copy, Default)]
+struct Meta {
+    flow: u32,
+    measured: bool,
+}
+
+/// Runs the generator on `ports` (port *q* = tx queue *q*) until the
+/// warm-up and duration are over or `stop` is set; `esp` seals each packet
+/// with that SA. Nothing in the loop allocates. Returns the counts.
+pub fn run<P: TxRoom>(ports: &mut [P], cfg: &GenConfig, mut esp: Option<&mut EspTx>, stop: &AtomicBool) -> GenReport {
+    let flows = cfg.builder.spec().flows;
+    let nq = ports.len().min(flows as usize).max(1);
+    let spec = *cfg.builder.spec();
+    // Flows of queue q: q, q + nq, q + 2nq, ...
+    let per_queue: Vec<u32> = (0..nq as u32).map(|q| (flows - q).div_ceil(nq as u32)).collect();
+    let mut cursor = vec![0u32; nq];
+    let mut report = GenReport {
+        target_rate_pps: cfg.rate_pps,
+        warmup_s: cfg.warmup.as_secs_f64(),
+        esp: esp.is_some(),
+        queues: nq,
+        flows: (0..flows).map(|f| FlowTx { flow: f, ..Default::default() }).collect(),
+        ..Default::default()
+    };
+    let mut next_seq = vec![0u64; flows as usize];
+    let mut pool: Vec<PktBuf> = (0..BURST).map(|_| PktBuf::new()).collect();
+    let mut out: Vec<PktBuf> = Vec::with_capacity(BURST);
+    let mut ops = Vec::with_capacity(BURST);
+    let mut done = Vec::with_capacity(BURST);
+    let mut meta = [Meta::default(); BURST];
+    let mut out_meta = [Meta::default(); BURST];
+    let room0: Vec<usize> = ports.iter_mut().map(|p| {
+        p.poll();
+        p.tx_room()
+    }).collect();
+
+    let t0 = now_ns();
+    let m0 = t0 + cfg.warmup.as_nanos() as u64;
+    let end = m0 + cfg.duration.as_nanos() as u64;
+    let mut bucket = TokenBucket::new(cfg.rate_pps, t0);
+    let mut k = 0u64;
+    let mut q = 0usize;
+    let mut last_tx = m0;
+    loop {
+        let now = now_ns();
+        if now >= end || stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let want = bucket.take(now, BURST);
+        if want == 0 {
+            for p in ports.iter_mut() {
+                p.poll();
+            }
+            let wait = bucket.wait_ns(now).min(end - now);
+            if wait > SLEEP_MIN_NS {
+                std::thread::sleep(Duration::from_nanos(wait - SLEEP_MIN_NS / 2));
+            } else {
+                std::hint::spin_loop();
+            }
+            continue;
+        }
+        let port = &mut ports[q];
+        port.poll();
+        let n = want.min(port.tx_room()).min(pool.len());
+        if n < want {
+            bucket.refund(want - n);
+            report.tx_ring_full += 1;
+        }
+        if n == 0 {
+            q = (q + 1) % nq;
+            continue;
+        }
+
+        // Build (and seal).
+        for _ in 0..n {
+            let Some(mut b) = pool.pop() else { break };
+            let c = &mut cursor[q];
+            let flow = q as u32 + nq as u32 * *c;
+            *c = (*c + 1) % per_queue[q];
+            let tx_ns = now_ns();
+            let measured = tx_ns >= m0;
+            let p = Payload { flow, seq: next_seq[flow as usize], tx_ns, flags: if measured { FLAG_MEASURED } else { 0 } };
+            next_seq[flow as usize] += 1;
+            cfg.builder.build(&mut b, k, &p);
+            k += 1;
+            let m = Meta { flow, measured };
+            match esp.as_deref_mut() {
+                None => {
+                    out_meta[out.len()] = m;
+                    out.push(b);
+                }
+                Some(e) => match esp::outbound::prepare(&e.sa, &mut e.state, b) {
+                    Ok(op) => {
+                        meta[ops.len()] = m;
+                        ops.push(op);
+                    }
+                    Err((_, b)) => {
+                        report.esp_errors += 1;
+                        pool.push(b);
+                    }
+                },
+            }
+        }
+        if let Some(e) = esp.as_deref_mut() {
+            // The software queue pair completes at enqueue, in order.
+            e.qp.enqueue_burst(&mut ops);
+            // Not accepted (cannot happen: the queue pair holds two bursts
+            // and is emptied every time): dropped as ESP errors.
+            for op in ops.drain(..) {
+                report.esp_errors += 1;
+                pool.push(op.buf);
+            }
+            e.qp.dequeue_burst(&mut done, BURST);
+            for (i, op) in done.drain(..).enumerate() {
+                match esp::outbound::finish(op) {
+                    Ok(mut b) => {
+                        let f = b.frame_mut();
+                        let ethertype = if f.get(ethernet::HEADER_LEN).is_some_and(|v| v >> 4 == 6) { ethernet::ETHERTYPE_IPV6 } else { ethernet::ETHERTYPE_IPV4 };
+                        ethernet::write_header(f, &spec.dst_mac, &spec.src_mac, ethertype);
+                        out_meta[out.len()] = meta[i];
+                        out.push(b);
+                    }
+                    Err((_, b)) => {
+                        report.esp_errors += 1;
+                        pool.push(b);
+                    }
+                }
+            }
+        }
+
+        // Send, retrying what the port refuses.
+        let mut sent = port.tx_burst(&out);
+        while sent < out.len() {
+            report.tx_ring_full += 1;
+            if stop.load(Ordering::Relaxed) || now_ns() >= end + 1_000_000_000 {
+                break;
+            }
+            port.poll();
+            sent += port.tx_burst(&out[sent..]);
+        }
+        let t = now_ns();
+        for (b, m) in out[..sent].iter().zip(&out_meta[..sent]) {
+            let len = b.len() as u64;
+            report.tx_packets += 1;
+            report.tx_bytes += len;
+            let ft = &mut report.flows[m.flow as usize];
+            ft.tx_packets += 1;
+            if m.measured {
+                report.measured_tx_packets += 1;
+                report.measured_tx_bytes += len;
+                ft.measured_tx_packets += 1;
+                last_tx = t;
+            }
+        }
+        report.tx_failed += (out.len() - sent) as u64;
+        pool.append(&mut out);
+        q = (q + 1) % nq;
+    }
+
+    // Let the last frames leave (copy mode sends only when kicked).
+    let deadline = now_ns() + cfg.drain.as_nanos() as u64;
+    while now_ns() < deadline {
+        let mut pending = false;
+        for (p, r0) in ports.iter_mut().zip(&room0) {
+            p.poll();
+            pending |= p.tx_room() < *r0;
+        }
+        if !pending {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    report.duration_s = last_tx.saturating_sub(m0) as f64 / 1e9;
+    if report.duration_s > 0.0 {
+        report.rate_pps = report.measured_tx_packets as f64 / report.duration_s;
+    }
+    report
+}

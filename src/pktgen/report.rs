@@ -1,0 +1,99 @@
+//! One line out of a generator's and a sink's JSON reports (`report`).
+//!
+//! Rates are the sink's: measured packets received over the sink's
+//! measured seconds (first to last measured packet), bytes being Ethernet
+//! frame bytes without FCS as received, × 8. Loss is the generator's
+//! measured tx count minus the distinct measured packets the sink received
+//! (duplicates do not hide a loss), in percent of the former.
+
+use super::gen::GenReport;
+use super::sink::SinkReport;
+use serde::{Deserialize, Serialize};
+
+/// The combined figures (`report --json`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Combined {
+    /// Generator: measured packets sent.
+    pub tx_packets: u64,
+    /// Generator: achieved rate, packets per second.
+    pub tx_pps: f64,
+    /// Sink: measured packets received (distinct).
+    pub rx_packets: u64,
+    /// Sink: received rate, million packets per second.
+    pub mpps: f64,
+    /// Sink: received Gbit/s.
+    pub gbps: f64,
+    /// Lost packets (tx − distinct rx, at least 0).
+    pub lost: u64,
+    /// `lost / tx_packets` in percent.
+    pub loss_pct: f64,
+    /// Reordered packets (sink).
+    pub reordered: u64,
+    /// Duplicates (sink).
+    pub duplicates: u64,
+    /// Latency p50, µs.
+    pub p50_us: f64,
+    /// Latency p99, µs.
+    pub p99_us: f64,
+    /// Latency max, µs.
+    pub max_us: f64,
+}
+
+/// Combines the two reports.
+pub fn combine(gen: &GenReport, sink: &SinkReport) -> Combined {
+    let distinct = sink.packets.saturating_sub(sink.duplicates);
+    let lost = gen.measured_tx_packets.saturating_sub(distinct);
+    // A sink that saw a single packet has no interval: fall back on the generator's.
+    let secs = if sink.measured_s > 0.0 { sink.measured_s } else { gen.duration_s };
+    let per_s = |x: f64| if secs > 0.0 { x / secs } else { 0.0 };
+    Combined {
+        tx_packets: gen.measured_tx_packets,
+        tx_pps: gen.rate_pps,
+        rx_packets: distinct,
+        mpps: per_s(sink.packets as f64) / 1e6,
+        gbps: per_s(sink.bytes as f64 * 8.0) / 1e9,
+        lost,
+        loss_pct: if gen.measured_tx_packets > 0 { lost as f64 * 100.0 / gen.measured_tx_packets as f64 } else { 0.0 },
+        reordered: sink.reordered,
+        duplicates: sink.duplicates,
+        p50_us: sink.latency_us.p50,
+        p99_us: sink.latency_us.p99,
+        max_us: sink.latency_us.max,
+    }
+}
+
+/// Header line of [`table_row`].
+pub fn table_header() -> String {
+    format!("{:>12} {:>12} {:>9} {:>9} {:>10} {:>8} {:>10} {:>10} {:>10}", "tx_pkts", "rx_pkts", "Mpps", "Gbit/s", "lost", "loss%", "p50_us", "p99_us", "max_us")
+}
+
+/// One table line of `c`.
+pub fn table_row(c: &Combined) -> String {
+    format!(
+        "{:>12} {:>12} {:>9.4} {:>9.4} {:>10} {:>8.4} {:>10.1} {:>10.1} {:>10.1}",
+        c.tx_packets, c.rx_packets, c.mpps, c.gbps, c.lost, c.loss_pct, c.p50_us, c.p99_us, c.max_us
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn combines_rates_loss_and_latency() {
+        let gen = GenReport { measured_tx_packets: 1000, rate_pps: 500.0, duration_s: 2.0, ..Default::default() };
+        let mut sink = SinkReport { packets: 995, duplicates: 5, bytes: 995 * 100, measured_s: 1.99, ..Default::default() };
+        sink.latency_us.p50 = 10.0;
+        sink.latency_us.p99 = 20.0;
+        sink.latency_us.max = 30.0;
+        let c = combine(&gen, &sink);
+        assert_eq!((c.tx_packets, c.rx_packets, c.lost), (1000, 990, 10));
+        assert!((c.loss_pct - 1.0).abs() < 1e-9);
+        assert!((c.mpps - 995.0 / 1.99 / 1e6).abs() < 1e-12);
+        assert!((c.gbps - 995.0 * 800.0 / 1.99 / 1e9).abs() < 1e-12);
+        assert_eq!((c.p50_us, c.p99_us, c.max_us), (10.0, 20.0, 30.0));
+        assert!(table_row(&c).contains("990"));
+        let none = combine(&GenReport::default(), &SinkReport::default());
+        assert_eq!((none.mpps, none.loss_pct), (0.0, 0.0));
+    }
+}

@@ -1,0 +1,107 @@
+//! ESP for the generator and the sink: SAs taken from a secgw TOML config
+//! and built exactly as the gateway builds them
+//! ([`crate::control::tables`]), on a software crypto device of one queue
+//! pair. The generator seals with [`crate::esp::outbound`] (RFC 4303
+//! §3.1.2, tunnel or transport as the SA says), the sink opens with
+//! [`crate::esp::inbound`] (§3.4). Lifetimes are not enforced here.
+
+use super::PktgenError;
+use crate::config::{self, model};
+use crate::control::tables;
+use crate::crypto::soft::{SoftDevice, SoftQueuePair};
+use crate::crypto::{CryptoDevice, QpConf};
+use crate::esp::{InboundSa, InboundState, OutboundSa, OutboundState, SaLife};
+use crate::io::PktBuf;
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Depth of the queue pair (two bursts).
+const QP_DEPTH: usize = 2 * super::BURST;
+
+fn load(path: &Path) -> Result<model::Config, PktgenError> {
+    config::load(path).map_err(|e| PktgenError::Config(format!("{}: {e}", path.display())))
+}
+
+/// The outbound SA with SPI `spi` of a config, its sequence state and a
+/// queue pair to seal with.
+pub struct EspTx {
+    /// The SA (key, mode, tunnel addresses, algorithm of the config).
+    pub sa: OutboundSa,
+    /// Its sequence counter.
+    pub state: OutboundState,
+    /// Queue pair of a one-queue-pair software device.
+    pub qp: SoftQueuePair<PktBuf>,
+    _dev: SoftDevice,
+}
+
+impl EspTx {
+    /// Loads `path` and builds its outbound SA `spi`; the first packet will
+    /// carry sequence number `seq_start` (1 for a fresh SA, RFC 4303
+    /// §3.3.3). Errors: the config does not load, has no outbound SA
+    /// `spi`, `seq_start` is 0 or past the SA's sequence space, or the
+    /// session cannot be made.
+    pub fn from_config(path: &Path, spi: u32, seq_start: u64) -> Result<EspTx, PktgenError> {
+        let cfg = load(path)?;
+        let Some(c) = cfg.sas.iter().find(|s| s.spi == spi && s.direction == model::Direction::Outbound) else {
+            return Err(PktgenError::Config(format!("{}: no outbound SA with SPI {spi}", path.display())));
+        };
+        let limit = if c.esn { u64::MAX } else { u32::MAX as u64 };
+        if seq_start == 0 || seq_start > limit {
+            return Err(PktgenError::Invalid(format!("--esp-seq-start {seq_start}: must be 1..={limit}")));
+        }
+        let dev = SoftDevice::new(1);
+        let session = tables::session(&dev, c).map_err(|e| PktgenError::Config(e.to_string()))?;
+        let mut sa = tables::outbound_sa(&cfg.gateway, c, session, 0, 0, Arc::new(SaLife::default())).map_err(|e| PktgenError::Config(e.to_string()))?;
+        sa.first_seq = seq_start;
+        sa.dummy = None;
+        let state = OutboundState::new(&sa);
+        let qp = dev.queue_pair_setup(0, QpConf { nb_descriptors: QP_DEPTH }).map_err(|e| PktgenError::Config(e.to_string()))?;
+        Ok(EspTx { sa, state, qp, _dev: dev })
+    }
+
+    /// Outer IP version of the SA's packets (tunnel mode: the endpoints';
+    /// transport mode: `None`, the packet's own).
+    pub fn tunnel_family_v6(&self) -> Option<bool> {
+        (!self.sa.transport).then_some(self.sa.tunnel_dst.is_ipv6())
+    }
+}
+
+/// The inbound SAs of a config, their replay windows and a queue pair to
+/// open with.
+pub struct EspRx {
+    /// SAs and their states, in config order.
+    pub sas: Vec<(InboundSa, InboundState)>,
+    /// Queue pair of a one-queue-pair software device.
+    pub qp: SoftQueuePair<PktBuf>,
+    _dev: SoftDevice,
+}
+
+impl EspRx {
+    /// Loads `path` and builds every inbound SA. Errors: the config does
+    /// not load, has no inbound SA, or a session cannot be made.
+    pub fn from_config(path: &Path) -> Result<EspRx, PktgenError> {
+        let cfg = load(path)?;
+        let dev = SoftDevice::new(1);
+        let mut sas = Vec::new();
+        for c in cfg.sas.iter().filter(|s| s.direction == model::Direction::Inbound) {
+            let session = tables::session(&dev, c).map_err(|e| PktgenError::Config(e.to_string()))?;
+            let sa = tables::inbound_entry(c, session, 0, 0, Arc::new(SaLife::default()), Vec::new()).sa;
+            let st = InboundState::new(&sa);
+            sas.push((sa, st));
+        }
+        if sas.is_empty() {
+            return Err(PktgenError::Config(format!("{}: no inbound SA", path.display())));
+        }
+        let qp = dev.queue_pair_setup(0, QpConf { nb_descriptors: QP_DEPTH }).map_err(|e| PktgenError::Config(e.to_string()))?;
+        Ok(EspRx { sas, qp, _dev: dev })
+    }
+
+    /// Index of the SA for `spi` arriving for outer destination `dst`: a
+    /// tunnel-mode SA must match both (RFC 4301 §4.1), a transport-mode one
+    /// the SPI alone. Linear in the SAs (a sink has a few).
+    #[inline]
+    pub fn find(&self, spi: u32, dst: IpAddr) -> Option<usize> {
+        self.sas.iter().position(|(sa, _)| sa.spi == spi && (sa.transport || sa.tunnel_dst == dst))
+    }
+}

@@ -1,0 +1,448 @@
+//! The sink: receives bursts, recognises generated packets by their
+//! payload ([`super::payload`]) and counts them per flow ([`FlowRx`]).
+//!
+//! A frame counts as *ours* when it is Ethernet + IPv4 (valid header
+//! checksum, not a fragment) or IPv6 (UDP right after the fixed header) +
+//! UDP + a payload starting with the magic. Everything else is counted in
+//! `other_frames` and otherwise ignored. In ESP mode an IPv4/IPv6 ESP frame
+//! whose (SPI, destination) names an inbound SA of the config is opened
+//! with [`crate::esp::inbound`] (anti-replay window included, as a gateway
+//! would) and its inner packet read the same way; a frame that fails (or
+//! names no SA of the config: `no_sa`) is counted by the gateway's drop
+//! reason name (`esp_failures`), not read.
+//! Latency is the receive time (one [`super::now_ns`] per burst) minus the
+//! payload's transmit time.
+
+use super::flows::FlowRx;
+use super::gen::GenReport;
+use super::hist::Histogram;
+use super::payload::Payload;
+use super::sa::EspRx;
+use super::{now_ns, BURST};
+use crate::crypto::QueuePair;
+use crate::dataplane::counters::DropReason;
+use crate::esp;
+use crate::io::{PktBuf, Port};
+use crate::wire::{ethernet, ipv4, ipv6, udp};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// How long to listen.
+#[derive(Debug, Clone)]
+pub struct SinkConfig {
+    /// Listening time, then `grace` more for stragglers.
+    pub duration: Duration,
+    /// Extra listening after `duration` (default 200 ms).
+    pub grace: Duration,
+    /// Flows 0..max_flows are tracked (state allocated at start); higher
+    /// flow numbers are counted in `flow_out_of_range`.
+    pub max_flows: u32,
+    /// Sleep after an empty poll of every port (0 = busy poll).
+    pub idle_sleep: Duration,
+}
+
+/// What a frame turned out to be.
+enum Kind {
+    Ours(Payload),
+    Esp { esp_offset: usize, total: usize, spi: u32, dst: IpAddr, tos: u8 },
+    Other,
+}
+
+/// Reads an IP packet at `ip` (IPv4 or IPv6 by its version nibble).
+#[inline]
+fn classify_ip(ip: &[u8], want_esp: bool) -> Kind {
+    let (proto, l4, total, dst, tos, hl) = match ip.first().map(|v| v >> 4) {
+        Some(4) => {
+            let Ok(p) = ipv4::Ipv4Packet::new_checked(ip) else { return Kind::Other };
+            if p.is_fragment() {
+                return Kind::Other;
+            }
+            (p.protocol(), p.payload(), p.total_len(), IpAddr::V4(p.dst()), p.tos(), p.header_len())
+        }
+        Some(6) => {
+            let Ok(p) = ipv6::Ipv6Packet::new_checked(ip) else { return Kind::Other };
+            (p.next_header(), p.payload(), p.total_len(), IpAddr::V6(p.dst()), p.traffic_class(), ipv6::HEADER_LEN)
+        }
+        _ => return Kind::Other,
+    };
+    match proto {
+        ipv4::PROTO_UDP => {
+            let Ok(u) = udp::UdpPacket::new_checked(l4) else { return Kind::Other };
+            match Payload::read(u.payload()) {
+                Some(p) => Kind::Ours(p),
+                None => Kind::Other,
+            }
+        }
+        ipv4::PROTO_ESP if want_esp && l4.len() >= 8 => {
+            let spi = u32::from_be_bytes([l4[0], l4[1], l4[2], l4[3]]);
+            Kind::Esp { esp_offset: hl, total, spi, dst, tos }
+        }
+        _ => Kind::Other,
+    }
+}
+
+/// Reads an Ethernet frame.
+#[inline]
+fn classify(frame: &[u8], want_esp: bool) -> Kind {
+    let Ok(e) = ethernet::EthernetFrame::new_checked(frame) else { return Kind::Other };
+    match e.ethertype() {
+        ethernet::ETHERTYPE_IPV4 | ethernet::ETHERTYPE_IPV6 => classify_ip(e.payload(), want_esp),
+        _ => Kind::Other,
+    }
+}
+
+/// The sink's counters and per-flow state.
+pub struct Sink {
+    flows: Vec<FlowRx>,
+    /// Frames received (all).
+    pub rx_frames: u64,
+    /// Their bytes.
+    pub rx_bytes: u64,
+    /// Frames that were not ours (nor ESP for one of our SAs).
+    pub other_frames: u64,
+    /// Ours but with a flow number at or above `max_flows`.
+    pub flow_out_of_range: u64,
+    /// ESP frames opened and read.
+    pub esp_decrypted: u64,
+    /// ESP frames that failed, by drop reason.
+    esp_failed: [u64; DropReason::ALL.len()],
+    first_measured_ns: u64,
+    last_measured_ns: u64,
+    started_ns: u64,
+    stopped_ns: u64,
+}
+
+impl Sink {
+    /// A sink tracking flows `0..max_flows` (allocates their state).
+    pub fn new(max_flows: u32) -> Sink {
+        Sink {
+            flows: (0..max_flows).map(|_| FlowRx::new()).collect(),
+            rx_frames: 0,
+            rx_bytes: 0,
+            other_frames: 0,
+            flow_out_of_range: 0,
+            esp_decrypted: 0,
+            esp_failed: [0; DropReason::ALL.len()],
+            first_measured_ns: 0,
+            last_measured_ns: 0,
+            started_ns: now_ns(),
+            stopped_ns: 0,
+        }
+    }
+
+    /// Counts a payload of ours received at `now` in a frame of `wire_len` bytes.
+    #[inline]
+    fn ours(&mut self, p: &Payload, wire_len: usize, now: u64) {
+        let Some(f) = self.flows.get_mut(p.flow as usize) else {
+            self.flow_out_of_range += 1;
+            return;
+        };
+        let measured = p.measured();
+        f.record(p.seq, measured, wire_len, now.saturating_sub(p.tx_ns));
+        if measured {
+            if self.first_measured_ns == 0 {
+                self.first_measured_ns = now;
+            }
+            self.last_measured_ns = now;
+        }
+    }
+
+    /// Counts one plaintext frame received at `now` (ESP frames are
+    /// "other" here; [`Sink::burst`] opens them).
+    #[inline]
+    pub fn frame(&mut self, frame: &[u8], now: u64) {
+        self.rx_frames += 1;
+        self.rx_bytes += frame.len() as u64;
+        match classify(frame, false) {
+            Kind::Ours(p) => self.ours(&p, frame.len(), now),
+            _ => self.other_frames += 1,
+        }
+    }
+
+    /// Counts the first `n` frames of `bufs`, received at `now`; with `esp`,
+    /// ESP frames for its SAs are opened. Buffers of ESP frames are swapped
+    /// with ones from `spare` (which must hold at least `n`) and come back to
+    /// it, so nothing allocates.
+    pub fn burst(&mut self, bufs: &mut [PktBuf], n: usize, now: u64, esp: Option<&mut EspRx>, spare: &mut Vec<PktBuf>, work: &mut Work) {
+        let Some(rx) = esp else {
+            for b in &bufs[..n] {
+                self.frame(b.frame(), now);
+            }
+            return;
+        };
+        for b in bufs[..n].iter_mut() {
+            let len = b.len();
+            self.rx_frames += 1;
+            self.rx_bytes += len as u64;
+            match classify(b.frame(), true) {
+                Kind::Ours(p) => self.ours(&p, len, now),
+                Kind::Other => self.other_frames += 1,
+                Kind::Esp { esp_offset, total, spi, dst, tos } => {
+                    let Some(i) = rx.find(spi, dst) else {
+                        self.esp_failed[DropReason::NoSa as usize] += 1;
+                        continue;
+                    };
+                    let Some(fresh) = spare.pop() else {
+                        self.other_frames += 1;
+                        continue;
+                    };
+                    let mut buf = std::mem::replace(b, fresh);
+                    buf.trim_to(ethernet::HEADER_LEN + total);
+                    let (sa, st) = &rx.sas[i];
+                    match esp::inbound::prepare(sa, st, buf, ethernet::HEADER_LEN + esp_offset) {
+                        Ok(op) => {
+                            work.sa[work.ops.len()] = i;
+                            work.tos[work.ops.len()] = tos;
+                            work.len[work.ops.len()] = len;
+                            work.ops.push(op);
+                        }
+                        Err((e, buf)) => {
+                            self.esp_failed[DropReason::from(e) as usize] += 1;
+                            spare.push(buf);
+                        }
+                    }
+                }
+            }
+        }
+        if work.ops.is_empty() {
+            return;
+        }
+        rx.qp.enqueue_burst(&mut work.ops);
+        for op in work.ops.drain(..) {
+            // Not accepted (cannot happen: the queue pair holds two bursts).
+            self.esp_failed[DropReason::CryptoError as usize] += 1;
+            spare.push(op.buf);
+        }
+        rx.qp.dequeue_burst(&mut work.done, BURST);
+        for (j, op) in work.done.drain(..).enumerate() {
+            let st = &mut rx.sas[work.sa[j]].1;
+            match esp::inbound::finish(st, op, work.tos[j]) {
+                Ok(buf) => {
+                    self.esp_decrypted += 1;
+                    match classify_ip(buf.frame().get(ethernet::HEADER_LEN..).unwrap_or(&[]), false) {
+                        Kind::Ours(p) => self.ours(&p, work.len[j], now),
+                        _ => self.other_frames += 1,
+                    }
+                    spare.push(buf);
+                }
+                Err((e, buf)) => {
+                    self.esp_failed[DropReason::from(e) as usize] += 1;
+                    spare.push(buf);
+                }
+            }
+        }
+    }
+
+    /// The report; `gen` (the generator's report) gives the expected
+    /// per-flow counts for loss.
+    pub fn report(&self, gen: Option<&GenReport>) -> SinkReport {
+        let mut r = SinkReport {
+            duration_s: self.stopped_ns.max(self.started_ns).saturating_sub(self.started_ns) as f64 / 1e9,
+            measured_s: self.last_measured_ns.saturating_sub(self.first_measured_ns) as f64 / 1e9,
+            rx_frames: self.rx_frames,
+            rx_bytes: self.rx_bytes,
+            other_frames: self.other_frames,
+            flow_out_of_range: self.flow_out_of_range,
+            esp_decrypted: self.esp_decrypted,
+            esp_failed: self.esp_failed.iter().sum(),
+            esp_failures: DropReason::ALL.iter().filter(|r| self.esp_failed[**r as usize] > 0).map(|r| (r.name().to_string(), self.esp_failed[*r as usize])).collect(),
+            loss_from: if gen.is_some() { "generator".into() } else { "sequence numbers".into() },
+            ..Default::default()
+        };
+        let mut all = Histogram::new();
+        for (i, f) in self.flows.iter().enumerate() {
+            let gen_measured = gen.map(|g| g.flows.iter().find(|x| x.flow as usize == i).map_or(0, |x| x.measured_tx_packets));
+            let (expected, lost) = f.finish(gen_measured);
+            if f.packets == 0 && f.warmup == 0 && expected == 0 {
+                continue;
+            }
+            all.merge(&f.latency);
+            r.packets += f.packets;
+            r.bytes += f.bytes;
+            r.warmup_packets += f.warmup;
+            r.duplicates += f.duplicates;
+            r.reordered += f.reordered;
+            r.late += f.late;
+            r.expected += expected;
+            r.lost += lost;
+            r.flows.push(FlowReport {
+                flow: i as u32,
+                packets: f.packets,
+                bytes: f.bytes,
+                expected,
+                lost,
+                reordered: f.reordered,
+                duplicates: f.duplicates,
+                late: f.late,
+                warmup_packets: f.warmup,
+                latency_us: Latency::of(&f.latency),
+            });
+        }
+        r.latency_us = Latency::of(&all);
+        if r.expected > 0 {
+            r.loss_pct = r.lost as f64 * 100.0 / r.expected as f64;
+        }
+        if r.measured_s > 0.0 {
+            r.rate_pps = r.packets as f64 / r.measured_s;
+            r.gbps = r.bytes as f64 * 8.0 / r.measured_s / 1e9;
+        }
+        r
+    }
+}
+
+/// Scratch of [`Sink::burst`] (allocated once).
+pub struct Work {
+    ops: Vec<crate::crypto::CryptoOp<PktBuf>>,
+    done: Vec<crate::crypto::CryptoOp<PktBuf>>,
+    sa: [usize; BURST],
+    tos: [u8; BURST],
+    len: [usize; BURST],
+}
+
+impl Default for Work {
+    fn default() -> Self {
+        Work { ops: Vec::with_capacity(BURST), done: Vec::with_capacity(BURST), sa: [0; BURST], tos: [0; BURST], len: [0; BURST] }
+    }
+}
+
+/// Latency figures in microseconds (histogram resolution: [`super::hist`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+    /// Smallest.
+    pub min: f64,
+    /// Mean.
+    pub mean: f64,
+    /// Samples.
+    pub samples: u64,
+}
+
+impl Latency {
+    /// Figures of a histogram of nanoseconds.
+    pub fn of(h: &Histogram) -> Latency {
+        let us = |ns: u64| ns as f64 / 1000.0;
+        Latency { p50: us(h.percentile(50.0)), p99: us(h.percentile(99.0)), max: us(h.max()), min: us(h.min()), mean: h.mean() / 1000.0, samples: h.count() }
+    }
+}
+
+/// One flow of the sink's report ([`super::flows`] defines the fields).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowReport {
+    /// Flow number.
+    pub flow: u32,
+    /// Measured packets received (duplicates included).
+    pub packets: u64,
+    /// Their Ethernet frame bytes (without FCS).
+    pub bytes: u64,
+    /// Packets expected.
+    pub expected: u64,
+    /// Expected but never received.
+    pub lost: u64,
+    /// Arrived after a higher sequence number.
+    pub reordered: u64,
+    /// Received more than once.
+    pub duplicates: u64,
+    /// Reordered by more than the duplicate window.
+    pub late: u64,
+    /// Warm-up packets received.
+    pub warmup_packets: u64,
+    /// One-way latency.
+    pub latency_us: Latency,
+}
+
+/// What the sink saw (`--json`). Packet, byte, loss and latency figures
+/// cover measured packets only; bytes are Ethernet frame bytes without FCS
+/// as received (ESP frames in ESP mode).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SinkReport {
+    /// Seconds the sink listened.
+    pub duration_s: f64,
+    /// Seconds from the first to the last measured packet received.
+    pub measured_s: f64,
+    /// Measured packets per second over `measured_s`.
+    pub rate_pps: f64,
+    /// Gbit/s of `bytes` over `measured_s`.
+    pub gbps: f64,
+    /// Frames received (all).
+    pub rx_frames: u64,
+    /// Their bytes.
+    pub rx_bytes: u64,
+    /// Frames not ours (ignored).
+    pub other_frames: u64,
+    /// Ours with a flow number beyond `--max-flows`.
+    pub flow_out_of_range: u64,
+    /// ESP frames opened.
+    pub esp_decrypted: u64,
+    /// ESP frames that failed to open.
+    pub esp_failed: u64,
+    /// Failures by drop reason name (as the gateway names them).
+    pub esp_failures: BTreeMap<String, u64>,
+    /// Measured packets received (duplicates included).
+    pub packets: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Warm-up packets received.
+    pub warmup_packets: u64,
+    /// Expected measured packets.
+    pub expected: u64,
+    /// Lost measured packets.
+    pub lost: u64,
+    /// `lost / expected` in percent.
+    pub loss_pct: f64,
+    /// `"generator"` (expected from `--gen-json`) or `"sequence numbers"`.
+    pub loss_from: String,
+    /// Reordered packets.
+    pub reordered: u64,
+    /// Duplicates.
+    pub duplicates: u64,
+    /// Reordered by more than the duplicate window.
+    pub late: u64,
+    /// Latency over all flows.
+    pub latency_us: Latency,
+    /// Kernel receive drops of the sink's sockets (rx ring full, no fill frame).
+    pub port_rx_dropped: u64,
+    /// Per flow (flows with any packet or expectation).
+    pub flows: Vec<FlowReport>,
+}
+
+/// Runs the sink on `ports` for `cfg.duration + cfg.grace` (or until
+/// `stop`), then returns its state ([`Sink::report`]).
+pub fn run<P: Port>(ports: &mut [P], cfg: &SinkConfig, mut esp: Option<&mut EspRx>, stop: &AtomicBool) -> Sink {
+    let mut sink = Sink::new(cfg.max_flows);
+    let mut bufs: Vec<PktBuf> = (0..BURST).map(|_| PktBuf::new()).collect();
+    let mut spare: Vec<PktBuf> = (0..BURST).map(|_| PktBuf::new()).collect();
+    let mut work = Work::default();
+    let end = sink.started_ns + (cfg.duration + cfg.grace).as_nanos() as u64;
+    let mut iter = 0u32;
+    loop {
+        let mut got = 0;
+        for p in ports.iter_mut() {
+            let n = p.rx_burst(&mut bufs);
+            if n > 0 {
+                got += n;
+                let now = now_ns();
+                sink.burst(&mut bufs, n, now, esp.as_deref_mut(), &mut spare, &mut work);
+            }
+            p.poll();
+        }
+        iter = iter.wrapping_add(1);
+        if got == 0 || iter.is_multiple_of(64) {
+            if now_ns() >= end || stop.load(Ordering::Relaxed) {
+                break;
+            }
+            if got == 0 && !cfg.idle_sleep.is_zero() {
+                std::thread::sleep(cfg.idle_sleep);
+            }
+        }
+    }
+    sink.stopped_ns = now_ns();
+    sink
+}
