@@ -56,6 +56,8 @@
 #   --burst N, --idle-sleep US, --xdp-mode MODE
 #                        gateway settings for every row (default 32, 0, native;
 #                        --xdp-mode also for secgw-pktgen's sockets)
+#   --sink-idle-sleep US the sink's sleep after an empty poll (default 0: busy-poll;
+#                        it shares core 0 with the generator)
 #   --no-crosscheck, --xcheck-rate PPS, --xcheck-size BYTES
 #   --json FILE          write every row (and its trials) as JSON
 #   --keep               leave the namespaces up at the end
@@ -81,7 +83,7 @@ TABLE_PY="$BENCH_TESTBED/bench_table.py"
 
 TOPOS="a,b,c,d,bypass"; SIZES="64,512,1420,imix"; WORKERS="1,2"; BACKENDS="software,descriptor"
 TRIAL_SECS=2; WARMUP=1; STEPS=6; LOSS_TOL=0; FLOWS=2
-BURST=32; IDLE_SLEEP=0; XDP_MODE=native
+BURST=32; IDLE_SLEEP=0; XDP_MODE=native; SINK_IDLE_SLEEP=0
 XCHECK=1; XCHECK_RATE=0; XCHECK_SIZE=""
 JSON_OUT=""; KEEP=0; QUICK=0
 
@@ -102,6 +104,7 @@ while [ $# -gt 0 ]; do
         --burst) BURST="$2"; shift ;;
         --idle-sleep) IDLE_SLEEP="$2"; shift ;;
         --xdp-mode) XDP_MODE="$2"; shift ;;
+        --sink-idle-sleep) SINK_IDLE_SLEEP="$2"; shift ;;
         --crosscheck) XCHECK=1 ;;
         --no-crosscheck) XCHECK=0 ;;
         --xcheck-rate) XCHECK_RATE="$2"; shift ;;
@@ -306,6 +309,7 @@ trial() {
     local sink_secs
     sink_secs=$(awk -v a="$WARMUP" -v b="$TRIAL_SECS" 'BEGIN { print a + b + 2 }')
     ip netns exec "$(ns sink)" env --default-signal=INT,TERM "$SECGW_PKTGEN_BIN" sink --iface sink0 --queues "$q" --core "$SINK_CORE" --xdp-mode "$XDP_MODE" \
+        --idle-sleep-us "$SINK_IDLE_SLEEP" \
         --duration "$sink_secs" --json "$dir/sink.json" --gen-json "$dir/gen.json" "${sink_args[@]}" \
         >"$dir/sink.out" 2>"$dir/sink.err" </dev/null &
     local sink_pid=$!
@@ -479,7 +483,7 @@ table_args=(table --rows "$ROWS_FILE" --elapsed "$(( $(date +%s) - START_EPOCH )
     --meta "kernel=$(uname -r)" --meta "cpus=$(nproc)"
     --meta "loadavg_before=$LOAD_BEFORE" --meta "loadavg_after=$LOAD_AFTER"
     --meta "cores=gen+sink on core $GEN_CORE; 1 worker: gateway(s)/forwarder on core $DUT_CORE (both gateways of (c) share it); 2 workers: gateway workers on cores 0,1, sharing core 0 with gen+sink; forwarder on core $DUT_CORE"
-    --meta "settings=burst $BURST, idle_sleep_us $IDLE_SLEEP, xdp_mode $XDP_MODE, flows $FLOWS, trial ${TRIAL_SECS}s after ${WARMUP}s warm-up, ≤$STEPS search steps, loss tolerance $LOSS_TOL %"
+    --meta "settings=burst $BURST, idle_sleep_us $IDLE_SLEEP, xdp_mode $XDP_MODE, sink idle sleep $SINK_IDLE_SLEEP µs, flows $FLOWS, trial ${TRIAL_SECS}s after ${WARMUP}s warm-up, ≤$STEPS search steps, loss tolerance $LOSS_TOL %"
     --meta "method=saturation = highest gen --rate with loss ≤ tolerance (binary search from the full-speed trial); latency at 50 % of it; ratio_d = Mpps / (d) Mpps, same size and workers, same run")
 [ -f "$XCHECK_FILE" ] && table_args+=(--crosscheck "$XCHECK_FILE")
 [ -n "$JSON_OUT" ] && table_args+=(--json "$JSON_OUT")
