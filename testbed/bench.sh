@@ -28,7 +28,9 @@
 #      --trial-secs s measured, a fresh sink each time; loss = the generator's
 #      measured tx minus the sink's count (secgw-pktgen report). The saturation
 #      rate is the highest rate that passed; Mpps, Gbit/s (Ethernet bytes at
-#      the sink ×8 / measured s) and loss are that trial's.
+#      the sink ×8 / measured s) and loss are that trial's (when no rate
+#      passed: the lowest probe's, its loss showing it, and the table says
+#      `none ≤ RATE`).
 #   3. one more trial at 50 % of the saturation rate for latency p50/p99/max
 #      (µs, timestamps in the payload; gen and sink share a clock).
 #   ratio_d = row Mpps / (d) Mpps for the same size and worker count, same run.
@@ -52,7 +54,8 @@
 #   --warmup S           generator warm-up per trial (default 1)
 #   --steps N            binary-search trials after the full-speed one (default 6)
 #   --loss-tolerance P   loss in % a trial may have and still pass (default 0)
-#   --flows N            flows per trial (default 2: SA 1001 for flow 0, 1003 for the rest)
+#   --flows N            flows per trial (default 2: SA 1001 for flow 0, 1003 for the rest;
+#                        (b) always 1: the ESP generator encapsulates with SA 1001 only)
 #   --burst N, --idle-sleep US, --xdp-mode MODE
 #                        gateway settings for every row (default 32, 0, native;
 #                        --xdp-mode also for secgw-pktgen's sockets)
@@ -285,6 +288,7 @@ wait_xdp() {
 # dut_up TOPO WORKERS BACKEND / dut_down
 dut_up() {
     local topo="$1" w="$2" backend="$3"
+    [ "$backend" = - ] && backend=software   # (d) and bypass: no SA, any backend
     case "$topo" in
         a) bench_config gw0 "$w" "$backend" "$BENCH_DIR/gw0.toml" && gw_start gw0 "$BENCH_DIR/gw0.toml" ;;
         bypass) bench_config bypass "$w" "$backend" "$BENCH_DIR/bypass.toml" && gw_start gw0 "$BENCH_DIR/bypass.toml" ;;
@@ -303,9 +307,16 @@ dut_down() { fwd_stop; gw_stop_all 2>"$BENCH_DIR/gw_stop.log" || { cat "$BENCH_D
 trial() {
     local topo="$1" size="$2" w="$3" rate="$4" dir="$5"
     mkdir -p "$dir"; rm -f "$dir"/*.json
-    local q="$w" sink_args=() gen_args=()
+    local q="$w" sink_args=() gen_args=() flows="$FLOWS"
     [ "$topo" = a ] && sink_args+=(--esp-config "$BENCH_REPO/configs/bench/gw1.toml")
-    [ "$topo" = b ] && gen_args+=(--esp-config "$BENCH_REPO/configs/bench/gw0.toml" --esp-spi 1001)
+    if [ "$topo" = b ]; then
+        # One SA (the generator encapsulates with one), so one flow: gw1's
+        # inbound policy check wants flows other than 0 in SA 1003. gw1 keeps
+        # running between trials, so sequence numbers go on where the last
+        # trial stopped (a restart at 1 would be replayed).
+        flows=1
+        gen_args+=(--esp-config "$BENCH_REPO/configs/bench/gw0.toml" --esp-spi 1001 --esp-seq-start "$ESP_SEQ")
+    fi
     local sink_secs
     sink_secs=$(awk -v a="$WARMUP" -v b="$TRIAL_SECS" 'BEGIN { print a + b + 2 }')
     ip netns exec "$(ns sink)" env --default-signal=INT,TERM "$SECGW_PKTGEN_BIN" sink --iface sink0 --queues "$q" --core "$SINK_CORE" --xdp-mode "$XDP_MODE" \
@@ -317,7 +328,7 @@ trial() {
     local rc=0
     nsx gen "$SECGW_PKTGEN_BIN" gen --iface gen0 --queues "$q" --core "$GEN_CORE" --xdp-mode "$XDP_MODE" \
         --src-mac "$GEN_MAC" --dst-mac "$GEN_DST_MAC" --src "$GEN_IP" --dst "$SINK_IP" \
-        --flows "$FLOWS" --size "$size" --rate "$rate" --duration "$TRIAL_SECS" --warmup "$WARMUP" \
+        --flows "$flows" --size "$size" --rate "$rate" --duration "$TRIAL_SECS" --warmup "$WARMUP" \
         --json "$dir/gen.json" "${gen_args[@]}" >"$dir/gen.out" 2>"$dir/gen.err" </dev/null || rc=$?
     if [ "$rc" -ne 0 ]; then
         err "secgw-pktgen gen exited $rc:"; tail -20 "$dir/gen.err" >&2
@@ -325,6 +336,7 @@ trial() {
     fi
     wait "$sink_pid" || rc=$?
     if [ "$rc" -ne 0 ]; then err "secgw-pktgen sink exited $rc:"; tail -20 "$dir/sink.err" >&2; return 1; fi
+    ESP_SEQ=$(( ESP_SEQ + $(jget "$dir/gen.json" tx_packets) ))
     "$SECGW_PKTGEN_BIN" report --gen "$dir/gen.json" --sink "$dir/sink.json" --json "$dir/report.json" \
         >"$dir/report.out" 2>"$dir/report.err" || { err "secgw-pktgen report failed:"; cat "$dir/report.err" >&2; return 1; }
     python3 "$TABLE_PY" trial --rate "$rate" --gen "$dir/gen.json" --sink "$dir/sink.json" --report "$dir/report.json" \
@@ -343,6 +355,7 @@ run_row() {
     rm -rf "$rdir"; mkdir -p "$rdir"
     blog "row $id: topology up"
     bench_topo_up "$topo" && dut_up "$topo" "$w" "$backend" || { dut_down || true; return 1; }
+    ESP_SEQ=1
     local t="$rdir/t0"
     # 1. full speed
     trial "$topo" "$size" "$w" 0 "$t" >/dev/null || { dut_down || true; return 1; }
@@ -368,6 +381,8 @@ run_row() {
             r=$(awk -v a="$lo" -v b="$hi" 'BEGIN { printf "%.0f", (a + b) / 2 }')
         done
     fi
+    # No rate passed: the row shows the lowest probe's figures (its loss says so).
+    if [ -z "$lo_dir" ]; then lo_dir="$t"; fi
     # 3. latency at half the saturation rate (of the lowest probe when none passed)
     local lat_rate lat_dir="$rdir/lat"
     if [ "$lo" != 0 ]; then lat_rate=$(fmul "$lo" 0.5); else lat_rate=$(fmul "$hi" 0.5); fi
@@ -379,7 +394,7 @@ run_row() {
     [ -f "$SECGW_RUN_DIR/gw0/stats.json" ] && [[ "$topo" =~ ^(a|c|bypass)$ ]] && gw_stats+=(--gw-stats "gw0=$SECGW_RUN_DIR/gw0/stats.json")
     [ -f "$SECGW_RUN_DIR/gw1/stats.json" ] && [[ "$topo" =~ ^(b|c)$ ]] && gw_stats+=(--gw-stats "gw1=$SECGW_RUN_DIR/gw1/stats.json")
     python3 "$TABLE_PY" row --topology "$topo" --size "$size" --workers "$w" --backend "$backend" \
-        --saturation "$lo" --upper "$hi" --sat-trial "${lo_dir:-}" --lat-trial "$lat_dir" --lat-rate "$lat_rate" \
+        --saturation "$lo" --upper "$hi" --sat-trial "$lo_dir" --lat-trial "$lat_dir" --lat-rate "$lat_rate" \
         --trials "$rdir" "${gw_stats[@]}" >>"$ROWS_FILE"
 }
 
@@ -437,6 +452,7 @@ crosscheck() {
     cp "$SECGW_RUN_DIR/gw0/stats.json" "$xdir/trafgen-gw0.json"
     # our generator at the same rate and size, same topology
     dut_up a 1 software || { dut_down || true; return 1; }
+    ESP_SEQ=1
     trial a "$size" 1 "$rate" "$xdir/pktgen" >/dev/null || { dut_down || true; return 1; }
     dut_down || return 1
     cp "$SECGW_RUN_DIR/gw0/stats.json" "$xdir/pktgen-gw0.json"

@@ -51,9 +51,11 @@ def test_bench_quick_json(testbed, artifacts):
     for topo, r in rows.items():
         assert r["size"] in (64, "64") and r["workers"] == 1, r
         assert r["backend"] == (None if topo in ("d", "bypass") else "software"), r
-        assert r["mpps"] > 0 and r["saturation_pps"] > 0, f"{topo}: no traffic at saturation: {r}"
+        # On a loaded machine one search step may find no loss-free rate
+        # (saturation_pps 0): the row then carries the lowest probe's figures.
+        assert r["mpps"] > 0 and r["saturation_pps"] >= 0, f"{topo}: no traffic: {r}"
         assert r["loss_pct"] is not None and r["lost"] is not None, r
-        assert r["latency_loss_pct"] is not None, r
+        assert r["latency_loss_pct"] is not None and r["latency_loss_pct"] < 100, f"{topo}: nothing at the latency rate: {r}"
         for k in ("p50_us", "p99_us", "max_us"):
             assert isinstance(r[k], (int, float)) and r[k] >= 0, f"{topo}: {k} = {r[k]!r}"
         assert r["p50_us"] <= r["p99_us"] <= r["max_us"], r
