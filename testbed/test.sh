@@ -28,7 +28,10 @@ APT_PKGS=(libelf-dev zlib1g-dev libpcap-dev clang llvm pkg-config m4 gcc-multili
           iproute2 iputils-ping ethtool tcpdump tshark python3-pip
           # DPDK 22.11's ipsec-secgw sample configs (ep0.cfg, ep1.cfg) that
           # tests/dpdk_import.rs and tests/e2e/test_dpdk_import.py import
-          dpdk-doc)
+          dpdk-doc
+          # trafgen, the independent generator testbed/bench.sh cross-checks
+          # secgw-pktgen with (tests/e2e/test_bench.py)
+          netsniff-ng)
 missing=()
 for p in "${APT_PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
