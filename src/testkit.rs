@@ -100,19 +100,17 @@ pub fn load_config(path: &str) -> Config {
 /// The descriptor device a config describes (one queue pair per worker).
 pub fn descriptor_device(cfg: &Config) -> Result<DescriptorDevice, CryptoError> {
     let limit = if cfg.crypto.backend == CryptoBackend::Descriptor { cfg.crypto.max_sessions_per_qp } else { 64 };
-    DescriptorDevice::new(DescriptorConfig {
-        nb_queue_pairs: cfg.gateway.workers.max(1) as u16,
-        ring_depth: cfg.crypto.ring_depth,
-        max_sessions_per_qp: limit,
-        nb_engines: cfg.crypto.engines,
-    })
+    DescriptorDevice::with_provider(
+        DescriptorConfig { nb_queue_pairs: cfg.gateway.workers.max(1) as u16, ring_depth: cfg.crypto.ring_depth, max_sessions_per_qp: limit, nb_engines: cfg.crypto.engines },
+        cfg.crypto.provider,
+    )
 }
 
 impl MemGateway<SoftDevice> {
     /// The gateway of config `path` on the software device.
     pub fn from_config(path: &str) -> MemGateway<SoftDevice> {
         let cfg = load_config(path);
-        let dev = SoftDevice::new(cfg.gateway.workers.max(1) as u16);
+        let dev = SoftDevice::with_provider(cfg.gateway.workers.max(1) as u16, cfg.crypto.provider);
         MemGateway::with_device(cfg, dev).expect("gateway builds")
     }
 }
