@@ -13,7 +13,7 @@ use crate::config::model::CryptoBackend;
 use crate::dataplane::worker::{Handoff, WorkerConf};
 use crate::dataplane::{Worker, WorkerCounters};
 use crate::io::mem::{self, MemPort, MemWire};
-use crate::io::PktBuf;
+use crate::io::{PktBuf, Port};
 use crate::policy::neighbour::NeighbourTable;
 use crate::policy::Tables;
 use std::path::Path;
@@ -40,6 +40,55 @@ pub struct MemGateway<D: CryptoDevice = SoftDevice> {
     pub neighbours: NeighbourTable,
 }
 
+/// The workers of a config over ports the caller makes: what
+/// [`MemGateway`] is built on, for benches and tests that drive workers
+/// themselves (each on its own thread, over [`crate::io::mem::ReplayPort`]s).
+pub struct Workers<P: Port, D: CryptoDevice = SoftDevice> {
+    /// `cfg.gateway.workers` workers, in worker id order.
+    pub workers: Vec<Worker<P, D::Qp<PktBuf>>>,
+    /// The tables the workers use.
+    pub tables: Arc<Tables>,
+    /// Per-worker counters.
+    pub counters: Vec<Arc<WorkerCounters>>,
+    /// The config they were built from.
+    pub cfg: Config,
+    /// The crypto device.
+    pub dev: D,
+    /// The neighbour table the workers report to.
+    pub neighbours: NeighbourTable,
+}
+
+impl<P: Port, D: CryptoDevice> Workers<P, D> {
+    /// Builds the tables of `cfg` on `dev` (binding, sessions and, for
+    /// limited devices, attach, as `secgw run` does them) and one worker
+    /// per `cfg.gateway.workers` (burst 32, pool 512, handoff mesh, one
+    /// queue pair each) whose port `i` (config port order) is
+    /// `port(worker, i)`. Errors as [`tables::install`].
+    pub fn build(cfg: Config, dev: D, mut port: impl FnMut(usize, usize) -> P) -> Result<Workers<P, D>, crate::control::ControlError> {
+        let n = cfg.gateway.workers.max(1);
+        let macs: Vec<[u8; 6]> = cfg.ports.iter().map(|p| p.mac.unwrap_or([2, 0, 0, 0, 0, 0])).collect();
+        let (built, _binding, neighbours) = tables::install_with_neighbours(&cfg, &dev, &macs)?;
+        let tables = Arc::new(arc_swap::ArcSwap::from_pointee(built));
+        let t = tables.load_full();
+        let mut workers = Vec::new();
+        let mut counters = Vec::new();
+        for (w, handoff) in Handoff::mesh(n, 256, 512).into_iter().enumerate() {
+            let ports = (0..cfg.ports.len()).map(|i| port(w, i)).collect();
+            let c = Arc::new(WorkerCounters::new(t.ports.len()));
+            let qp = dev.queue_pair_setup(w as u16, QpConf { nb_descriptors: 256.min(cfg.crypto.ring_depth) })?;
+            let conf = WorkerConf { id: w, burst: 32, pool_size: 512, nb_workers: n, idle_sleep_us: 0, reasm: crate::control::run::reassembly_conf(&cfg.reassembly), neigh: crate::control::run::pending_conf(&cfg.neighbour_table) };
+            workers.push(Worker::new(conf, ports, qp, tables.clone(), c.clone(), handoff));
+            counters.push(c);
+        }
+        Ok(Workers { workers, tables: t, counters, cfg, dev, neighbours })
+    }
+
+    /// Counters summed over workers.
+    pub fn stats(&self) -> stats::Snapshot {
+        stats::snapshot(&self.tables, &self.counters)
+    }
+}
+
 /// Loads a config, relative paths from the crate root. Panics on a bad
 /// config: test use only.
 pub fn load_config(path: &str) -> Config {
@@ -51,19 +100,17 @@ pub fn load_config(path: &str) -> Config {
 /// The descriptor device a config describes (one queue pair per worker).
 pub fn descriptor_device(cfg: &Config) -> Result<DescriptorDevice, CryptoError> {
     let limit = if cfg.crypto.backend == CryptoBackend::Descriptor { cfg.crypto.max_sessions_per_qp } else { 64 };
-    DescriptorDevice::new(DescriptorConfig {
-        nb_queue_pairs: cfg.gateway.workers.max(1) as u16,
-        ring_depth: cfg.crypto.ring_depth,
-        max_sessions_per_qp: limit,
-        nb_engines: cfg.crypto.engines,
-    })
+    DescriptorDevice::with_provider(
+        DescriptorConfig { nb_queue_pairs: cfg.gateway.workers.max(1) as u16, ring_depth: cfg.crypto.ring_depth, max_sessions_per_qp: limit, nb_engines: cfg.crypto.engines },
+        cfg.crypto.provider,
+    )
 }
 
 impl MemGateway<SoftDevice> {
     /// The gateway of config `path` on the software device.
     pub fn from_config(path: &str) -> MemGateway<SoftDevice> {
         let cfg = load_config(path);
-        let dev = SoftDevice::new(cfg.gateway.workers.max(1) as u16);
+        let dev = SoftDevice::with_provider(cfg.gateway.workers.max(1) as u16, cfg.crypto.provider);
         MemGateway::with_device(cfg, dev).expect("gateway builds")
     }
 }
@@ -73,30 +120,18 @@ impl<D: CryptoDevice> MemGateway<D> {
     /// devices) attach as `secgw run` does them. Errors as
     /// [`tables::install`].
     pub fn with_device(cfg: Config, dev: D) -> Result<MemGateway<D>, crate::control::ControlError> {
-        let n = cfg.gateway.workers.max(1);
-        let macs: Vec<[u8; 6]> = cfg.ports.iter().map(|p| p.mac.unwrap_or([2, 0, 0, 0, 0, 0])).collect();
-        let (built, _binding, neighbours) = tables::install_with_neighbours(&cfg, &dev, &macs)?;
-        let tables = Arc::new(arc_swap::ArcSwap::from_pointee(built));
-        let t = tables.load_full();
-        let mut workers = Vec::new();
-        let mut wires = Vec::new();
-        let mut counters = Vec::new();
-        for (w, handoff) in Handoff::mesh(n, 256, 512).into_iter().enumerate() {
-            let mut ports = Vec::new();
-            let mut ws = Vec::new();
-            for (i, p) in cfg.ports.iter().enumerate() {
-                let (port, wire) = mem::pair(i as u16);
-                ports.push(port);
-                ws.push((p.name.clone(), wire));
+        let mut wires: Vec<Vec<(String, MemWire)>> = Vec::new();
+        let names: Vec<String> = cfg.ports.iter().map(|p| p.name.clone()).collect();
+        let built = Workers::build(cfg, dev, |w, i| {
+            let (port, wire) = mem::pair(i as u16);
+            if wires.len() <= w {
+                wires.push(Vec::new());
             }
-            let c = Arc::new(WorkerCounters::new(t.ports.len()));
-            let qp = dev.queue_pair_setup(w as u16, QpConf { nb_descriptors: 256.min(cfg.crypto.ring_depth) })?;
-            let conf = WorkerConf { id: w, burst: 32, pool_size: 512, nb_workers: n, idle_sleep_us: 0, reasm: crate::control::run::reassembly_conf(&cfg.reassembly), neigh: crate::control::run::pending_conf(&cfg.neighbour_table) };
-            workers.push(Worker::new(conf, ports, qp, tables.clone(), c.clone(), handoff));
-            wires.push(ws);
-            counters.push(c);
-        }
-        Ok(MemGateway { workers, wires, tables: t, counters, cfg, dev, neighbours })
+            wires[w].push((names[i].clone(), wire));
+            port
+        })?;
+        let Workers { workers, tables, counters, cfg, dev, neighbours } = built;
+        Ok(MemGateway { workers, wires, tables, counters, cfg, dev, neighbours })
     }
 
     /// The wire of worker `worker`'s port `port` (by config name).

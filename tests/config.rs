@@ -1198,3 +1198,55 @@ fn packet_limits_beyond_the_sequence_space_warn() {
     let inb = "tunnel_dst = \"203.0.113.1\"";
     assert!(warns(&edit(inb, &format!("{inb}\nhard_packets = 9999999999"))).is_empty());
 }
+
+/// BASE with a `[crypto]` table of `lines` after `[gateway]`.
+fn with_crypto(lines: &str) -> String {
+    edit("[gateway]\nworkers = 1\n", &format!("[gateway]\nworkers = 1\n\n[crypto]\n{lines}\n"))
+}
+
+#[test]
+fn crypto_provider_default_values_and_bad_value() {
+    use secgw::crypto::{Provider, ProviderChoice};
+    let cfg = config::parse(BASE, Path::new(FILE)).unwrap();
+    assert_eq!(cfg.crypto.provider, ProviderChoice::Auto, "default auto");
+    let summary = config::summary(&cfg);
+    assert!(summary.contains("crypto: backend software, provider auto (sessions: ring 2)"), "{summary}");
+    assert!(summary.contains("aes-128-gcm provider ring"), "auto gives GCM-16 to ring:\n{summary}");
+    for (name, want) in [("auto", ProviderChoice::Auto), ("rustcrypto", ProviderChoice::Only(Provider::RustCrypto)), ("ring", ProviderChoice::Only(Provider::Ring))] {
+        let cfg = config::parse(&with_crypto(&format!("provider = \"{name}\"")), Path::new(FILE)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(cfg.crypto.provider, want);
+    }
+    let cfg = config::parse(&with_crypto("backend = \"descriptor\"\nprovider = \"rustcrypto\""), Path::new(FILE)).unwrap();
+    assert!(config::summary(&cfg).contains("crypto: backend descriptor, provider rustcrypto (sessions: rustcrypto 2)"), "{}", config::summary(&cfg));
+    let text = with_crypto("provider = \"openssl\"");
+    assert_one(&text, "\"openssl\"", 0, "crypto.provider", "\"auto\"");
+    let e = error(&text).to_string();
+    assert!(e.contains("\"rustcrypto\"") && e.contains("\"ring\""), "{e}");
+    assert_one(&with_crypto("provider = 1"), "provider = 1", 11, "crypto.provider", "");
+}
+
+#[test]
+fn crypto_provider_ring_refuses_what_ring_does_not_run() {
+    // An algorithm ring does not run: the SA's algorithm, naming the SA.
+    let text = with_sa0(&format!("algorithm = \"aes-128-cbc-hmac-sha1\"\nkey = \"{}\"\nauth_key = \"{}\"", hexkey(16), hexkey(20)));
+    let text = text.replacen("[gateway]\nworkers = 1\n", "[gateway]\nworkers = 1\n[crypto]\nprovider = \"ring\"\n", 1);
+    assert_one(&text, "\"aes-128-cbc-hmac-sha1\"", 0, "sa[0].algorithm", "SA 1001 (outbound): aes-128-cbc-hmac-sha1 is not run by [crypto] provider = \"ring\"");
+    assert!(error(&text).to_string().contains("offers aes-128-gcm (icv_len [16]), aes-256-gcm (icv_len [16]), chacha20-poly1305 (icv_len [16])"));
+    // A truncated GCM ICV: the SA's icv_len.
+    let text = with_crypto("provider = \"ring\"").replacen(
+        "key = \"ffeeddccbbaa99887766554433221100a0b0c0d0\"",
+        "key = \"ffeeddccbbaa99887766554433221100a0b0c0d0\"\nicv_len = 12",
+        1,
+    );
+    assert_one(&text, "icv_len = 12", 10, "sa[1].icv_len", "SA 1002 (inbound): icv_len 12 with aes-128-gcm is not run by [crypto] provider = \"ring\"");
+    // The same SAs load with auto (RustCrypto runs them) and rustcrypto.
+    for p in ["auto", "rustcrypto"] {
+        let cfg = config::parse(&text.replace("provider = \"ring\"", &format!("provider = \"{p}\"")), Path::new(FILE)).unwrap();
+        assert!(config::summary(&cfg).contains("aes-128-gcm icv 12 provider rustcrypto"), "{}", config::summary(&cfg));
+    }
+    // ChaCha20-Poly1305 and AES-256-GCM are ring's.
+    let text = with_sa0(&format!("algorithm = \"chacha20-poly1305\"\nkey = \"{}\"", hexkey(36)));
+    let text = text.replacen("[gateway]\nworkers = 1\n", "[gateway]\nworkers = 1\n[crypto]\nprovider = \"ring\"\n", 1);
+    let cfg = config::parse(&text, Path::new(FILE)).unwrap();
+    assert!(config::summary(&cfg).contains("chacha20-poly1305 provider ring"));
+}

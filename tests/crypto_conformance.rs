@@ -1,10 +1,13 @@
 //! Crypto device conformance: the same test functions, parameterised by
-//! device, run against the software device and the descriptor device
-//! (modules `soft_device` and `descriptor_device`), then the descriptor
-//! device's session-limit rules, each in its own test. Every algorithm runs
-//! on both devices (ESP round trips with and without ESN, tampering, the
-//! primitive vectors of RFC 3602, RFC 3686, RFC 2202 and RFC 4868, the
-//! packet vectors) and gives byte-identical ESP on both.
+//! device, run against the software device and the descriptor device, each
+//! with every provider setting (modules `soft_auto`, `soft_rustcrypto`,
+//! `soft_ring`, `descriptor_auto`, …), then the descriptor device's
+//! session-limit rules, each in its own test. Every algorithm runs on both
+//! devices with every provider that runs it (ESP round trips with and
+//! without ESN, tampering, the RFC 4106 / draft-mcgrew-gcm-test-01 and
+//! RFC 7634 packets; with RustCrypto also the primitive vectors of RFC 3602,
+//! RFC 3686, RFC 2202 and RFC 4868 and the RFC 3602 / RFC 4543 packets) and
+//! gives byte-identical ESP on both devices and both providers.
 //!
 //! Jobs are made to stay in flight deterministically with
 //! `DescriptorDevice::engines_hold` (the engines acknowledge before it
@@ -14,7 +17,8 @@
 use secgw::crypto::descriptor::{DescriptorConfig, DescriptorDevice};
 use secgw::crypto::soft::SoftDevice;
 use secgw::crypto::{
-    AeadAlgorithm, Algorithm, Cipher, CipherDirection, CryptoDevice, CryptoError, CryptoOp, OpStatus, QpConf, QueuePair, Session, SymXform,
+    AeadAlgorithm, Algorithm, Cipher, CipherDirection, CryptoDevice, CryptoError, CryptoOp, OpStatus, Provider, ProviderChoice, QpConf, QueuePair,
+    Session, SymXform,
 };
 use secgw::esp::{self, InboundSa, InboundState, IvGen};
 use secgw::io::PktBuf;
@@ -48,7 +52,24 @@ fn soft() -> SoftDevice {
 }
 
 fn descriptor() -> DescriptorDevice {
-    DescriptorDevice::new(DescriptorConfig { nb_queue_pairs: 2, ring_depth: 64, max_sessions_per_qp: 64, nb_engines: 1 }).unwrap()
+    descriptor_on(ProviderChoice::Auto)
+}
+
+fn soft_on(p: ProviderChoice) -> SoftDevice {
+    SoftDevice::with_provider(2, p)
+}
+
+fn descriptor_on(p: ProviderChoice) -> DescriptorDevice {
+    DescriptorDevice::with_provider(DescriptorConfig { nb_queue_pairs: 2, ring_depth: 64, max_sessions_per_qp: 64, nb_engines: 1 }, p).unwrap()
+}
+
+const AUTO: ProviderChoice = ProviderChoice::Auto;
+const RUSTCRYPTO: ProviderChoice = ProviderChoice::Only(Provider::RustCrypto);
+const RING: ProviderChoice = ProviderChoice::Only(Provider::Ring);
+
+/// Whether `dev` offers `alg` (its provider runs it).
+fn offers<D: Dut>(dev: &D, alg: Algorithm) -> bool {
+    dev.info().capabilities.iter().any(|c| c.algorithm == alg)
 }
 
 fn descriptor_with(max_sessions_per_qp: u32) -> DescriptorDevice {
@@ -173,7 +194,10 @@ fn tampered_icv_fails_auth<D: Dut>(dev: &D) {
     assert_eq!(&out[0].buf[..48], &p[..]);
     for o in &out[1..] {
         assert_eq!(o.status, OpStatus::AuthFailed, "op {} (ICV or ciphertext bit flipped)", o.user[0]);
-        assert_ne!(&o.buf[..48], &p[..], "data left encrypted on failure");
+        assert_ne!(&o.buf[..48], &p[..], "no plaintext released on failure");
+        if dec.provider() == Provider::Ring {
+            assert_eq!(&o.buf[..48], &[0u8; 48][..], "ring zeroes the unverified plaintext");
+        }
     }
 }
 
@@ -313,8 +337,16 @@ fn transforms<D: Dut>(dev: &D) -> Vec<(Algorithm, usize)> {
     dev.info().capabilities.iter().flat_map(|c| c.icv_lens.iter().map(move |&l| (c.algorithm, l))).collect()
 }
 
+/// Every algorithm with `auto` and `rustcrypto`; with `ring` exactly
+/// AES-128/256-GCM with a 16-byte ICV and ChaCha20-Poly1305.
 fn device_lists_every_algorithm<D: Dut>(dev: &D) {
-    let caps = dev.info().capabilities;
+    let info = dev.info();
+    let caps = info.capabilities;
+    if info.provider == RING {
+        let listed: Vec<_> = caps.iter().map(|c| (c.algorithm, c.icv_lens)).collect();
+        assert_eq!(listed, [(Algorithm::Aes128Gcm, &[16][..]), (Algorithm::Aes256Gcm, &[16][..]), (Algorithm::ChaCha20Poly1305, &[16][..])]);
+        return;
+    }
     assert_eq!(caps.iter().map(|c| c.algorithm).collect::<Vec<_>>(), Algorithm::ALL.to_vec());
     for c in &caps {
         let a = c.algorithm;
@@ -328,11 +360,28 @@ fn device_lists_every_algorithm<D: Dut>(dev: &D) {
     assert_eq!(find(Algorithm::Aes128CtrHmacSha256).salt_len, 4);
 }
 
+/// Bad key, integrity key or ICV lengths are refused for every algorithm;
+/// with one provider, so is every transform it does not run, naming it.
+/// Each session gets the provider its device's setting resolves to.
 fn session_create_refuses_what_is_not_listed<D: Dut>(dev: &D) {
+    let choice = dev.info().provider;
     for alg in Algorithm::ALL {
-        let good = algo_xform(alg, CipherDirection::Encrypt, alg.default_icv_len());
-        let s = dev.session_create(&good).unwrap();
-        dev.session_free(s).unwrap();
+        for &icv in alg.icv_lens() {
+            let x = algo_xform(alg, CipherDirection::Encrypt, icv);
+            match (dev.session_create(&x), choice.resolve(alg, icv)) {
+                (Ok(s), Some(p)) => {
+                    assert_eq!(s.provider(), p, "{} icv {icv}", alg.name());
+                    dev.session_free(s).unwrap();
+                }
+                (Err(CryptoError::Unsupported { what, .. }), None) => {
+                    assert!(what.contains(alg.name()) && what.contains(&format!("provider {}", choice.name())), "{what}");
+                }
+                (r, p) => panic!("{} icv {icv} with {}: {:?}, expected provider {p:?}", alg.name(), choice.name(), r.map(|s| s.id())),
+            }
+        }
+        if !offers(dev, alg) {
+            continue;
+        }
         let mut bad_key = algo_xform(alg, CipherDirection::Encrypt, alg.default_icv_len());
         bad_key.key.push(0);
         let mut bad_auth = algo_xform(alg, CipherDirection::Encrypt, alg.default_icv_len());
@@ -351,7 +400,7 @@ fn session_create_refuses_what_is_not_listed<D: Dut>(dev: &D) {
 /// sizes: `esp::outbound::encap` + seal, then `esp::inbound::prepare` +
 /// open + finish, all on `dev`; the inner packet comes back exactly.
 /// Returns every ESP packet for the cross-backend comparison.
-fn every_algorithm_esp_round_trip<D: Dut>(dev: &D) -> Vec<Vec<u8>> {
+fn every_algorithm_esp_round_trip<D: Dut>(dev: &D) -> Vec<(Algorithm, usize, Vec<u8>)> {
     let mut qp = dev.queue_pair_setup::<PktBuf>(QP, QpConf { nb_descriptors: 8 }).unwrap();
     let ivs = IvGen::with_key([0x11; 16]);
     let mut packets = Vec::new();
@@ -405,7 +454,7 @@ fn every_algorithm_esp_round_trip<D: Dut>(dev: &D) -> Vec<Vec<u8>> {
                 assert_eq!(op.status, OpStatus::Success, "{} open (esn {esn}, {size} bytes)", alg.name());
                 let out = esp::inbound::finish(&mut st, op, 0).map_err(|e| e.0).unwrap();
                 assert_eq!(&out.frame()[14..], &inner[..], "{}: inner packet back", alg.name());
-                packets.push(pkt);
+                packets.push((alg, icv_len, pkt));
             }
         }
         release(dev, enc);
@@ -416,12 +465,14 @@ fn every_algorithm_esp_round_trip<D: Dut>(dev: &D) -> Vec<Vec<u8>> {
 
 fn every_algorithm_esp<D: Dut>(dev: &D) {
     let n = every_algorithm_esp_round_trip(dev).len();
-    assert_eq!(n, (Algorithm::ALL.len() + 4) * 2 * 4);
+    let transforms = if dev.info().provider == RING { 3 } else { Algorithm::ALL.len() + 4 };
+    assert_eq!(n, transforms * 2 * 4);
 }
 
 /// A flipped bit anywhere the ICV covers — header, IV, encrypted part,
-/// ICV — fails every algorithm, and the buffer comes back as it was
-/// (nothing decrypted before the ICV verified, RFC 4303 §3.4.4).
+/// ICV — fails every algorithm, and no unverified plaintext comes back
+/// (RFC 4303 §3.4.4): RustCrypto leaves the buffer as it was (nothing
+/// decrypted before the ICV verified), ring zeroes the encrypted part.
 fn every_algorithm_rejects_tampering<D: Dut>(dev: &D) {
     let mut qp = dev.queue_pair_setup::<PktBuf>(QP, QpConf { nb_descriptors: 8 }).unwrap();
     for (alg, icv_len) in transforms(dev) {
@@ -463,7 +514,10 @@ fn every_algorithm_rejects_tampering<D: Dut>(dev: &D) {
             assert_eq!(op.status, OpStatus::AuthFailed, "{} (icv {icv_len}): bit flipped at {i}", alg.name());
             let mut bad = pkt.clone();
             bad[i] ^= 0x20;
-            assert_eq!(op.buf.frame(), &bad[..], "{}: buffer unchanged on failure", alg.name());
+            if dec.provider() == Provider::Ring {
+                bad[8 + alg.iv_len()..n - icv_len].fill(0);
+            }
+            assert_eq!(op.buf.frame(), &bad[..], "{} ({:?}): buffer as it was, or zeroed by ring", alg.name(), dec.provider());
         }
         release(dev, enc);
         release(dev, dec);
@@ -551,7 +605,7 @@ fn hmac_vectors<D: Dut>(dev: &D) {
 fn packet_vectors_on_device<D: Dut>(dev: &D) -> Vec<Vec<u8>> {
     let mut qp = dev.queue_pair_setup::<PktBuf>(QP, QpConf { nb_descriptors: 4 }).unwrap();
     let mut out = Vec::new();
-    for c in packet_cases() {
+    for c in packet_cases().into_iter().filter(|c| offers(dev, c.alg)) {
         let s = attached(dev, &c.xform(CipherDirection::Encrypt));
         let mut buf = PktBuf::new();
         assert!(buf.copy_from(&c.payload));
@@ -565,7 +619,9 @@ fn packet_vectors_on_device<D: Dut>(dev: &D) -> Vec<Vec<u8>> {
 }
 
 fn packet_vectors<D: Dut>(dev: &D) {
-    assert_eq!(packet_vectors_on_device(dev).len(), 10);
+    let want = if dev.info().provider == RING { packet_cases().iter().filter(|c| c.alg == Algorithm::ChaCha20Poly1305).count() } else { 10 };
+    assert!(want > 0);
+    assert_eq!(packet_vectors_on_device(dev).len(), want);
 }
 
 /// An op whose shape does not fit its session's transform is `InvalidOp`
@@ -602,18 +658,67 @@ fn op_shape_per_algorithm<D: Dut>(dev: &D) {
     }
 }
 
-macro_rules! for_both_devices {
-    ($($t:ident),* $(,)?) => {
-        mod soft_device {
-            $( #[test] fn $t() { super::$t(&super::soft()) } )*
+/// The combined-mode shapes on every provider: a trailer on GCM and an
+/// auth range on ChaCha20-Poly1305 are `InvalidOp` whoever runs them; a
+/// GCM op with an auth range (AAD = op AAD ‖ auth range) runs on
+/// RustCrypto and is `InvalidOp` on ring, which takes one contiguous AAD
+/// (ESP never builds it: `esp::describe_op`); a plain GCM op succeeds.
+fn op_shape_combined<D: Dut>(dev: &D) {
+    let mut qp = dev.queue_pair_setup::<Vec<u8>>(QP, QpConf { nb_descriptors: 16 }).unwrap();
+    let mk = |alg: Algorithm| attached(dev, &algo_xform(alg, CipherDirection::Encrypt, 16));
+    let (gcm, chacha) = (mk(Algorithm::Aes256Gcm), mk(Algorithm::ChaCha20Poly1305));
+    let op = |s: &Arc<Session>, data: u32, auth: u32| {
+        let mut o = CryptoOp::new(s.clone(), pattern(80, 3));
+        (o.data_offset, o.data_len, o.auth_len, o.icv_offset) = (16, data, auth, 64);
+        o.aad_len = 8;
+        o
+    };
+    let mut gcm_trailer = op(&gcm, 32, 0);
+    gcm_trailer.auth_trailer_len = 4;
+    let ops = vec![op(&gcm, 48, 0), gcm_trailer, op(&chacha, 32, 8), op(&gcm, 48, 16), op(&chacha, 48, 0)];
+    let out = run(&mut qp, ops);
+    use OpStatus::*;
+    let auth_range = if gcm.provider() == Provider::Ring { InvalidOp } else { Success };
+    assert_eq!(out.iter().map(|o| o.status).collect::<Vec<_>>(), [Success, InvalidOp, InvalidOp, auth_range, Success]);
+    for o in out.iter().filter(|o| o.status == InvalidOp) {
+        assert_eq!(o.buf, pattern(80, 3), "an invalid op leaves its buffer alone");
+    }
+    for s in [gcm, chacha] {
+        release(dev, s);
+    }
+}
+
+/// `$t` on the soft and descriptor devices with provider `$p`, in module
+/// `$m`.
+macro_rules! on_devices {
+    ($soft:ident, $desc:ident, $p:expr; $($t:ident),* $(,)?) => {
+        mod $soft {
+            $( #[test] fn $t() { super::$t(&super::soft_on($p)) } )*
         }
-        mod descriptor_device {
-            $( #[test] fn $t() { super::$t(&super::descriptor()) } )*
+        mod $desc {
+            $( #[test] fn $t() { super::$t(&super::descriptor_on($p)) } )*
         }
     };
 }
 
-for_both_devices!(
+/// The suite every provider runs (each test covers what the device's
+/// provider offers).
+macro_rules! for_every_provider {
+    ($($t:ident),* $(,)?) => {
+        on_devices!(soft_auto, descriptor_auto, super::AUTO; $($t),*);
+        on_devices!(soft_rustcrypto, descriptor_rustcrypto, super::RUSTCRYPTO; $($t),*);
+        on_devices!(soft_ring, descriptor_ring, super::RING; $($t),*);
+    };
+}
+
+/// Tests of algorithms only RustCrypto runs (CBC, CTR, NULL, HMAC, GMAC).
+mod rustcrypto_only {
+    on_devices!(soft_auto, descriptor_auto, crate::AUTO; cipher_vectors, hmac_vectors, op_shape_per_algorithm);
+    on_devices!(soft_rustcrypto, descriptor_rustcrypto, crate::RUSTCRYPTO; cipher_vectors, hmac_vectors, op_shape_per_algorithm);
+    use super::*;
+}
+
+for_every_provider!(
     seal_open_round_trip,
     tampered_icv_fails_auth,
     bad_ranges_are_invalid_op,
@@ -624,26 +729,36 @@ for_both_devices!(
     session_create_refuses_what_is_not_listed,
     every_algorithm_esp,
     every_algorithm_rejects_tampering,
-    cipher_vectors,
-    hmac_vectors,
     packet_vectors,
-    op_shape_per_algorithm,
+    op_shape_combined,
 );
 
 #[test]
-fn esp_outbound_is_byte_identical_between_backends() {
-    let soft = esp_outbound_matches_vectors(&soft());
-    let desc = esp_outbound_matches_vectors(&descriptor());
-    assert_eq!(soft, desc);
+fn esp_outbound_is_byte_identical_between_backends_and_providers() {
+    let reference = esp_outbound_matches_vectors(&soft_on(RUSTCRYPTO));
+    for p in ProviderChoice::ALL {
+        assert_eq!(esp_outbound_matches_vectors(&soft_on(p)), reference, "soft, {}", p.name());
+        assert_eq!(esp_outbound_matches_vectors(&descriptor_on(p)), reference, "descriptor, {}", p.name());
+    }
 }
 
 #[test]
-fn every_algorithm_is_byte_identical_between_backends() {
-    let soft_packets = every_algorithm_esp_round_trip(&soft());
-    let desc_packets = every_algorithm_esp_round_trip(&descriptor());
-    assert_eq!(soft_packets.len(), desc_packets.len());
-    assert!(soft_packets == desc_packets, "ESP differs between the soft and descriptor devices");
-    assert_eq!(packet_vectors_on_device(&soft()), packet_vectors_on_device(&descriptor()));
+fn every_algorithm_is_byte_identical_between_backends_and_providers() {
+    let reference = every_algorithm_esp_round_trip(&soft_on(RUSTCRYPTO));
+    assert_eq!(reference.len(), (Algorithm::ALL.len() + 4) * 2 * 4);
+    for p in ProviderChoice::ALL {
+        for packets in [every_algorithm_esp_round_trip(&soft_on(p)), every_algorithm_esp_round_trip(&descriptor_on(p))] {
+            // Ring runs a subset: compare each of its packets with
+            // RustCrypto's for the same transform, in order.
+            let same: Vec<_> = reference.iter().filter(|(a, l, _)| packets.iter().any(|(b, m, _)| (a, l) == (b, m))).cloned().collect();
+            assert!(!packets.is_empty());
+            assert_eq!(same.len(), packets.len(), "{}", p.name());
+            assert!(same == packets, "ESP differs from RustCrypto's with provider {}", p.name());
+        }
+    }
+    let reference = packet_vectors_on_device(&soft_on(RUSTCRYPTO));
+    assert_eq!(packet_vectors_on_device(&soft()), reference);
+    assert_eq!(packet_vectors_on_device(&descriptor()), reference);
 }
 
 // ---------------------------------------------------------------------------

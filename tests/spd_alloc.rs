@@ -5,53 +5,14 @@
 //! the SPD, or it would not prove anything.
 
 use secgw::policy::spd::{FlowKey, Prefix, Selector, Spd, SpdAction, SpdEntry};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::net::IpAddr;
 
-struct Counting;
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static COUNT: Cell<usize> = const { Cell::new(0) };
-}
-
-// SAFETY: every call is passed to the system allocator unchanged; the
-// thread-local cells are const-initialised, so touching them never
-// allocates (no recursion into this allocator).
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.with(|c| c.get()) {
-            COUNT.with(|n| n.set(n.get() + 1));
-        }
-        // SAFETY: the caller's contract is passed through.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract is passed through.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.with(|c| c.get()) {
-            COUNT.with(|n| n.set(n.get() + 1));
-        }
-        // SAFETY: the caller's contract is passed through.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+#[path = "common/alloc.rs"]
+mod alloc;
+use alloc::allocations;
 
 #[global_allocator]
-static ALLOC: Counting = Counting;
-
-/// Allocations made by `f` on this thread.
-fn allocations(f: impl FnOnce()) -> usize {
-    COUNT.with(|n| n.set(0));
-    COUNTING.with(|c| c.set(true));
-    f();
-    COUNTING.with(|c| c.set(false));
-    COUNT.with(|n| n.get())
-}
+static ALLOC: alloc::Counting = alloc::Counting;
 
 fn ip(v6: bool, bits: u128) -> IpAddr {
     if v6 {

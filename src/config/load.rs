@@ -20,6 +20,10 @@
 //! ring_depth = 1024         # ops in flight per queue pair, power of two in 16..=65536
 //! max_sessions_per_qp = 64  # descriptor only: 1..=65536, default 64
 //! engines = 1               # descriptor only: engine threads, 1..=64, default 1
+//! provider = "auto"         # crypto library of the backend's transforms: "auto" (default: ring
+//!                           # for aes-128/256-gcm with icv_len 16 and chacha20-poly1305, the
+//!                           # fastest here; RustCrypto for the rest) | "rustcrypto" (every
+//!                           # algorithm) | "ring" (only those three: any other SA is an error)
 //!
 //! [reassembly]              # optional table: outer IPv4/IPv6 fragments to the gateway (ESP, ESP in
 //!                           # UDP) are reassembled per worker before decryption (RFC 4303 §3.4.1)
@@ -414,6 +418,7 @@ struct RawGateway {
 #[serde(deny_unknown_fields)]
 struct RawCrypto {
     backend: Field,
+    provider: Field,
     ring_depth: Field,
     max_sessions_per_qp: Field,
     engines: Field,
@@ -917,6 +922,9 @@ impl Checker<'_> {
         if let (Some(s), Some(p), Some(r)) = (&sas.list, &ports.list, &routes) {
             self.sender_sizes_fit_mtu(raw.sa.as_deref().unwrap_or_default(), s, p, r);
         }
+        if let (Some(s), Some(c)) = (&sas.list, &crypto) {
+            self.provider_runs_every_sa(raw.sa.as_deref().unwrap_or_default(), s, c.provider);
+        }
 
         Some(Config {
             source: self.source.to_path_buf(),
@@ -940,6 +948,35 @@ impl Checker<'_> {
     /// routed to once encapsulated (longest prefix; no route: nothing to
     /// check, the SA's packets are dropped as `no_route`). `raws` are the
     /// `[[sa]]` tables `sas` came from, in the same order.
+    /// With `[crypto] provider` naming one provider, every SA's algorithm
+    /// and ICV length must be one it runs (`crypto::Provider::icv_lens`);
+    /// the problem is the SA's `algorithm` (or `icv_len`, when only the
+    /// length is the trouble).
+    fn provider_runs_every_sa(&mut self, raws: &[Spanned<RawSa>], sas: &[Sa], choice: ProviderChoice) {
+        let ProviderChoice::Only(p) = choice else { return };
+        for (i, (r, sa)) in raws.iter().zip(sas).enumerate() {
+            if p.supports(sa.algorithm, sa.icv_len) {
+                continue;
+            }
+            let raw = r.get_ref();
+            let lens = p.icv_lens(sa.algorithm);
+            // A valid SA has its algorithm; the table's span is a fallback.
+            let (key, span, what) = match (lens.is_empty(), &raw.icv_len) {
+                (false, Some(v)) => ("icv_len", v.span(), format!("icv_len {} with {}", sa.icv_len, sa.algorithm.name())),
+                _ => ("algorithm", raw.algorithm.as_ref().map_or(r.span(), |v| v.span()), sa.algorithm.name().to_owned()),
+            };
+            let offers: Vec<String> = Algorithm::ALL.iter().filter(|a| !p.icv_lens(**a).is_empty()).map(|a| format!("{} (icv_len {:?})", a.name(), p.icv_lens(*a))).collect();
+            let m = format!(
+                "SA {} ({}): {what} is not run by [crypto] provider = \"{}\", which offers {}; use provider = \"auto\" or \"rustcrypto\" for this SA's algorithm",
+                sa.spi,
+                if sa.direction == Direction::Outbound { "outbound" } else { "inbound" },
+                p.name(),
+                offers.join(", ")
+            );
+            self.problem(&span, &format!("sa[{i}].{key}"), m);
+        }
+    }
+
     fn sender_sizes_fit_mtu(&mut self, raws: &[Spanned<RawSa>], sas: &[Sa], ports: &[Port], routes: &[Route]) {
         for (i, (r, sa)) in raws.iter().zip(sas).enumerate() {
             let raw = r.get_ref();
@@ -1092,8 +1129,11 @@ impl Checker<'_> {
         only_descriptor(self, &c.engines, "engines");
         let max_sessions = self.opt_integer(&c.max_sessions_per_qp, &tab.field("max_sessions_per_qp"), 1, 65536, 64);
         let engines = self.opt_integer(&c.engines, &tab.field("engines"), 1, 64, 1);
+        let providers: Vec<(&str, ProviderChoice)> = ProviderChoice::ALL.iter().map(|p| (p.name(), *p)).collect();
+        let provider = self.opt_keyword(&c.provider, &tab.field("provider"), &providers, ProviderChoice::Auto);
         Some(Crypto {
             backend: backend?,
+            provider: provider?,
             ring_depth: ring_depth? as usize,
             max_sessions_per_qp: if descriptor { max_sessions? as u32 } else { 0 },
             engines: engines? as usize,

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 
 pub use load::{load, parse, parse_fragment, Fragment};
 pub use model::*;
-pub use summary::summary;
+pub use summary::{provider_counts, summary};
 pub use warnings::warnings;
 
 /// One problem in a config file, at a position.

@@ -150,6 +150,10 @@ pub enum CryptoBackend {
 pub struct Crypto {
     /// Backend (default software).
     pub backend: CryptoBackend,
+    /// Crypto library of the backend's transforms (default auto: the
+    /// fastest that runs each SA's algorithm; a single provider must run
+    /// every SA's algorithm and ICV length, checked at load).
+    pub provider: ProviderChoice,
     /// Ops each queue pair holds in flight (16..=65536, power of two, default 1024).
     pub ring_depth: usize,
     /// Descriptor backend: sessions one queue pair can hold (1..=65536,
@@ -161,7 +165,7 @@ pub struct Crypto {
 
 impl Default for Crypto {
     fn default() -> Self {
-        Crypto { backend: CryptoBackend::Software, ring_depth: 1024, max_sessions_per_qp: 0, engines: 1 }
+        Crypto { backend: CryptoBackend::Software, provider: ProviderChoice::Auto, ring_depth: 1024, max_sessions_per_qp: 0, engines: 1 }
     }
 }
 
@@ -241,6 +245,9 @@ pub enum SaMode {
 /// crypto layer's list, so a config that validates names exactly what the
 /// devices offer.
 pub use crate::crypto::Algorithm;
+/// The `[crypto] provider` setting: the crypto layer's type, so the config
+/// names exactly what a device takes.
+pub use crate::crypto::ProviderChoice;
 
 /// Bytes of an SA's `key`: cipher key plus salt or nonce (RFC 4106 §8.1,
 /// RFC 4543 §3.2, RFC 7634 §2, RFC 3686 §5.1); 0 for NULL.

@@ -7,6 +7,23 @@ use std::net::IpAddr;
 
 use super::model::*;
 
+/// How many of `cfg`'s SAs each crypto provider runs with `[crypto]
+/// provider` (what `session_create` resolves it to), e.g. "ring 2,
+/// rustcrypto 1"; "none" without SAs.
+pub fn provider_counts(cfg: &Config) -> String {
+    let counts: Vec<String> = crate::crypto::Provider::ALL
+        .iter()
+        .map(|&p| (p, cfg.sas.iter().filter(|sa| cfg.crypto.provider.resolve(sa.algorithm, sa.icv_len) == Some(p)).count()))
+        .filter(|&(_, n)| n > 0)
+        .map(|(p, n)| format!("{} {n}", p.name()))
+        .collect();
+    if counts.is_empty() {
+        "none".into()
+    } else {
+        counts.join(", ")
+    }
+}
+
 /// Renders `cfg` for a human: gateway settings, then ports, SAs (SPI in
 /// decimal and hex, never the key), policies in evaluation order (direction,
 /// then priority, then file order), routes and neighbours.
@@ -32,6 +49,12 @@ pub fn summary(cfg: &Config) -> String {
         "gateway {:?}: {} worker(s) on cores {cores}, burst {}, outer TTL {}, stats {stats}",
         g.name, g.workers, g.burst, g.outer_ttl
     );
+    let c = &cfg.crypto;
+    let backend = match c.backend {
+        CryptoBackend::Software => "software",
+        CryptoBackend::Descriptor => "descriptor",
+    };
+    let _ = writeln!(out, "crypto: backend {backend}, provider {} (sessions: {})", c.provider.name(), provider_counts(cfg));
     let r = &cfg.reassembly;
     let _ = match r.contexts {
         0 => writeln!(out, "reassembly off: outer fragments to the gateway are dropped"),
@@ -132,6 +155,7 @@ pub fn summary(cfg: &Config) -> String {
                 format!("{:#010x}", sa.spi),
                 dir(sa.direction).into(),
                 alg,
+                format!("provider {}", cfg.crypto.provider.resolve(sa.algorithm, sa.icv_len).map_or("-", |p| p.name())),
                 if sa.mode == SaMode::Transport {
                     mode.to_owned()
                 } else {

@@ -63,14 +63,17 @@ fn write_stats_file_logged(path: &PathBuf, snap: &stats::Snapshot) {
 /// are closed and the XDP programs removed) and returns the final counters.
 pub fn run(cfg: &Config, opts: &RunOptions) -> Result<stats::Snapshot, ControlError> {
     match cfg.crypto.backend {
-        CryptoBackend::Software => run_with(cfg, opts, SoftDevice::new(cfg.gateway.workers as u16)),
+        CryptoBackend::Software => run_with(cfg, opts, SoftDevice::with_provider(cfg.gateway.workers as u16, cfg.crypto.provider)),
         CryptoBackend::Descriptor => {
-            let dev = DescriptorDevice::new(DescriptorConfig {
-                nb_queue_pairs: cfg.gateway.workers as u16,
-                ring_depth: cfg.crypto.ring_depth,
-                max_sessions_per_qp: cfg.crypto.max_sessions_per_qp,
-                nb_engines: cfg.crypto.engines,
-            })?;
+            let dev = DescriptorDevice::with_provider(
+                DescriptorConfig {
+                    nb_queue_pairs: cfg.gateway.workers as u16,
+                    ring_depth: cfg.crypto.ring_depth,
+                    max_sessions_per_qp: cfg.crypto.max_sessions_per_qp,
+                    nb_engines: cfg.crypto.engines,
+                },
+                cfg.crypto.provider,
+            )?;
             run_with(cfg, opts, dev)
         }
     }
@@ -117,7 +120,14 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
         });
     }
     let info = dev.info();
-    tracing::info!(driver = info.driver, queue_pairs = info.nb_queue_pairs, max_sessions_per_qp = info.max_sessions_per_qp, "crypto device");
+    tracing::info!(
+        driver = info.driver,
+        queue_pairs = info.nb_queue_pairs,
+        max_sessions_per_qp = info.max_sessions_per_qp,
+        provider = info.provider.name(),
+        sessions = %crate::config::provider_counts(cfg),
+        "crypto device"
+    );
     let mut mgr = Manager::new(cfg, &dev, &macs)?;
     mgr.set_grace(Duration::from_millis(cfg.control.rekey_grace_ms));
     // A change is answered once every worker classifies with it (README, Control socket).

@@ -80,14 +80,16 @@ pub fn session<D: CryptoDevice>(dev: &D, sa: &model::Sa) -> Result<Arc<Session>,
         Direction::Outbound => CipherDirection::Encrypt,
         Direction::Inbound => CipherDirection::Decrypt,
     };
-    Ok(dev.session_create(&SymXform {
+    let s = dev.session_create(&SymXform {
         algorithm,
         direction,
         key: sa.key[..klen].to_vec(),
         salt,
         icv_len: sa.icv_len,
         auth_key: sa.auth_key.to_vec(),
-    })?)
+    })?;
+    tracing::debug!(spi = sa.spi, direction = ?sa.direction, algorithm = algorithm.name(), provider = s.provider().name(), "crypto session");
+    Ok(s)
 }
 
 /// The data-plane outbound SA of config SA `sa` (outbound), with its

@@ -19,6 +19,12 @@
 //!   transform (`soft::Transform`) that every backend runs through
 //!   `process_op`; [`DeviceInfo::capabilities`] lists each with its sizes
 //!   and `session_create` refuses anything not listed.
+//! * Two providers run the transforms ([`Provider`]: RustCrypto for every
+//!   algorithm, `ring` for AES-GCM with a 16-byte ICV and
+//!   ChaCha20-Poly1305). A device is built with a [`ProviderChoice`]
+//!   (`[crypto] provider`) and resolves it per session in
+//!   `session_create` ([`Session::provider`]); a device limited to one
+//!   provider lists only what that provider runs.
 //!
 //! * Queue pair life cycle (control thread): [`CryptoDevice::queue_pair_setup`]
 //!   hands the queue pair to its worker, started. [`CryptoDevice::queue_pair_stop`]
@@ -37,9 +43,11 @@
 
 pub mod descriptor;
 mod gate;
+mod provider;
 pub mod soft;
 
 pub(crate) use gate::QpGate;
+pub use provider::{Provider, ProviderChoice};
 
 use std::sync::Arc;
 use zeroize::{Zeroize, ZeroizeOnDrop, Zeroizing};
@@ -361,7 +369,10 @@ pub struct DeviceInfo {
     pub nb_queue_pairs: u16,
     /// Sessions a queue pair can hold; 0 = unlimited.
     pub max_sessions_per_qp: u32,
-    /// Algorithms.
+    /// The provider setting sessions are created with
+    /// ([`Session::provider`] says what each one got).
+    pub provider: ProviderChoice,
+    /// Algorithms (with [`ProviderChoice::Only`], those the provider runs).
     pub capabilities: Vec<Capability>,
     /// Flags.
     pub flags: DeviceFlags,
@@ -584,12 +595,15 @@ impl<B> CryptoOp<B> {
 /// schedules, the GHASH key, the ChaCha20 key and the salt or nonce. Not
 /// the keyed HMAC states (SHA state after the key's inner and outer pads):
 /// `hmac` 0.12 keeps them in types that cannot be wiped from outside and
-/// has no `zeroize` feature (RustCrypto/MACs#255).
+/// has no `zeroize` feature (RustCrypto/MACs#255); and not the key
+/// schedule of a [`Provider::Ring`] session (`ring` 0.17 has no `zeroize`
+/// either).
 pub struct Session {
     id: u64,
     algorithm: Algorithm,
     direction: CipherDirection,
     icv_len: usize,
+    provider: Provider,
     salt: Zeroizing<[u8; 4]>,
     pub(crate) ctx: soft::Transform,
 }
@@ -611,6 +625,10 @@ impl Session {
     pub fn icv_len(&self) -> usize {
         self.icv_len
     }
+    /// The provider that runs this session's transform.
+    pub fn provider(&self) -> Provider {
+        self.provider
+    }
     /// Bytes of the expanded key schedule this session keeps on the heap
     /// (the boxed transform: AES round keys, GHASH key, HMAC states), for
     /// memory accounting (the control-plane bench subtracts it from the
@@ -622,7 +640,12 @@ impl Session {
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session").field("id", &self.id).field("algorithm", &self.algorithm).field("direction", &self.direction).finish()
+        f.debug_struct("Session")
+            .field("id", &self.id)
+            .field("algorithm", &self.algorithm)
+            .field("direction", &self.direction)
+            .field("provider", &self.provider)
+            .finish()
     }
 }
 
@@ -706,18 +729,20 @@ pub trait CryptoDevice: Send + Sync {
     }
 }
 
-/// The capabilities of the software transform (every [`Algorithm`]),
-/// offered by every backend since they all run it.
-pub(crate) fn soft_capabilities() -> Vec<Capability> {
+/// The capabilities of the software transforms with provider `choice`
+/// (every [`Algorithm`] for `Auto` and RustCrypto, ring's subset for
+/// ring), offered by every backend since they all run them.
+pub(crate) fn soft_capabilities(choice: ProviderChoice) -> Vec<Capability> {
     Algorithm::ALL
         .into_iter()
+        .filter(|&a| !choice.icv_lens(a).is_empty())
         .map(|a| Capability {
             algorithm: a,
             key_len: a.key_len(),
             salt_len: a.salt_len(),
             auth_key_len: a.auth_key_len(),
             iv_len: a.iv_len(),
-            icv_lens: a.icv_lens(),
+            icv_lens: choice.icv_lens(a),
             max_aad_len: if a.is_combined() { 16 } else { 0 },
             max_auth_trailer_len: if a.is_combined() { 0 } else { 4 },
             data_align: if a.cipher() == Cipher::AesCbc { 16 } else { 1 },
@@ -742,16 +767,19 @@ pub(crate) fn check_xform(driver: &'static str, caps: &[Capability], x: &SymXfor
     Err(CryptoError::Unsupported { driver, what })
 }
 
-/// Builds a session from a checked transform; shared by every backend.
-pub(crate) fn new_session(id: u64, x: &SymXform) -> Session {
-    Session {
-        id,
-        algorithm: x.algorithm,
-        direction: x.direction,
-        icv_len: x.icv_len,
-        salt: Zeroizing::new(x.salt),
-        ctx: soft::Transform::new(x.algorithm, &x.key, &x.auth_key),
-    }
+/// `session_create` of every backend: checks `x` against the
+/// capabilities of `choice`, resolves the provider and builds the session
+/// with id `id`. Errors: `Unsupported` (naming the provider when the choice
+/// is one provider that does not run the transform).
+pub(crate) fn create_session(driver: &'static str, choice: ProviderChoice, id: u64, x: &SymXform) -> Result<Arc<Session>, CryptoError> {
+    check_xform(driver, &soft_capabilities(ProviderChoice::Auto), x)?;
+    let unsupported = || CryptoError::Unsupported {
+        driver,
+        what: format!("{} with a {}-byte ICV is not run by provider {} (it offers ICV lengths {:?})", x.algorithm.name(), x.icv_len, choice.name(), choice.icv_lens(x.algorithm)),
+    };
+    let provider = choice.resolve(x.algorithm, x.icv_len).ok_or_else(unsupported)?;
+    let ctx = soft::Transform::new(x.algorithm, &x.key, &x.auth_key, provider).ok_or_else(unsupported)?;
+    Ok(Arc::new(Session { id, algorithm: x.algorithm, direction: x.direction, icv_len: x.icv_len, provider, salt: Zeroizing::new(x.salt), ctx }))
 }
 
 /// Runs one op synchronously with the software transform and sets its
@@ -862,7 +890,7 @@ mod tests {
     #[test]
     fn session_salt_is_zeroizing() {
         let x = SymXform { algorithm: Algorithm::Aes128Gcm, direction: CipherDirection::Encrypt, key: vec![1; 16], salt: [9, 8, 7, 6], icv_len: 16, auth_key: Vec::new() };
-        let s = new_session(1, &x);
+        let s = create_session("t", ProviderChoice::Auto, 1, &x).unwrap();
         let salt: &Zeroizing<[u8; 4]> = &s.salt;
         assert_eq!(**salt, [9, 8, 7, 6]);
     }

@@ -283,8 +283,22 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     icmp_refill: Instant,
     icmp_ident: u16,
     reasm: Reassembler,
-    /// The neighbour snapshot of this poll (loaded once per poll).
+    /// The neighbour snapshot of this poll (checked once per poll, cloned
+    /// only when the control thread published a new one).
     neigh: Arc<Neighbours>,
+    /// The tables snapshot of the last poll, kept so a poll whose snapshot
+    /// did not change takes no reference count (`None` during a poll).
+    snap: Option<Arc<Tables>>,
+    /// The last destination [`Self::forward`] resolved in this poll:
+    /// (destination, egress port, destination MAC). Valid for one poll
+    /// (one tables and one neighbour snapshot, one clock reading);
+    /// cleared at the start of each poll, by [`Self::adopt`] and by
+    /// [`Self::drain`]. A burst of one tunnel's packets routes and looks
+    /// up its next hop once.
+    last_hop: Option<(IpAddr, usize, [u8; 6])>,
+    /// (tables version, destination, egress port) of the last MTU check's
+    /// route lookup in [`Self::outbound`].
+    via_memo: Option<(u64, IpAddr, Option<usize>)>,
     resolver: resolve::Resolver,
 }
 
@@ -339,6 +353,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             icmp_ident: 0,
             reasm: Reassembler::new(conf.reasm),
             neigh: t.neighbours.load_full(),
+            snap: None,
+            last_hop: None,
+            via_memo: None,
             resolver: resolve::Resolver::new(conf.neigh),
         };
         w.adopt(&t);
@@ -378,6 +395,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             self.dummies.push((r, due));
         }
         self.version = t.version;
+        self.last_hop = None;
         self.counters.adopted.set(t.version);
         self.boundary = self.prepared;
         self.note_quiesced();
@@ -439,6 +457,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// for an asynchronous device) and flushes tx.
     pub fn drain(&mut self) {
         let t = self.tables.load_full();
+        self.last_hop = None;
         self.read_backend_stats();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
         while (self.qp.inflight() > 0 || !self.ops.is_empty()) && std::time::Instant::now() < deadline {
@@ -462,13 +481,19 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     }
 
     fn poll(&mut self, now: Option<Instant>) -> usize {
-        let mut t = self.tables.load_full();
+        let mut t = self.snapshot();
         if t.version != self.version {
             self.adopt(&t);
         }
         let mut received = 0;
         self.now = now;
-        self.neigh = t.neighbours.load_full();
+        self.last_hop = None;
+        {
+            let n = t.neighbours.load();
+            if !Arc::ptr_eq(&n, &self.neigh) {
+                self.neigh = arc_swap::Guard::into_inner(n);
+            }
+        }
         if let Some(r) = self.handoff.returns.get(self.conf.id) {
             while self.pool.len() < self.pool.capacity() {
                 let Some(b) = r.pop() else { break };
@@ -525,7 +550,19 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         if self.polls.is_multiple_of(8192) {
             self.read_backend_stats();
         }
+        self.snap = Some(t);
         received
+    }
+
+    /// The current tables snapshot: the one of the last poll if the
+    /// control thread has not published another since (no reference
+    /// count taken), else the new one.
+    #[inline]
+    fn snapshot(&mut self) -> Arc<Tables> {
+        match self.snap.take() {
+            Some(t) if Arc::ptr_eq(&self.tables.load(), &t) => t,
+            _ => self.tables.load_full(),
+        }
     }
 
     /// The time of this poll: the clock is read once, when first needed
@@ -803,15 +840,13 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         for p in 0..self.ports.len() {
             let mut q = std::mem::take(&mut self.tx[p]);
             if !q.is_empty() {
-                let sent = self.ports[p].tx_burst(&q);
+                let sent = self.ports[p].tx_burst(&q).min(q.len());
+                // Counted once per burst, not per packet.
                 let pc = &self.counters.ports[p];
-                for (i, b) in q.iter().enumerate() {
-                    if i < sent {
-                        pc.tx_packets.add(1);
-                        pc.tx_bytes.add(b.len() as u64);
-                    } else {
-                        self.counters.drops[DropReason::TxFull as usize].add(1);
-                    }
+                pc.tx_packets.add(sent as u64);
+                pc.tx_bytes.add(q[..sent].iter().map(|b| b.len() as u64).sum());
+                if sent < q.len() {
+                    self.counters.drops[DropReason::TxFull as usize].add((q.len() - sent) as u64);
                 }
                 for b in q.drain(..) {
                     self.recycle(b);
@@ -1104,7 +1139,17 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         // The MTU in the errors is the largest inner packet that fits.
         let inner_v6 = key.dst.is_ipv6();
         let via = if sa.transport { key.dst } else { sa.tunnel_dst };
-        let egress_mtu = t.routes.lookup(via).and_then(|(out, _)| t.ports.get(out)).map(|p| p.mtu as usize);
+        // The egress port of the tunnel end, remembered for the tables
+        // snapshot it was looked up in (a run of one tunnel routes once).
+        let egress = match self.via_memo {
+            Some((v, d, out)) if v == t.version && d == via => out,
+            _ => {
+                let out = t.routes.lookup(via).map(|(out, _)| out);
+                self.via_memo = Some((t.version, via, out));
+                out
+            }
+        };
+        let egress_mtu = egress.and_then(|out| t.ports.get(out)).map(|p| p.mtu as usize);
         // The headers kept in front count in transport mode only.
         let hl = if sa.transport { transport_kept_len(&buf) } else { 0 };
         if let Some(mtu) = egress_mtu.filter(|&m| outbound::encapsulated_len(sa, hl, buf.len() - ethernet::HEADER_LEN) > m) {
@@ -1317,6 +1362,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// while the next hop is resolved (ARP / Neighbor Solicitation,
     /// `resolve.rs`).
     fn forward(&mut self, t: &Tables, rx_port: usize, buf: PktBuf, dst: IpAddr) {
+        if let Some((d, out, mac)) = self.last_hop {
+            if d == dst {
+                return self.transmit(t, rx_port, buf, out, mac);
+            }
+        }
         let Some((out, nh)) = t.routes.lookup(dst) else {
             return self.drop_buf(rx_port, DropReason::NoRoute, buf);
         };
@@ -1324,7 +1374,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return self.drop_buf(rx_port, DropReason::NoRoute, buf);
         }
         match self.next_hop_mac(t, out, nh) {
-            Some(mac) => self.transmit(t, rx_port, buf, out, mac),
+            Some(mac) => {
+                self.last_hop = Some((dst, out, mac));
+                self.transmit(t, rx_port, buf, out, mac)
+            }
             None => self.hold(t, rx_port, out, nh, buf),
         }
     }

@@ -24,6 +24,7 @@ pub const TUNNEL_OVERHEAD_FRONT: usize = ipv4::MIN_HEADER_LEN + ESP_HEADER_LEN +
 /// to the new frame start (the ESP header). On error (`NoRoom`, or
 /// `CryptoError` for an IV of the wrong length) the buffer comes back
 /// unchanged.
+#[inline]
 pub fn encap(
     spi: u32,
     session: &Arc<Session>,
@@ -192,6 +193,7 @@ fn inner_facts(ip: &[u8]) -> Option<(u8, bool, usize, u8)> {
 /// With `sa.tfc_pad_to` the inner packet is first padded with zeros to
 /// that many bytes (TFC padding, RFC 4303 §2.7), so packets shorter than
 /// it all look the same size on the wire.
+#[inline]
 pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
     if sa.transport {
         return super::transport::outbound_prepare(sa, st, buf);
@@ -265,6 +267,7 @@ pub fn prepare_dummy(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf, l
 /// cut). Takes the sequence number and IV, frames ESP with `next_header`
 /// ([`encap`]) and writes the outer header (DS + ECN byte `tos`, DF per
 /// `sa.df` with `inner_df` for `copy`) and the UDP header of `udp_encap`.
+#[inline]
 fn seal_tunnel(
     sa: &OutboundSa,
     st: &mut OutboundState,
@@ -333,6 +336,7 @@ fn seal_tunnel(
 /// over IPv6 (RFC 8200 §8.1, RFC 3948), which covers the ciphertext and is
 /// computed here (a frame of Ethernet + IPv6 with next header 17, as
 /// [`prepare`] builds it for such an SA). A failed op is a `CryptoError`.
+#[inline]
 pub fn finish(op: CryptoOp<PktBuf>) -> Result<PktBuf, (EspError, PktBuf)> {
     match op.status {
         OpStatus::Success => {

@@ -36,8 +36,8 @@ mod ring;
 mod sessions;
 
 use super::{
-    check_xform, new_session, soft_capabilities, CryptoDevice, CryptoError, CryptoOp, DeviceFlags, DeviceInfo, QpConf, QpGate, QueuePair,
-    Session, SymXform,
+    create_session, soft_capabilities, CryptoDevice, CryptoError, CryptoOp, DeviceFlags, DeviceInfo, QpConf, QpGate, QueuePair,
+    ProviderChoice, Session, SymXform,
 };
 use engine::Engines;
 use ring::{bump, QpCounters, QpRings};
@@ -106,6 +106,7 @@ struct QpCtl {
 /// (`inflight() == 0`).
 pub struct DescriptorDevice {
     cfg: DescriptorConfig,
+    provider: ProviderChoice,
     next_session: AtomicU64,
     qps: Vec<QpCtl>,
     set_up: Mutex<Vec<bool>>,
@@ -113,9 +114,16 @@ pub struct DescriptorDevice {
 }
 
 impl DescriptorDevice {
-    /// Validates `cfg` and spawns the engines. Errors: `InvalidConfig` (a
-    /// zero count or depth), `DeviceStart` (a thread failed to spawn).
+    /// Validates `cfg` and spawns the engines; provider `auto`. Errors:
+    /// `InvalidConfig` (a zero count or depth), `DeviceStart` (a thread
+    /// failed to spawn).
     pub fn new(cfg: DescriptorConfig) -> Result<DescriptorDevice, CryptoError> {
+        DescriptorDevice::with_provider(cfg, ProviderChoice::Auto)
+    }
+
+    /// [`DescriptorDevice::new`] whose sessions use `provider` (`[crypto]
+    /// provider`): the engines run that provider's transforms.
+    pub fn with_provider(cfg: DescriptorConfig, provider: ProviderChoice) -> Result<DescriptorDevice, CryptoError> {
         let bad = |what: String| Err(CryptoError::InvalidConfig { driver: DRIVER, what });
         if cfg.nb_queue_pairs == 0 {
             return bad("nb_queue_pairs is 0".into());
@@ -138,6 +146,7 @@ impl DescriptorDevice {
             .collect();
         Ok(DescriptorDevice {
             cfg,
+            provider,
             next_session: AtomicU64::new(1),
             qps,
             set_up: Mutex::new(vec![false; cfg.nb_queue_pairs as usize]),
@@ -265,14 +274,14 @@ impl CryptoDevice for DescriptorDevice {
             driver: DRIVER,
             nb_queue_pairs: self.cfg.nb_queue_pairs,
             max_sessions_per_qp: self.cfg.max_sessions_per_qp,
-            capabilities: soft_capabilities(),
+            provider: self.provider,
+            capabilities: soft_capabilities(self.provider),
             flags: DeviceFlags { sync: false, hardware: true, attach_sessions: true },
         }
     }
 
     fn session_create(&self, xform: &SymXform) -> Result<Arc<Session>, CryptoError> {
-        check_xform(DRIVER, &soft_capabilities(), xform)?;
-        Ok(Arc::new(new_session(self.next_session.fetch_add(1, Ordering::Relaxed), xform)))
+        create_session(DRIVER, self.provider, self.next_session.fetch_add(1, Ordering::Relaxed), xform)
     }
 
     fn session_free(&self, session: Arc<Session>) -> Result<(), CryptoError> {

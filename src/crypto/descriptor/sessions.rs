@@ -229,11 +229,11 @@ impl SessionTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crypto::{new_session, Algorithm, CipherDirection, SymXform};
+    use crate::crypto::{create_session, Algorithm, CipherDirection, ProviderChoice, SymXform};
 
     fn session(id: u64) -> Arc<Session> {
         let x = SymXform { algorithm: Algorithm::Aes128Gcm, direction: CipherDirection::Encrypt, key: vec![1; 16], salt: [0; 4], icv_len: 16, auth_key: Vec::new() };
-        Arc::new(new_session(id, &x))
+        create_session("t", ProviderChoice::Auto, id, &x).unwrap()
     }
 
     #[test]

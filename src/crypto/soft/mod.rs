@@ -1,6 +1,8 @@
 //! The software crypto device: synchronous, in the worker, on RustCrypto
 //! primitives (`transform.rs`: AES-GCM/GMAC from `aes` + `ctr` + `ghash`,
-//! ChaCha20-Poly1305, AES-CBC/CTR/NULL with HMAC-SHA1/SHA-256). Unlimited
+//! ChaCha20-Poly1305, AES-CBC/CTR/NULL with HMAC-SHA1/SHA-256) or, per the
+//! device's [`ProviderChoice`], ring's AES-GCM and ChaCha20-Poly1305
+//! (`ring_aead.rs`). Unlimited
 //! sessions per queue pair; no attach needed
 //! (`DeviceInfo::max_sessions_per_qp` 0, `flags.attach_sessions` false: the
 //! attach calls return `AttachNotSupported`). Queue pairs can be stopped and
@@ -9,13 +11,14 @@
 
 mod cipher_mac;
 mod gcm;
+mod ring_aead;
 mod transform;
 
 pub(crate) use transform::{OpArgs, Transform};
 
 use super::{
-    check_xform, new_session, process_op, soft_capabilities, CryptoDevice, CryptoError, CryptoOp, DeviceFlags, DeviceInfo, QpConf,
-    QpGate, QueuePair, Session, SymXform,
+    create_session, process_op, soft_capabilities, CryptoDevice, CryptoError, CryptoOp, DeviceFlags, DeviceInfo, QpConf,
+    ProviderChoice, QpGate, QueuePair, Session, SymXform,
 };
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +29,7 @@ const DRIVER: &str = "crypto_soft";
 /// The software device.
 pub struct SoftDevice {
     nb_queue_pairs: u16,
+    provider: ProviderChoice,
     next_session: AtomicU64,
     set_up: Mutex<Vec<bool>>,
     /// Start/stop state per queue pair, shared with the queue pair.
@@ -33,10 +37,18 @@ pub struct SoftDevice {
 }
 
 impl SoftDevice {
-    /// A device with `nb_queue_pairs` queue pairs (one per worker).
+    /// A device with `nb_queue_pairs` queue pairs (one per worker) and
+    /// provider `auto`.
     pub fn new(nb_queue_pairs: u16) -> SoftDevice {
+        SoftDevice::with_provider(nb_queue_pairs, ProviderChoice::Auto)
+    }
+
+    /// A device with `nb_queue_pairs` queue pairs whose sessions use
+    /// `provider` (`[crypto] provider`).
+    pub fn with_provider(nb_queue_pairs: u16, provider: ProviderChoice) -> SoftDevice {
         SoftDevice {
             nb_queue_pairs,
+            provider,
             next_session: AtomicU64::new(1),
             set_up: Mutex::new(vec![false; nb_queue_pairs as usize]),
             gates: (0..nb_queue_pairs).map(|_| Arc::new(QpGate::default())).collect(),
@@ -88,14 +100,14 @@ impl CryptoDevice for SoftDevice {
             driver: DRIVER,
             nb_queue_pairs: self.nb_queue_pairs,
             max_sessions_per_qp: 0,
-            capabilities: soft_capabilities(),
+            provider: self.provider,
+            capabilities: soft_capabilities(self.provider),
             flags: DeviceFlags { sync: true, hardware: false, attach_sessions: false },
         }
     }
 
     fn session_create(&self, xform: &SymXform) -> Result<Arc<Session>, CryptoError> {
-        check_xform(DRIVER, &soft_capabilities(), xform)?;
-        Ok(Arc::new(new_session(self.next_session.fetch_add(1, Ordering::Relaxed), xform)))
+        create_session(DRIVER, self.provider, self.next_session.fetch_add(1, Ordering::Relaxed), xform)
     }
 
     /// Never fails: sessions are not attached to queue pairs here.

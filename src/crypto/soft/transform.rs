@@ -1,17 +1,21 @@
 //! The software transform of a session: one expanded key schedule per
-//! algorithm family, run on the ranges of an op. Shared by every backend
+//! algorithm family and provider (`crypto::Provider`, chosen when the
+//! session is created), run on the ranges of an op. Shared by every backend
 //! through `crypto::process_op`.
 //!
 //! Contract of [`Transform::seal`] / [`Transform::open`]: the ranges were
 //! checked by the caller (inside the buffer, the ICV overlapping neither
 //! the cipher nor the auth range, CBC ranges whole blocks, GMAC's cipher
 //! range and ChaCha20-Poly1305's auth range empty). `open` verifies the ICV
-//! in constant time before it decrypts anything, so a failed op leaves the
-//! buffer as it was (RFC 4303 §3.4.4).
+//! in constant time and releases no unverified plaintext (RFC 4303
+//! §3.4.4): the RustCrypto transforms verify before they decrypt, so a
+//! failed op leaves the buffer as it was; ring's (`ring_aead.rs`) leaves
+//! the cipher range zeroed.
 
 use super::cipher_mac::CipherMac;
 use super::gcm::Gcm;
-use crate::crypto::{Algorithm, Cipher, OpRanges, OpStatus};
+use super::ring_aead::RingAead;
+use crate::crypto::{Algorithm, Cipher, OpRanges, OpStatus, Provider};
 use aes::{Aes128, Aes256};
 use chacha20poly1305::aead::AeadInPlace;
 use chacha20poly1305::{ChaCha20Poly1305, KeyInit};
@@ -41,12 +45,23 @@ pub(crate) enum Transform {
     ChaCha(Box<ChaCha20Poly1305>),
     /// AES-CBC, AES-CTR or NULL with an HMAC.
     CipherMac(Box<CipherMac>),
+    /// ring: AES-128/256-GCM with a 16-byte ICV, ChaCha20-Poly1305.
+    Ring(Box<RingAead>),
 }
 
 impl Transform {
     /// Expands `key` and `auth_key` (lengths already checked against the
-    /// algorithm by `check_xform`).
-    pub(crate) fn new(alg: Algorithm, key: &[u8], auth_key: &[u8]) -> Transform {
+    /// algorithm by `check_xform`) for `provider`; `None` if the provider
+    /// does not run `alg` (ring: only AES-GCM and ChaCha20-Poly1305).
+    pub(crate) fn new(alg: Algorithm, key: &[u8], auth_key: &[u8], provider: Provider) -> Option<Transform> {
+        match provider {
+            Provider::Ring => RingAead::new(alg, key).map(|r| Transform::Ring(Box::new(r))),
+            Provider::RustCrypto => Some(Transform::rustcrypto(alg, key, auth_key)),
+        }
+    }
+
+    /// The RustCrypto transform of `alg`.
+    fn rustcrypto(alg: Algorithm, key: &[u8], auth_key: &[u8]) -> Transform {
         match alg.cipher() {
             Cipher::AesGcm | Cipher::AesGmac if key.len() == 16 => Transform::Gcm128(Box::new(Gcm::new(key))),
             Cipher::AesGcm | Cipher::AesGmac => Transform::Gcm256(Box::new(Gcm::new(key))),
@@ -62,6 +77,7 @@ impl Transform {
             Transform::Gcm256(g) => std::mem::size_of_val(&**g),
             Transform::ChaCha(c) => std::mem::size_of_val(&**c),
             Transform::CipherMac(c) => std::mem::size_of_val(&**c),
+            Transform::Ring(r) => std::mem::size_of_val(&**r),
         }
     }
 
@@ -84,11 +100,12 @@ impl Transform {
                 }
             }
             Transform::CipherMac(c) => c.seal(a, buf, r),
+            Transform::Ring(k) => k.seal(a, buf, r),
         }
     }
 
-    /// Verifies the ICV (constant time) and, only if it matches, decrypts
-    /// the cipher range.
+    /// Verifies the ICV (constant time) and decrypts the cipher range;
+    /// releases no unverified plaintext (see the module doc).
     pub(crate) fn open(&self, a: &OpArgs<'_>, buf: &mut [u8], r: &OpRanges) -> OpStatus {
         match self {
             Transform::Gcm128(g) => g.open(a, buf, r),
@@ -108,6 +125,7 @@ impl Transform {
                 }
             }
             Transform::CipherMac(c) => c.open(a, buf, r),
+            Transform::Ring(k) => k.open(a, buf, r),
         }
     }
 }
