@@ -1,5 +1,8 @@
-//! Crypto device throughput: the software device next to the descriptor
-//! device (one queue pair, one engine thread), AES-128-GCM seal, for bursts
+//! Crypto device throughput: the software device with provider `auto`
+//! (ring for AES-128-GCM) next to the software device with RustCrypto
+//! (`soft_rustcrypto`: the provider speed-up, ratio printed) and the
+//! descriptor device (one queue pair, one engine thread, `auto`),
+//! AES-128-GCM seal, for bursts
 //! of 1, 8, 32 and 64 ops of 64 and 1420-byte payloads. One group,
 //! `Throughput::Elements` = ops, and each descriptor line printed right after
 //! the soft line of the same size and burst, so the ratio (the cost of the
@@ -16,9 +19,11 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use secgw::crypto::descriptor::{DescriptorConfig, DescriptorDevice};
 use secgw::crypto::soft::SoftDevice;
-use secgw::crypto::{AeadAlgorithm, CipherDirection, CryptoDevice, CryptoOp, OpStatus, QpConf, QueuePair, Session, SymXform};
+use secgw::crypto::{AeadAlgorithm, CipherDirection, CryptoDevice, CryptoOp, OpStatus, Provider, ProviderChoice, QpConf, QueuePair, Session, SymXform};
 use std::sync::Arc;
 use std::time::Duration;
+
+mod common;
 
 const SIZES: [usize; 2] = [64, 1420];
 const BURSTS: [usize; 4] = [1, 8, 32, 64];
@@ -68,6 +73,11 @@ fn bench(c: &mut Criterion) {
     let soft = SoftDevice::new(1);
     let soft_s = soft.session_create(&xform()).unwrap();
     let mut soft_qp = soft.queue_pair_setup::<Vec<u8>>(0, QpConf { nb_descriptors: DEPTH }).unwrap();
+    assert_eq!(soft_s.provider(), Provider::Ring);
+    let rc = SoftDevice::with_provider(1, ProviderChoice::Only(Provider::RustCrypto));
+    let rc_s = rc.session_create(&xform()).unwrap();
+    let mut rc_qp = rc.queue_pair_setup::<Vec<u8>>(0, QpConf { nb_descriptors: DEPTH }).unwrap();
+    let mut ratios = common::Ratios::new("soft device AES-128-GCM seal: ring (auto) vs RustCrypto, ops (same run)");
 
     let desc = DescriptorDevice::new(DescriptorConfig { nb_queue_pairs: 1, ring_depth: DEPTH, max_sessions_per_qp: 1, nb_engines: 1 }).unwrap();
     let desc_s = desc.session_create(&xform()).unwrap();
@@ -82,12 +92,17 @@ fn bench(c: &mut Criterion) {
             let (mut o, mut d) = (ops(&soft_s, size, burst), Vec::with_capacity(burst));
             g.bench_with_input(BenchmarkId::new("soft", &param), &burst, |b, _| b.iter(|| burst_round(&mut soft_qp, &mut o, &mut d)));
             assert!(o.iter().all(|op| matches!(op.status, OpStatus::Success | OpStatus::NotProcessed)), "filtered out or sealed");
+            let (mut o, mut d) = (ops(&rc_s, size, burst), Vec::with_capacity(burst));
+            g.bench_with_input(BenchmarkId::new("soft_rustcrypto", &param), &burst, |b, _| b.iter(|| burst_round(&mut rc_qp, &mut o, &mut d)));
+            let line = |f: &str| common::Line::new("crypto_seal_aes128gcm_ops", f, &param);
+            ratios.row(param.clone(), line("soft"), line("soft_rustcrypto"), burst as f64, "ops");
             let (mut o, mut d) = (ops(&desc_s, size, burst), Vec::with_capacity(burst));
             g.bench_with_input(BenchmarkId::new("descriptor", &param), &burst, |b, _| b.iter(|| burst_round(&mut desc_qp, &mut o, &mut d)));
             assert!(o.iter().all(|op| matches!(op.status, OpStatus::Success | OpStatus::NotProcessed)), "filtered out or sealed");
         }
     }
     g.finish();
+    ratios.print();
     let st = desc.qp_stats(0).unwrap();
     println!("descriptor qp 0: {} ops completed, {} not attached, {} refused (ring full)", st.completed, st.not_attached, st.rejected_full);
 }

@@ -18,8 +18,9 @@
 //! buffer again and again in place; a raw open first copies the sealed
 //! bytes back (the open decrypts in place), as ESP inbound copies its frame.
 //!
-//! `cargo bench --bench esp` (≈ 4 minutes: 0.3 s warm-up + 1 s
-//! measurement per line, 136 lines); `cargo bench --bench esp --
+//! `cargo bench --bench esp` (≈ 11 minutes on the 2-core machine: 136
+//! lines of 0.3 s warm-up + 1 s measurement, plus criterion's analysis and
+//! plots, ≈ 5 s a line); `cargo bench --bench esp --
 //! esp_outbound` for one direction; the group `replay` times the
 //! anti-replay window's check + commit (RFC 6479 bitmap) at windows 64 and
 //! 4096, in order and in blocks of 32 arriving in reverse order (the two
@@ -145,7 +146,7 @@ type HmacSha256 = Hmac<sha2::Sha256>;
 
 /// The provider's own API for one algorithm, keyed once.
 enum Raw {
-    Ring(ring::aead::LessSafeKey),
+    Ring(Box<ring::aead::LessSafeKey>),
     Gcm128(Box<aes_gcm::Aes128Gcm>),
     Gcm256(Box<aes_gcm::Aes256Gcm>),
     ChaCha(Box<chacha20poly1305::ChaCha20Poly1305>),
@@ -172,7 +173,7 @@ impl Raw {
                     Algorithm::Aes256Gcm => &ring::aead::AES_256_GCM,
                     _ => &ring::aead::CHACHA20_POLY1305,
                 };
-                Raw::Ring(ring::aead::LessSafeKey::new(ring::aead::UnboundKey::new(r, &key).unwrap()))
+                Raw::Ring(Box::new(ring::aead::LessSafeKey::new(ring::aead::UnboundKey::new(r, &key).unwrap())))
             }
             (_, Algorithm::Aes128Gcm) => Raw::Gcm128(Box::new(aes_gcm::Aes128Gcm::new_from_slice(&key).unwrap())),
             (_, Algorithm::Aes256Gcm) => Raw::Gcm256(Box::new(aes_gcm::Aes256Gcm::new_from_slice(&key).unwrap())),
