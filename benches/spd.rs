@@ -41,9 +41,9 @@ fn addr(v6: bool, bits: u128) -> IpAddr {
 
 fn random_bits(r: &mut Rng, v6: bool) -> u128 {
     if v6 {
-        ((r.next() as u128) << 64) | r.next() as u128
+        ((r.next_u64() as u128) << 64) | r.next_u64() as u128
     } else {
-        r.next() as u32 as u128
+        r.next_u64() as u32 as u128
     }
 }
 

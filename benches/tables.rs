@@ -18,9 +18,9 @@ fn routes(n: usize, v6: bool, rng: &mut Rng) -> Vec<Route> {
     (0..n)
         .map(|i| {
             let (addr, len) = if v6 {
-                (IpAddr::V6(((0x2001_0db8u128 << 96) | (rng.next() as u128) << 32).into()), 32 + (rng.next() % 33) as u8)
+                (IpAddr::V6(((0x2001_0db8u128 << 96) | (rng.next_u64() as u128) << 32).into()), 32 + (rng.next_u64() % 33) as u8)
             } else {
-                (IpAddr::V4((rng.next() as u32).into()), 8 + (rng.next() % 25) as u8)
+                (IpAddr::V4((rng.next_u64() as u32).into()), 8 + (rng.next_u64() % 25) as u8)
             };
             Route { prefix: Prefix::new(addr, len), port: i % 4, via: None }
         })
@@ -31,12 +31,12 @@ fn routes(n: usize, v6: bool, rng: &mut Rng) -> Vec<Route> {
 fn addrs(table: &[Route], v6: bool, rng: &mut Rng) -> Vec<IpAddr> {
     (0..1024)
         .map(|i| {
-            let base = table[(rng.next() as usize) % table.len()].prefix.addr();
+            let base = table[(rng.next_u64() as usize) % table.len()].prefix.addr();
             match (base, i % 4 == 3) {
-                (IpAddr::V4(_), true) => IpAddr::V4((rng.next() as u32).into()),
-                (IpAddr::V6(_), true) => IpAddr::V6(((0x2001_0db8u128 << 96) | rng.next() as u128).into()),
-                (IpAddr::V4(a), false) => IpAddr::V4((u32::from(a) | (rng.next() as u32 & 0xff)).into()),
-                (IpAddr::V6(a), false) => IpAddr::V6((u128::from(a) | (rng.next() as u128 & 0xffff)).into()),
+                (IpAddr::V4(_), true) => IpAddr::V4((rng.next_u64() as u32).into()),
+                (IpAddr::V6(_), true) => IpAddr::V6(((0x2001_0db8u128 << 96) | rng.next_u64() as u128).into()),
+                (IpAddr::V4(a), false) => IpAddr::V4((u32::from(a) | (rng.next_u64() as u32 & 0xff)).into()),
+                (IpAddr::V6(a), false) => IpAddr::V6((u128::from(a) | (rng.next_u64() as u128 & 0xffff)).into()),
             }
         })
         .chain(std::iter::once(if v6 { "2001:db8::1".parse().unwrap() } else { "10.0.0.1".parse().unwrap() }))
