@@ -442,7 +442,7 @@ crosscheck() {
     local sink_secs
     sink_secs=$(awk -v a="$secs" 'BEGIN { print a + 3 }')
     ip netns exec "$(ns sink)" env --default-signal=INT,TERM "$SECGW_PKTGEN_BIN" sink --iface sink0 --queues 1 --core "$SINK_CORE" --xdp-mode "$XDP_MODE" \
-        --duration "$sink_secs" --json "$xdir/trafgen-sink.json" --esp-config "$BENCH_REPO/configs/bench/gw1.toml" \
+        --idle-sleep-us "$SINK_IDLE_SLEEP" --duration "$sink_secs" --json "$xdir/trafgen-sink.json" --esp-config "$BENCH_REPO/configs/bench/gw1.toml" \
         >"$xdir/sink.out" 2>"$xdir/sink.err" </dev/null &
     local sink_pid=$! rc=0
     wait_xdp sink sink0 "$sink_pid" "$xdir/sink.err" || { dut_down || true; return 1; }
@@ -501,7 +501,7 @@ table_args=(table --rows "$ROWS_FILE" --elapsed "$(( $(date +%s) - START_EPOCH )
     --meta "kernel=$(uname -r)" --meta "cpus=$(nproc)"
     --meta "loadavg_before=$LOAD_BEFORE" --meta "loadavg_after=$LOAD_AFTER"
     --meta "cores=gen+sink on core $GEN_CORE; 1 worker: gateway(s)/forwarder on core $DUT_CORE (both gateways of (c) share it); 2 workers: gateway workers on cores 0,1, sharing core 0 with gen+sink; forwarder on core $DUT_CORE"
-    --meta "settings=burst $BURST, idle_sleep_us $IDLE_SLEEP, xdp_mode $XDP_MODE, sink idle sleep $SINK_IDLE_SLEEP µs, flows $FLOWS, trial ${TRIAL_SECS}s after ${WARMUP}s warm-up, ≤$STEPS search steps, loss tolerance $LOSS_TOL %"
+    --meta "settings=crypto provider auto (ring for AES-GCM: gateways, ESP generator and sink), burst $BURST, idle_sleep_us $IDLE_SLEEP, xdp_mode $XDP_MODE, sink idle sleep $SINK_IDLE_SLEEP µs, flows $FLOWS, trial ${TRIAL_SECS}s after ${WARMUP}s warm-up, ≤$STEPS search steps, loss tolerance $LOSS_TOL %"
     --meta "method=saturation = highest gen --rate with loss ≤ tolerance (binary search from the full-speed trial); latency at 50 % of it; ratio_d = Mpps / (d) Mpps, same size and workers, same run")
 [ -f "$XCHECK_FILE" ] && table_args+=(--crosscheck "$XCHECK_FILE")
 [ -n "$JSON_OUT" ] && table_args+=(--json "$JSON_OUT")

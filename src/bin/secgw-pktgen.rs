@@ -127,7 +127,9 @@ enum Cmd {
         /// ESP mode: decrypt ESP for any inbound SA of this secgw TOML config.
         #[arg(long)]
         esp_config: Option<PathBuf>,
-        /// The generator's JSON report: loss against its per-flow counts.
+        /// The generator's JSON report: loss against its per-flow counts. Only
+        /// a file written after the sink started counts; none by the deadline
+        /// (or an unreadable one): a warning, loss from sequence numbers.
         #[arg(long)]
         gen_json: Option<PathBuf>,
         /// Wait for the generator's JSON report (--gen-json) up to this many
@@ -298,16 +300,34 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
             pin(xdp.core)?;
             let mut ports = open(&iface, &xdp, 0)?;
             tracing::info!(%iface, queues = xdp.queues, esp = esp.is_some(), "listening");
+            let wait = secs("gen-json-wait", gen_json_wait)?;
+            let started = std::time::SystemTime::now();
             let s = sink::run(&mut ports, &cfg, esp.as_mut(), &stop);
             let rx_dropped = port_rx_dropped(&ports);
             drop(ports);
+            // Only a generator report written after this sink started counts
+            // (an older file is another run's); none, or a bad one, by the
+            // deadline: warn and count loss from sequence numbers instead of
+            // losing the measurement.
             let gen: Option<GenReport> = match gen_json {
                 Some(p) => {
-                    let deadline = std::time::Instant::now() + secs("gen-json-wait", gen_json_wait)?;
-                    while !p.exists() && std::time::Instant::now() < deadline {
+                    let deadline = std::time::Instant::now() + wait;
+                    let fresh = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).is_ok_and(|t| t >= started);
+                    while !fresh(&p) && std::time::Instant::now() < deadline {
                         std::thread::sleep(Duration::from_millis(50));
                     }
-                    Some(read_json(&p)?)
+                    if !fresh(&p) {
+                        tracing::warn!(path = %p.display(), "no generator report written since the sink started: loss counted from sequence numbers");
+                        None
+                    } else {
+                        match read_json::<GenReport>(&p) {
+                            Ok(g) => Some(g),
+                            Err(e) => {
+                                tracing::warn!("{e:#}: loss counted from sequence numbers");
+                                None
+                            }
+                        }
+                    }
                 }
                 None => None,
             };

@@ -41,7 +41,9 @@ pub struct Combined {
 
 /// Combines the two reports.
 pub fn combine(gen: &GenReport, sink: &SinkReport) -> Combined {
-    let distinct = sink.packets.saturating_sub(sink.duplicates);
+    // Measured packets of flows beyond the sink's --max-flows arrived too
+    // (untracked, so without duplicate detection): received, not lost.
+    let distinct = sink.packets.saturating_sub(sink.duplicates) + sink.flow_out_of_range_measured;
     let lost = gen.measured_tx_packets.saturating_sub(distinct);
     // A sink that saw a single packet has no interval: fall back on the generator's.
     let secs = if sink.measured_s > 0.0 { sink.measured_s } else { gen.duration_s };
@@ -93,6 +95,10 @@ mod tests {
         assert!((c.gbps - 995.0 * 800.0 / 1.99 / 1e9).abs() < 1e-12);
         assert_eq!((c.p50_us, c.p99_us, c.max_us), (10.0, 20.0, 30.0));
         assert!(table_row(&c).contains("990"));
+        // Measured packets of untracked flows arrived: not lost.
+        sink.flow_out_of_range_measured = 7;
+        let c = combine(&gen, &sink);
+        assert_eq!((c.rx_packets, c.lost), (997, 3));
         let none = combine(&GenReport::default(), &SinkReport::default());
         assert_eq!((none.mpps, none.loss_pct), (0.0, 0.0));
     }

@@ -105,6 +105,8 @@ pub struct Sink {
     pub other_frames: u64,
     /// Ours but with a flow number at or above `max_flows`.
     pub flow_out_of_range: u64,
+    /// Of those, the measured ones (sent after the warm-up).
+    pub flow_out_of_range_measured: u64,
     /// ESP frames opened and read.
     pub esp_decrypted: u64,
     /// ESP frames that failed, by drop reason.
@@ -124,6 +126,7 @@ impl Sink {
             rx_bytes: 0,
             other_frames: 0,
             flow_out_of_range: 0,
+            flow_out_of_range_measured: 0,
             esp_decrypted: 0,
             esp_failed: [0; DropReason::ALL.len()],
             first_measured_ns: 0,
@@ -138,6 +141,7 @@ impl Sink {
     fn ours(&mut self, p: &Payload, wire_len: usize, now: u64) {
         let Some(f) = self.flows.get_mut(p.flow as usize) else {
             self.flow_out_of_range += 1;
+            self.flow_out_of_range_measured += u64::from(p.measured());
             return;
         };
         let measured = p.measured();
@@ -246,6 +250,7 @@ impl Sink {
             rx_bytes: self.rx_bytes,
             other_frames: self.other_frames,
             flow_out_of_range: self.flow_out_of_range,
+            flow_out_of_range_measured: self.flow_out_of_range_measured,
             esp_decrypted: self.esp_decrypted,
             esp_failed: self.esp_failed.iter().sum(),
             esp_failures: DropReason::ALL.iter().filter(|r| self.esp_failed[**r as usize] > 0).map(|r| (r.name().to_string(), self.esp_failed[*r as usize])).collect(),
@@ -379,6 +384,10 @@ pub struct SinkReport {
     pub other_frames: u64,
     /// Ours with a flow number beyond `--max-flows`.
     pub flow_out_of_range: u64,
+    /// Of those, measured ones: received, but not tracked per flow (no
+    /// duplicate or reorder detection); `report` counts them as received.
+    #[serde(default)]
+    pub flow_out_of_range_measured: u64,
     /// ESP frames opened.
     pub esp_decrypted: u64,
     /// ESP frames that failed to open.
