@@ -196,6 +196,15 @@ fn secs(what: &str, s: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(s).map_err(|_| anyhow::anyhow!("--{what} {s}: not a number of seconds"))
 }
 
+/// A run length: seconds as [`secs`], and more than 0.
+fn run_secs(what: &str, s: f64) -> anyhow::Result<Duration> {
+    let d = secs(what, s)?;
+    if d.is_zero() {
+        bail!("--{what} {s}: must be more than 0 seconds");
+    }
+    Ok(d)
+}
+
 /// Opens AF_XDP ports on queues 0..xdp.queues of `iface`.
 fn open(iface: &str, xdp: &Xdp, first_id: u16) -> anyhow::Result<Vec<AfXdpPort>> {
     if xdp.queues == 0 {
@@ -256,7 +265,7 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
         Cmd::Gen { iface, xdp, src_mac, dst_mac, src, dst, sport, dport, flows, size, rate, duration, warmup, esp_config, esp_spi, esp_seq_start, json } => {
             let spec = FlowSpec { src_mac, dst_mac, src, dst, sport, dport, flows };
             let builder = PacketBuilder::new(spec, size)?;
-            let cfg = GenConfig { builder, rate_pps: rate, duration: secs("duration", duration)?, warmup: secs("warmup", warmup)?, drain: Duration::from_millis(500) };
+            let cfg = GenConfig { builder, rate_pps: rate, duration: run_secs("duration", duration)?, warmup: secs("warmup", warmup)?, drain: Duration::from_millis(500) };
             let mut esp = match (esp_config, esp_spi) {
                 (Some(path), Some(spi)) => Some(EspTx::from_config(&path, spi, esp_seq_start)?),
                 _ => None,
@@ -292,9 +301,13 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
             if let Some(p) = json {
                 write_json(&p, &r)?;
             }
+            if r.esp_errors > 0 {
+                // Sequence numbers ran out (or a seal failed): the run is not what was asked.
+                bail!("{} packets could not be encapsulated (esp errors): the run is short", r.esp_errors);
+            }
         }
         Cmd::Sink { iface, xdp, duration, grace_ms, max_flows, idle_sleep_us, esp_config, gen_json, gen_json_wait, json } => {
-            let cfg = SinkConfig { duration: secs("duration", duration)?, grace: Duration::from_millis(grace_ms), max_flows, idle_sleep: Duration::from_micros(idle_sleep_us) };
+            let cfg = SinkConfig { duration: run_secs("duration", duration)?, grace: Duration::from_millis(grace_ms), max_flows, idle_sleep: Duration::from_micros(idle_sleep_us) };
             let mut esp = esp_config.map(|p| EspRx::from_config(&p)).transpose()?;
             let stop = stop_flag()?;
             pin(xdp.core)?;
@@ -343,7 +356,7 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
                 Some(m) => m,
                 None => af_xdp::interface_mac(&output).with_context(|| format!("MAC of {output}"))?,
             };
-            let duration = duration.map(|d| secs("duration", d)).transpose()?;
+            let duration = duration.map(|d| run_secs("duration", d)).transpose()?;
             let stop = stop_flag()?;
             pin(xdp.core)?;
             let mut ins = open(&input, &xdp, 0)?;

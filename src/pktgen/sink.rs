@@ -429,7 +429,7 @@ pub fn run<P: Port>(ports: &mut [P], cfg: &SinkConfig, mut esp: Option<&mut EspR
     let mut bufs: Vec<PktBuf> = (0..BURST).map(|_| PktBuf::new()).collect();
     let mut spare: Vec<PktBuf> = (0..BURST).map(|_| PktBuf::new()).collect();
     let mut work = Work::default();
-    let end = sink.started_ns + (cfg.duration + cfg.grace).as_nanos() as u64;
+    let end = sink.started_ns.saturating_add(u64::try_from(cfg.duration.saturating_add(cfg.grace).as_nanos()).unwrap_or(u64::MAX));
     let mut iter = 0u32;
     loop {
         let mut got = 0;
