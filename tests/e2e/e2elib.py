@@ -112,6 +112,19 @@ def scapy_sa(info: SaInfo):
                                auth_algo="NULL", tunnel_header=IP(src=info.src, dst=info.dst))
 
 
+def wait_for(fn, what: str, timeout: float = 5.0):
+    """Polls fn() until it returns something true; returns it, or fails
+    with `what` and the last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s (last: {v!r})")
+        time.sleep(0.05)
+
+
 def scapy_esp_frames(sa, first_seq: int, n: int, tag: str, sport: int, dports, ip_id: int, pad: int):
     """n ESP frames wan → gw1 sealed by scapy's `sa` (sequence numbers
     first_seq…), each carrying an inner UDP packet hostA → hostB from `sport`

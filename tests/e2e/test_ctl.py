@@ -75,19 +75,6 @@ def ctl_json(gw: L.Gateway, *args):
     return json.loads(gw.ctl(*args, "--json"))
 
 
-def wait_for(fn, what: str, timeout: float = 5.0):
-    """Polls fn() until it returns something true; returns it, or fails
-    with `what` and the last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s (last: {v!r})")
-        time.sleep(0.05)
-
-
 def sa_keys(gw: L.Gateway) -> set:
     return {(s["spi"], s["direction"]) for s in ctl_json(gw, "sa", "list")["sas"]}
 
@@ -209,7 +196,7 @@ def test_prometheus_parses_and_matches_json(gws, artifacts):
     want = {("gw0", 1001, "outbound"): n_fwd, ("gw1", 1001, "inbound"): n_fwd,
             ("gw1", 1002, "outbound"): n_rev, ("gw0", 1002, "inbound"): n_rev}
     for (g, spi, d), n in want.items():
-        wait_for(lambda: sa_counter(ctl_json(gws[g], "stats"), spi, d) == n, f"{g} SA {spi} {d} counts {n}")
+        L.wait_for(lambda: sa_counter(ctl_json(gws[g], "stats"), spi, d) == n, f"{g} SA {spi} {d} counts {n}")
 
     for name, gw in gws.items():
         before = ctl_json(gw, "stats")
@@ -302,7 +289,7 @@ def test_sa_add_then_del(gws, artifacts, source):
     frames, inners = esp_frames(sa, 1, ESP_COUNT, f"add-{source}")
     cap = L.Capture("hostB", "b0", bpf, artifacts / "b0-added")
     L.send_frames("wan", "wan1", frames, artifacts / "esp-added", gap_ms=5)
-    wait_for(lambda: sa_counter(ctl_json(gw1, "stats"), NEW_SPI, "inbound") == ESP_COUNT,
+    L.wait_for(lambda: sa_counter(ctl_json(gw1, "stats"), NEW_SPI, "inbound") == ESP_COUNT,
              f"gw1 SA {NEW_SPI} counts {ESP_COUNT} packets")
     got = L.captured_ips(cap.stop(settle=0.5))
     assert [L.normalize_ttl_csum(p) for p in got] == [L.normalize_ttl_csum(p) for p in inners], \
@@ -316,12 +303,12 @@ def test_sa_add_then_del(gws, artifacts, source):
     # until its session is freed (and its `deleted` event sent).
     assert not [p for p in policies(gw1) if p["action"] == f"protect {NEW_SPI}"], policies(gw1)
     assert policies(gw1) == before_pol, "`sa del` removed other policies too"
-    wait_for(lambda: sa_keys(gw1) == before_sas, f"SA {NEW_SPI} gone from `sa list`")
+    L.wait_for(lambda: sa_keys(gw1) == before_sas, f"SA {NEW_SPI} gone from `sa list`")
 
     frames, _ = esp_frames(sa, 1 + ESP_COUNT, ESP_COUNT, f"del-{source}")
     cap = L.Capture("hostB", "b0", bpf, artifacts / "b0-deleted")
     L.send_frames("wan", "wan1", frames, artifacts / "esp-deleted", gap_ms=5)
-    st = wait_for(lambda: (s := ctl_json(gw1, "stats"))["drops"]["no_sa"] - no_sa >= ESP_COUNT and s,
+    st = L.wait_for(lambda: (s := ctl_json(gw1, "stats"))["drops"]["no_sa"] - no_sa >= ESP_COUNT and s,
                   f"gw1 counts {ESP_COUNT} more no_sa")
     got = cap.stop(settle=0.5)
     assert not got, f"hostB received {len(got)} packets of a deleted SA"
@@ -460,7 +447,7 @@ def test_sighup_reload(start_gws, artifacts):
     assert config_keys(cfg) == full - {(1003, "inbound")}
     assert [p["action"] for p in cfg["policy"]] == ["protect 1002", "protect 1001"], cfg["policy"]
     hup(gw1)
-    wait_for(lambda: sa_keys(gw1) == full - {(1003, "inbound")}, "SA 1003 gone from `sa list` after SIGHUP")
+    L.wait_for(lambda: sa_keys(gw1) == full - {(1003, "inbound")}, "SA 1003 gone from `sa list` after SIGHUP")
     assert "SIGHUP: config reloaded" in gw1.stderr(), gw1.logs()
     assert sorted(p["action"] for p in policies(gw1)) == ["protect 1001", "protect 1002"], policies(gw1)
     deliver(gws, artifacts)
@@ -473,7 +460,7 @@ def test_sighup_reload(start_gws, artifacts):
     copy.write_text(text.replace('interface = "gw1-out"\n', 'interface = "gw1-out"\nmtu = 1400\n'))
     assert [p.get("mtu") for p in tomllib.loads(copy.read_text())["port"]] == [1400, None]
     hup(gw1)
-    line = wait_for(lambda: next((ln for ln in gw1.stderr().splitlines() if "reload refused" in ln), None),
+    line = L.wait_for(lambda: next((ln for ln in gw1.stderr().splitlines() if "reload refused" in ln), None),
                     "a `reload refused` line in gw1's stderr")
     assert "outside" in line and "mtu" in line and "1400" in line, \
         f"the refusal should name the port, the field and the new value: {line}"

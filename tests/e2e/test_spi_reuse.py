@@ -17,24 +17,12 @@ from __future__ import annotations
 import json
 import secrets
 import subprocess
-import time
 
 import e2elib as L
 
 PEER_B = "203.0.113.9"
 GW1_B, GW1_C = "203.0.113.3", "203.0.113.4"
 COUNT = 4
-
-
-def wait_for(fn, what: str, timeout: float = 5.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s (last: {v!r})")
-        time.sleep(0.05)
 
 
 def stats(gw) -> dict:
@@ -84,7 +72,7 @@ def test_two_peers_share_an_spi(start_gws, artifacts):
     fb, ib = frames_for(sa_b, 10_000, 7202, "peer-b")
     deliver(gw1, artifacts, fa, ia, 7201, "peer-a")
     deliver(gw1, artifacts, fb, ib, 7202, "peer-b")
-    st = wait_for(lambda: (s := stats(gw1)) and sorted(x["packets"] for x in s["sas"] if x["spi"] == 1001
+    st = L.wait_for(lambda: (s := stats(gw1)) and sorted(x["packets"] for x in s["sas"] if x["spi"] == 1001
                                                       and x["direction"] == "inbound") == [COUNT, COUNT] and s,
                   "each SA 1001 counts its own packets")
     per_dst = {x.get("dst"): x["packets"] for x in st["sas"] if x["spi"] == 1001 and x["direction"] == "inbound"}
@@ -94,7 +82,7 @@ def test_two_peers_share_an_spi(start_gws, artifacts):
     fc, _ = frames_for(sa_c, 10_000, 7203, "third")
     cap = L.Capture("hostB", "b0", "udp and dst port 7203", artifacts / "b0-third")
     L.send_frames("wan", "wan1", fc, artifacts / "esp-third", gap_ms=5)
-    st = wait_for(lambda: (s := stats(gw1))["drops"]["no_sa"] >= COUNT and s, "no_sa for the third address")
+    st = L.wait_for(lambda: (s := stats(gw1))["drops"]["no_sa"] >= COUNT and s, "no_sa for the third address")
     assert not cap.stop(settle=0.5), "hostB got packets sent to an address without an SA"
     assert st["drops"]["no_sa"] == COUNT, st["drops"]
     others = {k: v for k, v in st["drops"].items() if v and k != "no_sa"}
@@ -107,13 +95,13 @@ def test_two_peers_share_an_spi(start_gws, artifacts):
     assert f"tunnel_dst {L.GW1_OUT_IP}, {GW1_B}" in r.stderr + r.stdout and "--dst" in r.stderr + r.stdout, r.stderr
     out = gw1.ctl("sa", "del", "1001", "--direction", "in", "--dst", GW1_B)
     assert GW1_B in out, out
-    wait_for(lambda: [s["tunnel_dst"] for s in json.loads(gw1.ctl("sa", "list", "--json"))["sas"]
+    L.wait_for(lambda: [s["tunnel_dst"] for s in json.loads(gw1.ctl("sa", "list", "--json"))["sas"]
                       if s["spi"] == 1001 and s["direction"] == "inbound"] == [L.GW1_OUT_IP],
              "B's SA gone from `sa list`")
     fb2, _ = frames_for(sa_b, 20_000, 7202, "peer-b-deleted")
     cap = L.Capture("hostB", "b0", "udp and dst port 7202", artifacts / "b0-b-deleted")
     L.send_frames("wan", "wan1", fb2, artifacts / "esp-b-deleted", gap_ms=5)
-    wait_for(lambda: stats(gw1)["drops"]["no_sa"] >= 2 * COUNT, "B's packets are no_sa after its SA went")
+    L.wait_for(lambda: stats(gw1)["drops"]["no_sa"] >= 2 * COUNT, "B's packets are no_sa after its SA went")
     assert not cap.stop(settle=0.5), "hostB got packets of a deleted SA"
     fa2, ia2 = frames_for(sa_a, 20_000, 7201, "peer-a-after")
     deliver(gw1, artifacts, fa2, ia2, 7201, "peer-a-after")
