@@ -103,6 +103,7 @@ fn outbound_sa(dev: &SoftDevice, alg: Algorithm) -> OutboundSa {
         owner: 0,
         dummy: None,
         tfc_pad_to: 0,
+        pad_align: 0,
     }
 }
 

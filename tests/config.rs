@@ -1250,3 +1250,31 @@ fn crypto_provider_ring_refuses_what_ring_does_not_run() {
     let cfg = config::parse(&text, Path::new(FILE)).unwrap();
     assert!(config::summary(&cfg).contains("chacha20-poly1305 provider ring"));
 }
+
+/// `pad_align` (RFC 4303 §2.4): outbound only, a power of two in 4..=256,
+/// at least the algorithm's block size; shown by `check`.
+#[test]
+fn pad_align_values_direction_and_block_size() {
+    let out = "tunnel_dst = \"203.0.113.2\"";
+    let with = |lines: &str| edit(out, &format!("{out}\n{lines}"));
+    let align = |text: &str| config::parse(text, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}")).sas[0].pad_align;
+    assert_eq!(align(BASE), 0, "absent: the algorithm's own");
+    for n in [4usize, 8, 16, 32, 64, 128, 256] {
+        assert_eq!(align(&with(&format!("pad_align = {n}"))), n);
+    }
+    let cfg = config::parse(&with("pad_align = 16"), Path::new(FILE)).unwrap();
+    assert!(config::summary(&cfg).contains("pad align 16 B"), "{}", config::summary(&cfg));
+    assert!(!config::summary(&config::parse(BASE, Path::new(FILE)).unwrap()).contains("pad align"));
+
+    let f = "sa[0].pad_align";
+    assert_one(&with("pad_align = 12"), "pad_align", 12, f, "expected a power of two (4, 8, 16, 32, 64, 128 or 256), found 12");
+    assert_one(&with("pad_align = 2"), "pad_align", 12, f, "expected an integer in 4..=256, found 2");
+    assert_one(&with("pad_align = 512"), "pad_align", 12, f, "expected an integer in 4..=256, found 512");
+    assert_one(&with("pad_align = \"16\""), "pad_align", 12, f, "expected an integer in 4..=256");
+    let cbc = edit("algorithm = \"aes-128-gcm\"\nkey = \"00112233445566778899aabbccddeeff01020304\"", "algorithm = \"aes-128-cbc-hmac-sha1\"\nkey = \"00112233445566778899aabbccddeeff\"\nauth_key = \"00112233445566778899aabbccddeeff00112233\"");
+    let cbc_with = |lines: &str| cbc.replacen(out, &format!("{out}\n{lines}"), 1);
+    assert_eq!(config::parse(&cbc_with("pad_align = 32"), Path::new(FILE)).unwrap_or_else(|e| panic!("{e}")).sas[0].pad_align, 32);
+    assert_one(&cbc_with("pad_align = 8"), "pad_align", 12, f, "aes-128-cbc-hmac-sha1 encrypts whole 16-byte blocks (RFC 4303 §2.4): pad_align must be at least 16, found 8");
+    let inb = "tunnel_dst = \"203.0.113.1\"";
+    assert_one(&edit(inb, &format!("{inb}\npad_align = 16")), "pad_align", 12, "sa[1].pad_align", "pad_align applies to outbound SAs only");
+}

@@ -53,6 +53,7 @@ fn outbound_sa(dev: &SoftDevice, alg: Algorithm, src: IpAddr, dst: IpAddr, udp_e
         owner: 0,
         dummy: Some(DummyPlan { interval: Duration::from_millis(1), len: 0 }),
         tfc_pad_to: 0,
+        pad_align: 0,
     }
 }
 
@@ -98,7 +99,7 @@ fn prepare_dummy_every_algorithm_family_and_encapsulation() {
                     assert_eq!(proto, if udp.is_some() { 17 } else { 50 }, "{name}: outer protocol");
                     let total = if v6 { 40 + u16::from_be_bytes([ip[4], ip[5]]) as usize } else { u16::from_be_bytes([ip[2], ip[3]]) as usize };
                     assert_eq!(total, ip.len(), "{name}: outer length");
-                    assert_eq!(total, esp::outbound::tunnel_len(alg, alg.default_icv_len(), v6, udp.is_some(), len), "{name}: size as tunnel_len says");
+                    assert_eq!(total, esp::outbound::tunnel_len(alg, alg.default_icv_len(), v6, udp.is_some(), 0, len), "{name}: size as tunnel_len says");
                     if !v6 {
                         assert_eq!(ip[8], 33, "{name}: TTL");
                         assert_eq!(ip[6] & 0x40, 0, "{name}: DF copy with no inner header: clear");

@@ -290,3 +290,24 @@ fn transport_every_algorithm_roundtrips() {
         }
     }
 }
+
+/// `pad_align` in transport mode (RFC 4303 §2.4): what follows the kept IP
+/// header, plus padding and the 2 trailer bytes, ends on 16 bytes; gw1
+/// (no `pad_align`) delivers the packet.
+#[test]
+fn pad_align_in_transport_mode() {
+    let gcm = "algorithm = \"aes-128-gcm\"\nkey = \"24d84805d9cc35adcdc5696f6ed3dab836df80aa\"\npad_align = 16\n";
+    let mut gw0 = Gw::from_config(&transport_config_with("ep0.toml", Some(gcm)));
+    let mut gw1 = Gw::from_config(&transport_config("ep1.toml"));
+    let key = gw0.sa_key(1001, false);
+    for size in 0..20usize {
+        let ip = packet(17, 64, &vec![0x5a; 8 + size]);
+        let out = gw0.push("inside", &[from_host_a(&ip)]);
+        assert_eq!(out.len(), 1, "size {size}");
+        let plain = open_gcm128(&key, &out[0].1[14 + 20..]);
+        assert_eq!(plain.len() % 16, 0, "size {size}: ESP payload of {} bytes", plain.len());
+        let back = gw1.push("outside", &[out[0].1.clone()]);
+        assert_eq!(back.len(), 1, "size {size}: gw1 delivers");
+        assert_eq!(&back[0].1[14 + 20..], &ip[20..], "size {size}: payload");
+    }
+}

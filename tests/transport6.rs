@@ -118,6 +118,7 @@ fn outbound_sa(dev: &SoftDevice, c: &Case) -> OutboundSa {
         owner: 0,
         dummy: None,
         tfc_pad_to: 0,
+        pad_align: 0,
     }
 }
 

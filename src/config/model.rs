@@ -351,6 +351,11 @@ pub struct Sa {
     /// tunnel-mode SAs only; 0..=1400, default 0 = off; bounded further by
     /// the MTU of the port routed to `tunnel_dst`).
     pub tfc_pad_to: usize,
+    /// ESP padding alignment in bytes (RFC 4303 §2.4; outbound SAs only):
+    /// 0 = the algorithm's block size (4, 16 for AES-CBC), the default;
+    /// else a power of two from 4 to 256 and at least that block size
+    /// ([`crate::esp::OutboundSa::pad_align`]).
+    pub pad_align: usize,
     /// Soft and hard lifetime limits (RFC 4301 §4.4.2.1) in packets, bytes
     /// (inner packets) and seconds; `u64::MAX` = none (the default). Each
     /// soft limit given with its hard one is below it; seconds are at most
@@ -428,6 +433,7 @@ impl std::fmt::Debug for Sa {
             .field("dummy_interval_ms", &self.dummy_interval_ms)
             .field("dummy_len", &self.dummy_len)
             .field("tfc_pad_to", &self.tfc_pad_to)
+            .field("pad_align", &self.pad_align)
             .field("lifetime", &self.lifetime)
             .field("first_seq", &self.first_seq)
             .finish()

@@ -170,6 +170,9 @@ pub fn summary(cfg: &Config) -> String {
                 if sa.esn { "esn".into() } else { "no-esn".into() },
                 if sa.udp_encap { format!("udp {}->{}", sa.udp_sport, sa.udp_dport) } else { "esp".into() },
             ];
+            if sa.pad_align > 0 {
+                row.push(format!("pad align {} B", sa.pad_align));
+            }
             if sa.tfc_pad_to > 0 {
                 row.push(format!("tfc pad to {} B", sa.tfc_pad_to));
             }

@@ -23,7 +23,8 @@ pub const TUNNEL_OVERHEAD_FRONT: usize = ipv4::MIN_HEADER_LEN + ESP_HEADER_LEN +
 /// op that seals it ([`super::describe_op`]). Offsets in the op are relative
 /// to the new frame start (the ESP header). On error (`NoRoom`, or
 /// `CryptoError` for an IV of the wrong length) the buffer comes back
-/// unchanged.
+/// unchanged. [`encap_sa`] does the same with an SA's own padding
+/// alignment.
 #[inline]
 pub fn encap(
     spi: u32,
@@ -32,6 +33,30 @@ pub fn encap(
     esn: bool,
     iv: &[u8],
     next_header: u8,
+    buf: PktBuf,
+) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+    frame_esp(spi, session, seq, esn, iv, next_header, session.algorithm().block_size(), buf)
+}
+
+/// [`encap`] for outbound SA `sa`: its SPI, session and ESN, and padding
+/// to `sa.pad_align` bytes ([`OutboundSa::pad_align`], at least the
+/// algorithm's block size).
+#[inline]
+pub fn encap_sa(sa: &OutboundSa, seq: u64, iv: &[u8], next_header: u8, buf: PktBuf) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+    frame_esp(sa.spi, &sa.session, seq, sa.esn, iv, next_header, sa.pad_align, buf)
+}
+
+/// [`encap`] with padding to `align` bytes (raised to the block size).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn frame_esp(
+    spi: u32,
+    session: &Arc<Session>,
+    seq: u64,
+    esn: bool,
+    iv: &[u8],
+    next_header: u8,
+    align: usize,
     mut buf: PktBuf,
 ) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
     let alg = session.algorithm();
@@ -39,7 +64,7 @@ pub fn encap(
         return Err((EspError::CryptoError, buf));
     }
     let payload_len = buf.len();
-    let pad = pad_len(payload_len, alg.block_size());
+    let pad = pad_len(payload_len, align.max(alg.block_size()));
     let icv_len = session.icv_len();
     let front = front_len(alg);
     if buf.tailroom() < pad + TRAILER_LEN + icv_len || buf.headroom() < front {
@@ -67,7 +92,8 @@ pub const UDP_ENCAP_OVERHEAD: usize = udp::HEADER_LEN;
 /// the outer packet it becomes (RFC 4303 §2). Tunnel mode: outer IPv4 (20)
 /// or IPv6 (40, when the SA's endpoints are IPv6), UDP (8, with
 /// `udp_encap`), ESP header (8), IV, the inner packet, padding to the
-/// algorithm's alignment ([`crate::crypto::Algorithm::block_size`], §2.4),
+/// SA's alignment ([`OutboundSa::pad_align`], at least
+/// [`crate::crypto::Algorithm::block_size`], §2.4),
 /// Pad Length and Next Header (2), ICV. Transport mode (§3.1.1): the
 /// packet's own headers of `hl` bytes stay in front (the IPv4 header, or
 /// the IPv6 header and the extension headers
@@ -104,7 +130,7 @@ pub fn max_inner_len(sa: &OutboundSa, hl: usize, mtu: usize) -> usize {
 fn layout(sa: &OutboundSa, hl: usize) -> (usize, usize, usize) {
     let alg = sa.session.algorithm();
     let (kept, outer) = if sa.transport { (hl, hl) } else { (0, outer_ip_len(sa)) };
-    (kept, fixed_len(alg, sa.session.icv_len(), outer, sa.udp_encap.is_some()), alg.block_size())
+    (kept, fixed_len(alg, sa.session.icv_len(), outer, sa.udp_encap.is_some()), sa.pad_align.max(alg.block_size()))
 }
 
 /// Bytes of an ESP packet that do not depend on its payload: `outer`
@@ -117,11 +143,13 @@ fn fixed_len(alg: Algorithm, icv_len: usize, outer: usize, udp_encap: bool) -> u
 /// Size in bytes of the tunnel-mode ESP packet (outer IP header on) that
 /// carries `payload_len` bytes of payload for an SA of algorithm `alg`
 /// with `icv_len`-byte ICVs, an IPv6 (`ipv6`) or IPv4 outer header and
-/// optionally UDP encapsulation: [`encapsulated_len`] before the SA
-/// exists (config validation of dummy packet sizes against an MTU).
-pub fn tunnel_len(alg: Algorithm, icv_len: usize, ipv6: bool, udp_encap: bool, payload_len: usize) -> usize {
+/// optionally UDP encapsulation, padded to `pad_align` bytes (0 or less
+/// than the algorithm's block size: the block size; [`OutboundSa::pad_align`]):
+/// [`encapsulated_len`] before the SA exists (config validation of dummy
+/// packet sizes against an MTU).
+pub fn tunnel_len(alg: Algorithm, icv_len: usize, ipv6: bool, udp_encap: bool, pad_align: usize, payload_len: usize) -> usize {
     let outer = if ipv6 { ipv6::HEADER_LEN } else { ipv4::MIN_HEADER_LEN };
-    let align = alg.block_size();
+    let align = pad_align.max(alg.block_size());
     fixed_len(alg, icv_len, outer, udp_encap) + (payload_len + TRAILER_LEN).div_ceil(align) * align
 }
 
@@ -287,7 +315,7 @@ fn seal_tunnel(
     }
     buf.adj(ethernet::HEADER_LEN);
     buf.trim_to(payload_len);
-    let mut op = match encap(sa.spi, &sa.session, seq, sa.esn, &iv[..alg.iv_len()], next_header, buf) {
+    let mut op = match encap_sa(sa, seq, &iv[..alg.iv_len()], next_header, buf) {
         Ok(op) => op,
         Err((e, mut b)) => {
             // Give the frame back as it came (Ethernet header still in front).

@@ -75,6 +75,16 @@ pub struct OutboundSa {
     /// shorter than this many bytes are padded with zeros to it before
     /// encryption; 0 = off. At most [`super::outbound::MAX_DUMMY_LEN`].
     pub tfc_pad_to: usize,
+    /// ESP padding alignment in bytes (RFC 4303 §2.4: payload + padding +
+    /// Pad Length + Next Header end on a multiple of it): a power of two
+    /// from 4 to 256 (padding stays below 256 bytes), at least the
+    /// algorithm's block size ([`crate::crypto::Algorithm::block_size`]: 4,
+    /// 16 for AES-CBC); a smaller value (0 in SAs built by hand) means the
+    /// block size. More than the block size costs wire bytes (up to
+    /// `pad_align - 4` per packet) and buys a whole number of cipher
+    /// blocks: 16 spares AES-GCM providers their partial-block path
+    /// (README, Figures), and hides lengths a little (§2.4, §2.7).
+    pub pad_align: usize,
 }
 
 /// When and how big the dummy packets of a tunnel-mode outbound SA are

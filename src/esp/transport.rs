@@ -21,7 +21,7 @@
 //! NAT-OA for the incremental update, and zeroing works for UDP only). UDP
 //! sent without a checksum (0) keeps none; ICMP has no pseudo-header.
 
-use super::outbound::encap;
+use super::outbound::encap_sa;
 use super::{front_len, EspError, InboundState, OutboundSa, OutboundState};
 use crate::crypto::CryptoOp;
 use crate::io::PktBuf;
@@ -78,7 +78,7 @@ pub fn outbound_prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf
     saved[..front].copy_from_slice(&buf.frame()[..front]);
     buf.trim_to(ethernet::HEADER_LEN + total);
     buf.adj(front);
-    let mut op = match encap(sa.spi, &sa.session, seq, sa.esn, &iv[..alg.iv_len()], protocol, buf) {
+    let mut op = match encap_sa(sa, seq, &iv[..alg.iv_len()], protocol, buf) {
         Ok(op) => op,
         Err((e, mut b)) => {
             b.prepend(front);
@@ -157,7 +157,7 @@ pub fn outbound_prepare_v6(sa: &OutboundSa, st: &mut OutboundState, mut buf: Pkt
     buf.prepend(front);
     buf.frame_mut().copy_within(front..front + kept, 0);
     buf.adj(kept + front);
-    let mut op = match encap(sa.spi, &sa.session, seq, sa.esn, &iv[..alg.iv_len()], place.next_header, buf) {
+    let mut op = match encap_sa(sa, seq, &iv[..alg.iv_len()], place.next_header, buf) {
         Ok(op) => op,
         Err((e, mut b)) => {
             // Give the frame back as it came.

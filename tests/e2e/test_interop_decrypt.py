@@ -2,7 +2,10 @@
 for SPI 1001 decrypts with scapy's SecurityAssociation (key and salt from
 configs/ep0.toml) to exactly the packet hostA sent, TTL−1 and checksum aside;
 the outer header follows RFC 4301/4303 (TTL 64, protocol 50, DS copied,
-sequence numbers 1, 2, 3, … on a fresh gateway, unique IVs, RFC 4303 padding)."""
+sequence numbers 1, 2, 3, … on a fresh gateway, unique IVs, RFC 4303 padding).
+Once with the sample configs (padding to 4 bytes) and once with SA 1001's
+`pad_align = 16` (the ESP payload ends on 16 bytes, with the least padding
+that does it; scapy needs nothing for it, RFC 4303 §2.4)."""
 import struct
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -19,6 +22,21 @@ def ip_bytes(frame_bytes: bytes) -> bytes:
 
 
 def test_gw0_esp_decrypts_with_scapy(gws, artifacts):
+    check_gw0_esp(artifacts, align=4)
+
+
+def test_gw0_esp_with_pad_align_16_decrypts_with_scapy(start_gws, artifacts):
+    text = (L.CONFIG_DIR / L.GW_CONFIG["gw0"]).read_text()
+    assert text.count("spi = 1001\n") == 1
+    cfg = artifacts / "gw0-pad16.toml"
+    cfg.write_text(text.replace("spi = 1001\n", "spi = 1001\npad_align = 16\n"))
+    start_gws({"gw0": cfg, "gw1": L.CONFIG_DIR / L.GW_CONFIG["gw1"]})
+    check_gw0_esp(artifacts, align=16)
+
+
+def check_gw0_esp(artifacts, align: int):
+    """Sends DATAGRAMS from hostA and checks gw0's ESP for them (module doc),
+    the ESP payload + trailer padded to `align` bytes with the least padding."""
     from scapy.layers.inet import IP
     from scapy.compat import raw
 
@@ -78,7 +96,8 @@ def test_gw0_esp_decrypts_with_scapy(gws, artifacts):
         pt = AESGCM(key).decrypt(salt + iv, outer[36:], outer[20:28])
         padlen, nh = pt[-2], pt[-1]
         assert nh == 4, f"#{n}: next header {nh}, want 4 (IPv4)"
-        assert len(pt) % 4 == 0, f"#{n}: ESP payload+trailer {len(pt)} bytes, not 4-byte aligned"
+        assert len(pt) % align == 0, f"#{n}: ESP payload+trailer {len(pt)} bytes, not {align}-byte aligned"
+        assert padlen < align, f"#{n}: {padlen} bytes of padding, more than {align}-byte alignment needs"
         assert pt[-2 - padlen:-2] == bytes(range(1, padlen + 1)), f"#{n}: padding {pt[-2 - padlen:-2].hex()} not 1,2,3,…"
         assert pt[:-2 - padlen] == got, f"#{n}: scapy and raw AEAD disagree"
 
