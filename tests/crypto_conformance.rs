@@ -662,7 +662,7 @@ fn op_shape_per_algorithm<D: Dut>(dev: &D) {
 /// auth range on ChaCha20-Poly1305 are `InvalidOp` whoever runs them; a
 /// GCM op with an auth range (AAD = op AAD ‖ auth range) runs on
 /// RustCrypto and is `InvalidOp` on ring, which takes one contiguous AAD
-/// (ESP never builds it: `esp::describe_op`); a plain GCM op succeeds.
+/// (ESP never builds it: `esp::esp_op`); a plain GCM op succeeds.
 fn op_shape_combined<D: Dut>(dev: &D) {
     let mut qp = dev.queue_pair_setup::<Vec<u8>>(QP, QpConf { nb_descriptors: 16 }).unwrap();
     let mk = |alg: Algorithm| attached(dev, &algo_xform(alg, CipherDirection::Encrypt, 16));

@@ -13,7 +13,7 @@
 //!   auth range, where the ICV goes; and carries the AAD (combined modes),
 //!   the auth trailer (ESN high bits for a separate MAC) and the IV. ESP
 //!   framing is not known here: `esp/` fills those fields
-//!   (`esp::describe_op`).
+//!   (`esp::esp_op`).
 //! * Every [`Algorithm`] (AES-GCM, AES-GMAC, ChaCha20-Poly1305, AES-CBC /
 //!   AES-CTR / NULL with HMAC-SHA1-96 or HMAC-SHA-256-128) is one software
 //!   transform (`soft::Transform`) that every backend runs through

@@ -7,7 +7,7 @@ pub use resolve::PendingConf;
 use super::counters::{DropReason, WorkerCounters};
 use super::reassembly::{ReassemblyConf, Reassembler};
 use crate::crypto::{CryptoOp, QueuePair};
-use crate::esp::{inbound, outbound, transport, InboundState, OutboundSa, OutboundState};
+use crate::esp::{inbound, outbound, transport, InboundState, OutboundSa, OutboundState, SessionCache};
 use crate::io::{PktBuf, Port};
 use crate::policy::neighbour::Neighbours;
 use crate::policy::spd::{FlowKey, SpdAction};
@@ -300,6 +300,9 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     /// route lookup in [`Self::outbound`].
     via_memo: Option<(u64, IpAddr, Option<usize>)>,
     resolver: resolve::Resolver,
+    /// Session references of finished ops, handed to the next ops of the
+    /// same session (no reference count per op); cleared on adopt.
+    sessions: SessionCache,
 }
 
 impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
@@ -357,6 +360,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             last_hop: None,
             via_memo: None,
             resolver: resolve::Resolver::new(conf.neigh),
+            sessions: SessionCache::new(total),
         };
         w.adopt(&t);
         w
@@ -396,6 +400,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         }
         self.version = t.version;
         self.last_hop = None;
+        // A removed SA's session (its key material) must not outlive its
+        // last op in the cache.
+        self.sessions.clear();
         self.counters.adopted.set(t.version);
         self.boundary = self.prepared;
         self.note_quiesced();
@@ -959,7 +966,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 sa.life.counters.errors.add(1);
                 return self.drop_buf(port, DropReason::SaExpired, buf);
             }
-            match outbound::prepare(sa, st, buf) {
+            match outbound::prepare_cached(sa, st, buf, &mut self.sessions) {
                 Ok(mut op) => {
                     spent_if_last(sa, st);
                     op.user[1] = tag(false, r, inner_len, port as u16);
@@ -981,7 +988,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         };
         // The frame still starts with Ethernet + the outer IPv4 or IPv6 header.
         let outer_tos = ip_tos(buf.frame());
-        match inbound::prepare(&e.sa, st, buf, aux as usize) {
+        match inbound::prepare_cached(&e.sa, st, buf, aux as usize, &mut self.sessions) {
             Ok(mut op) => {
                 op.user[1] = tag(true, r, outer_tos as usize, port as u16);
                 self.push_op(op);
@@ -1272,7 +1279,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             };
             let dst = if sa.transport { ip_dst(&op.buf) } else { sa.tunnel_dst };
             let dummy = op.user[1] & TAG_DUMMY != 0;
-            match outbound::finish(op) {
+            match outbound::finish_cached(op, &mut self.sessions) {
                 Ok(buf) => {
                     let c = &sa.life.counters;
                     if dummy {
@@ -1299,7 +1306,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         };
         // For inbound ops the tag's aux field is the outer DS + ECN byte.
         let outer_tos = inner_len as u8;
-        let done = if e.sa.transport { transport::inbound_finish(st, op) } else { inbound::finish(st, op, outer_tos) };
+        let done = if e.sa.transport { transport::inbound_finish_cached(st, op, &mut self.sessions) } else { inbound::finish_cached(st, op, outer_tos, &mut self.sessions) };
         let mut buf = match done {
             Ok(b) => b,
             Err((err, b)) => {

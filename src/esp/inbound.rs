@@ -2,7 +2,7 @@
 //! inner packets whatever the outer family, with the anti-replay check
 //! before crypto and the window update after the ICV verified (§3.4.3).
 
-use super::{describe_op, front_len, EspError, InboundSa, InboundState, ESP_HEADER_LEN};
+use super::{esp_op, front_len, EspError, InboundSa, InboundState, SessionCache, ESP_HEADER_LEN};
 use crate::crypto::CryptoOp;
 use crate::esp::replay::ReplayError;
 use crate::io::PktBuf;
@@ -10,7 +10,7 @@ use crate::wire::{ethernet, ipv4, ipv6};
 
 /// Checks the ESP packet at `esp_offset` in `buf` (a frame already trimmed
 /// to the outer IPv4 total length) and describes the op that opens it
-/// ([`super::describe_op`]: with a separate MAC the ICV is verified before
+/// ([`super::esp_op`]: with a separate MAC the ICV is verified before
 /// anything is decrypted, RFC 4303 §3.4.4).
 ///
 /// Checks, in order: long enough for header + the algorithm's IV + ICV,
@@ -20,6 +20,12 @@ use crate::wire::{ethernet, ipv4, ipv6};
 /// not already seen (RFC 4303 §3.4.3, ESN high bits inferred per Appendix
 /// A2.2) → `SeqZero`/`Replay`. The window is not changed here.
 pub fn prepare(sa: &InboundSa, st: &InboundState, buf: PktBuf, esp_offset: usize) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+    prepare_cached(sa, st, buf, esp_offset, &mut SessionCache::default())
+}
+
+/// [`prepare`], the op's session reference taken from `cache`.
+#[inline]
+pub fn prepare_cached(sa: &InboundSa, st: &InboundState, buf: PktBuf, esp_offset: usize, cache: &mut SessionCache) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
     let alg = sa.session.algorithm();
     let icv_len = sa.session.icv_len();
     let front = front_len(alg);
@@ -42,11 +48,7 @@ pub fn prepare(sa: &InboundSa, st: &InboundState, buf: PktBuf, esp_offset: usize
     }
     let mut iv = [0u8; 16];
     iv[..front - ESP_HEADER_LEN].copy_from_slice(&esp[ESP_HEADER_LEN..front]);
-    let mut op = CryptoOp::new(sa.session.clone(), buf);
-    op.iv = iv;
-    describe_op(&mut op, esp_offset, enc_len, sa.spi, seq, sa.esn);
-    op.user = [seq, esp_offset as u64];
-    Ok(op)
+    Ok(esp_op(cache.take(&sa.session), buf, esp_offset, enc_len, sa.spi, seq, sa.esn, iv, [seq, esp_offset as u64]))
 }
 
 /// Completes an inbound op: ICV verified → window updated → trailer checked
@@ -60,7 +62,13 @@ pub fn prepare(sa: &InboundSa, st: &InboundState, buf: PktBuf, esp_offset: usize
 /// there is none). On success the frame is 14 bytes of Ethernet header (to be
 /// filled by routing) followed by the inner packet exactly as it was sent.
 pub fn finish(st: &mut InboundState, op: CryptoOp<PktBuf>, outer_tos: u8) -> Result<PktBuf, (EspError, PktBuf)> {
-    let (mut buf, d0, payload_len, next_header) = super::open(st, op)?;
+    finish_cached(st, op, outer_tos, &mut SessionCache::default())
+}
+
+/// [`finish`], the op's session reference going back to `cache`.
+#[inline]
+pub fn finish_cached(st: &mut InboundState, op: CryptoOp<PktBuf>, outer_tos: u8, cache: &mut SessionCache) -> Result<PktBuf, (EspError, PktBuf)> {
+    let (mut buf, d0, payload_len, next_header) = super::open_cached(st, op, cache)?;
     let inner = &buf.frame()[d0..d0 + payload_len];
     let checked = match next_header {
         ipv4::PROTO_IPIP => ipv4::Ipv4Packet::new_checked(inner).map(|p| (p.total_len(), p.tos())),

@@ -19,9 +19,10 @@ pub mod transport;
 
 pub use iv::IvGen;
 pub use lifetime::{Lifetime, Limits, SaLife};
-pub use sa::{DfMode, DummyPlan, InboundSa, InboundState, OutboundSa, OutboundState, UdpEncap};
+pub use sa::{DfMode, DummyPlan, InboundSa, InboundState, OutboundSa, OutboundState, SessionCache, UdpEncap};
 
-use crate::crypto::{Algorithm, Cipher, CryptoOp, OpStatus};
+use crate::crypto::{Algorithm, Cipher, CryptoOp, OpStatus, Session};
+use std::sync::Arc;
 
 /// ESP header length: SPI + sequence number (RFC 4303 §2).
 pub const ESP_HEADER_LEN: usize = 8;
@@ -78,6 +79,12 @@ pub enum EspError {
 /// ends on `align` bytes (RFC 4303 §2.4).
 #[inline]
 pub fn pad_len(payload_len: usize, align: usize) -> usize {
+    // Every alignment ESP uses is a power of two (4, 16, an SA's
+    // `pad_align`): a mask, not two divisions, on the per-packet path.
+    if align.is_power_of_two() {
+        let m = align - 1;
+        return (align - ((payload_len + TRAILER_LEN) & m)) & m;
+    }
     (align - (payload_len + TRAILER_LEN) % align) % align
 }
 
@@ -135,11 +142,12 @@ pub fn gcm_aad(spi: u32, seq: u64, esn: bool) -> ([u8; 16], u8) {
     }
 }
 
-/// Describes the crypto of an ESP packet in `op` (whose session, buffer
-/// and IV are already set): the ESP header starts at `esp`, the encrypted
-/// part (payload, padding, Pad Length, Next Header) of `enc_len` bytes
-/// follows the IV, and the ICV follows it. This is the one place that maps
-/// ESP framing to op ranges:
+/// The op that seals or opens one ESP packet in `buf` with `session`:
+/// the ESP header starts at `esp`, the encrypted part (payload, padding,
+/// Pad Length, Next Header) of `enc_len` bytes follows the IV, and the ICV
+/// follows it; `iv` is the explicit IV (its first
+/// `algorithm.iv_len()` bytes), `user` the op's opaque words. This is the
+/// one place that maps ESP framing to op ranges:
 ///
 /// * AES-GCM, ChaCha20-Poly1305: cipher range = encrypted part; AAD =
 ///   SPI ‖ (seq_hi) ‖ seq_lo (RFC 4106 §5, RFC 7634 §2.1).
@@ -149,31 +157,48 @@ pub fn gcm_aad(spi: u32, seq: u64, esn: bool) -> ([u8; 16], u8) {
 ///   it is by NULL); auth range = ESP header to the end of the ciphertext;
 ///   with ESN the auth trailer is seq_hi, appended to the ICV input without
 ///   being sent (RFC 4303 §2.2.1, §3.3.2.1).
-pub fn describe_op<B>(op: &mut CryptoOp<B>, esp: usize, enc_len: usize, spi: u32, seq: u64, esn: bool) {
-    let alg = op.session.algorithm();
+///
+/// Built in one piece (no op is made and then filled in): on the data
+/// path the op is written once, where it goes.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub fn esp_op<B>(session: Arc<Session>, buf: B, esp: usize, enc_len: usize, spi: u32, seq: u64, esn: bool, iv: [u8; 16], user: [u64; 2]) -> CryptoOp<B> {
+    let alg = session.algorithm();
     let p0 = (esp + front_len(alg)) as u32;
     let enc = enc_len as u32;
-    op.icv_offset = p0 + enc;
-    op.data_offset = p0;
-    op.data_len = enc;
-    op.auth_offset = p0;
-    op.auth_len = 0;
-    op.aad_len = 0;
-    op.auth_trailer_len = 0;
+    let (mut data_len, mut auth_offset, mut auth_len) = (enc, p0, 0);
+    let (mut aad, mut aad_len) = ([0u8; 16], 0);
+    let (mut auth_trailer, mut auth_trailer_len) = ([0u8; 4], 0);
     if alg.is_combined() {
-        (op.aad, op.aad_len) = gcm_aad(spi, seq, esn);
+        (aad, aad_len) = gcm_aad(spi, seq, esn);
         if alg.cipher() == Cipher::AesGmac {
-            op.data_len = 0;
-            op.auth_offset = (esp + ESP_HEADER_LEN) as u32;
-            op.auth_len = p0 + enc - op.auth_offset;
+            data_len = 0;
+            auth_offset = (esp + ESP_HEADER_LEN) as u32;
+            auth_len = p0 + enc - auth_offset;
         }
     } else {
-        op.auth_offset = esp as u32;
-        op.auth_len = p0 + enc - esp as u32;
+        auth_offset = esp as u32;
+        auth_len = p0 + enc - esp as u32;
         if esn {
-            op.auth_trailer = ((seq >> 32) as u32).to_be_bytes();
-            op.auth_trailer_len = 4;
+            auth_trailer = ((seq >> 32) as u32).to_be_bytes();
+            auth_trailer_len = 4;
         }
+    }
+    CryptoOp {
+        session,
+        buf,
+        data_offset: p0,
+        data_len,
+        auth_offset,
+        auth_len,
+        icv_offset: p0 + enc,
+        aad,
+        aad_len,
+        auth_trailer,
+        auth_trailer_len,
+        iv,
+        status: OpStatus::NotProcessed,
+        user,
     }
 }
 
@@ -194,15 +219,22 @@ pub fn encrypted_part<B>(op: &CryptoOp<B>) -> std::ops::Range<usize> {
 /// offset of the decrypted payload, its length without padding and
 /// trailer, and the Next Header.
 pub fn open(st: &mut InboundState, op: CryptoOp<crate::io::PktBuf>) -> Result<(crate::io::PktBuf, usize, usize, u8), (EspError, crate::io::PktBuf)> {
-    match op.status {
-        OpStatus::Success => {}
-        OpStatus::AuthFailed => return Err((EspError::AuthFailed, op.buf)),
-        OpStatus::SessionNotAttached => return Err((EspError::SessionNotAttached, op.buf)),
-        _ => return Err((EspError::CryptoError, op.buf)),
-    }
-    let seq = op.user[0];
+    open_cached(st, op, &mut SessionCache::default())
+}
+
+/// [`open`], the op's session reference going back to `cache`.
+#[inline]
+pub fn open_cached(st: &mut InboundState, op: CryptoOp<crate::io::PktBuf>, cache: &mut SessionCache) -> Result<(crate::io::PktBuf, usize, usize, u8), (EspError, crate::io::PktBuf)> {
     let enc = encrypted_part(&op);
-    let buf = op.buf;
+    let CryptoOp { session, buf, status, user, .. } = op;
+    cache.give_back(session);
+    match status {
+        OpStatus::Success => {}
+        OpStatus::AuthFailed => return Err((EspError::AuthFailed, buf)),
+        OpStatus::SessionNotAttached => return Err((EspError::SessionNotAttached, buf)),
+        _ => return Err((EspError::CryptoError, buf)),
+    }
+    let seq = user[0];
     if st.window.commit(seq).is_err() {
         return Err((EspError::Replay, buf));
     }
@@ -233,6 +265,15 @@ mod tests {
             let mut v = vec![0xaa; len + p + 2];
             write_trailer(&mut v[len..], 4);
             assert_eq!(parse_trailer(&v), Ok((len, 4)));
+        }
+        // The mask (powers of two) and the division (anything else) agree
+        // with the definition: the least padding that aligns.
+        for align in [4usize, 12, 16, 256] {
+            for len in 0..600usize {
+                let p = pad_len(len, align);
+                assert_eq!((len + p + 2) % align, 0, "align {align}, len {len}");
+                assert!(p < align, "align {align}, len {len}: pad {p}");
+            }
         }
     }
 

@@ -3,7 +3,7 @@
 //! IPv4 or IPv6 inner packets in an IPv4 or IPv6 outer header, the outer
 //! family being the SA's endpoints'.
 
-use super::{describe_op, front_len, pad_len, write_trailer, EspError, OutboundSa, OutboundState, ESP_HEADER_LEN, GCM_IV_LEN, TRAILER_LEN};
+use super::{esp_op, front_len, pad_len, write_trailer, EspError, OutboundSa, OutboundState, SessionCache, ESP_HEADER_LEN, GCM_IV_LEN, TRAILER_LEN};
 use crate::crypto::{Algorithm, CryptoOp, OpStatus, Session};
 use crate::io::PktBuf;
 use crate::wire::{esp as esp_hdr, ethernet, ipv4, ipv6, udp};
@@ -20,7 +20,7 @@ pub const TUNNEL_OVERHEAD_FRONT: usize = ipv4::MIN_HEADER_LEN + ESP_HEADER_LEN +
 /// (16 for AES-CBC, else 4; RFC 4303 §2.4), Pad Length, `next_header` and
 /// room for the ICV; prepends SPI, sequence number (low 32 bits) and `iv`
 /// (`algorithm.iv_len()` bytes: 8, 16 for CBC, none for NULL); returns the
-/// op that seals it ([`super::describe_op`]). Offsets in the op are relative
+/// op that seals it ([`super::esp_op`]). Offsets in the op are relative
 /// to the new frame start (the ESP header). On error (`NoRoom`, or
 /// `CryptoError` for an IV of the wrong length) the buffer comes back
 /// unchanged. [`encap_sa`] does the same with an SA's own padding
@@ -59,16 +59,32 @@ fn frame_esp(
     align: usize,
     mut buf: PktBuf,
 ) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+    let mut op_iv = [0u8; 16];
+    match write_esp(spi, session, seq, iv, next_header, align, &mut buf) {
+        Ok(enc_len) => {
+            op_iv[..iv.len()].copy_from_slice(iv);
+            Ok(esp_op(session.clone(), buf, 0, enc_len, spi, seq, esn, op_iv, [seq, 0]))
+        }
+        Err(e) => Err((e, buf)),
+    }
+}
+
+/// The buffer work of [`encap`]: trailer after the payload (padding to
+/// `align` bytes, raised to the block size), ESP header and `iv` in front;
+/// returns the length of the encrypted part. Errors (`NoRoom`, or
+/// `CryptoError` for an IV of the wrong length) leave `buf` unchanged.
+#[inline(always)]
+fn write_esp(spi: u32, session: &Session, seq: u64, iv: &[u8], next_header: u8, align: usize, buf: &mut PktBuf) -> Result<usize, EspError> {
     let alg = session.algorithm();
     if iv.len() != alg.iv_len() {
-        return Err((EspError::CryptoError, buf));
+        return Err(EspError::CryptoError);
     }
     let payload_len = buf.len();
     let pad = pad_len(payload_len, align.max(alg.block_size()));
     let icv_len = session.icv_len();
     let front = front_len(alg);
     if buf.tailroom() < pad + TRAILER_LEN + icv_len || buf.headroom() < front {
-        return Err((EspError::NoRoom, buf));
+        return Err(EspError::NoRoom);
     }
     buf.append(pad + TRAILER_LEN + icv_len);
     write_trailer(&mut buf.frame_mut()[payload_len..payload_len + pad + TRAILER_LEN], next_header);
@@ -76,12 +92,7 @@ fn frame_esp(
     let f = buf.frame_mut();
     esp_hdr::write_header(f, spi, seq as u32);
     f[ESP_HEADER_LEN..front].copy_from_slice(iv);
-    let enc_len = payload_len + pad + TRAILER_LEN;
-    let mut op = CryptoOp::new(session.clone(), buf);
-    op.iv[..iv.len()].copy_from_slice(iv);
-    describe_op(&mut op, 0, enc_len, spi, seq, esn);
-    op.user = [seq, 0];
-    Ok(op)
+    Ok(payload_len + pad + TRAILER_LEN)
 }
 
 /// Bytes UDP encapsulation (RFC 3948) adds on top of [`TUNNEL_OVERHEAD_FRONT`]:
@@ -106,8 +117,8 @@ pub fn encapsulated_len(sa: &OutboundSa, hl: usize, inner_len: usize) -> usize {
     let (kept, fixed, align) = layout(sa, hl);
     // TFC padding (tunnel mode): a shorter packet goes out as long as this.
     let inner_len = if sa.transport { inner_len } else { inner_len.max(sa.tfc_pad_to) };
-    let enc = (inner_len.saturating_sub(kept) + TRAILER_LEN).div_ceil(align) * align;
-    fixed + enc
+    let enc = inner_len.saturating_sub(kept) + TRAILER_LEN;
+    fixed + enc + super::pad_len(enc - TRAILER_LEN, align)
 }
 
 /// The largest inner packet (IPv4 header of `hl` bytes, used in transport
@@ -222,7 +233,14 @@ fn inner_facts(ip: &[u8]) -> Option<(u8, bool, usize, u8)> {
 /// that many bytes (TFC padding, RFC 4303 §2.7), so packets shorter than
 /// it all look the same size on the wire.
 #[inline]
-pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, buf: PktBuf) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+    prepare_cached(sa, st, buf, &mut SessionCache::default())
+}
+
+/// [`prepare`], the op's session reference taken from `cache` (tunnel
+/// mode; transport mode clones it).
+#[inline]
+pub fn prepare_cached(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf, cache: &mut SessionCache) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
     if sa.transport {
         return super::transport::outbound_prepare(sa, st, buf);
     }
@@ -233,7 +251,7 @@ pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Resu
         return Err((EspError::BadInner, buf));
     }
     let payload_len = tfc_pad(&mut buf, total, sa.tfc_pad_to);
-    seal_tunnel(sa, st, buf, payload_len, tos, inner_df, next_header)
+    seal_tunnel(sa, st, buf, payload_len, tos, inner_df, next_header, cache)
 }
 
 /// TFC padding (RFC 4303 §2.7): grows the inner packet of `total` bytes
@@ -287,7 +305,7 @@ pub fn prepare_dummy(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf, l
     let area = buf.reset();
     area[ethernet::HEADER_LEN..ethernet::HEADER_LEN + len].fill(0);
     buf.set_len(ethernet::HEADER_LEN + len);
-    seal_tunnel(sa, st, buf, len, 0, false, ipv4::PROTO_NONE)
+    seal_tunnel(sa, st, buf, len, 0, false, ipv4::PROTO_NONE, &mut SessionCache::default())
 }
 
 /// The part of [`prepare`] after the inner packet is known: `buf` holds
@@ -295,6 +313,7 @@ pub fn prepare_dummy(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf, l
 /// cut). Takes the sequence number and IV, frames ESP with `next_header`
 /// ([`encap`]) and writes the outer header (DS + ECN byte `tos`, DF per
 /// `sa.df` with `inner_df` for `copy`) and the UDP header of `udp_encap`.
+#[allow(clippy::too_many_arguments)]
 #[inline]
 fn seal_tunnel(
     sa: &OutboundSa,
@@ -304,6 +323,7 @@ fn seal_tunnel(
     tos: u8,
     inner_df: bool,
     next_header: u8,
+    cache: &mut SessionCache,
 ) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
     let Some(seq) = st.next_seq(sa.esn) else {
         return Err((EspError::SeqExhausted, buf));
@@ -315,25 +335,25 @@ fn seal_tunnel(
     }
     buf.adj(ethernet::HEADER_LEN);
     buf.trim_to(payload_len);
-    let mut op = match encap_sa(sa, seq, &iv[..alg.iv_len()], next_header, buf) {
-        Ok(op) => op,
-        Err((e, mut b)) => {
+    let enc_len = match write_esp(sa.spi, &sa.session, seq, &iv[..alg.iv_len()], next_header, sa.pad_align, &mut buf) {
+        Ok(n) => n,
+        Err(e) => {
             // Give the frame back as it came (Ethernet header still in front).
-            b.prepend(ethernet::HEADER_LEN);
-            return Err((e, b));
+            buf.prepend(ethernet::HEADER_LEN);
+            return Err((e, buf));
         }
     };
     let ip_len = outer_ip_len(sa);
     let ip_end = ethernet::HEADER_LEN + ip_len;
     let outer = ip_end + if sa.udp_encap.is_some() { udp::HEADER_LEN } else { 0 };
-    if !op.buf.prepend(outer) {
-        return Err((EspError::NoRoom, op.buf));
+    if !buf.prepend(outer) {
+        return Err((EspError::NoRoom, buf));
     }
-    let outer_total = (op.buf.len() - ethernet::HEADER_LEN) as u16;
+    let outer_total = (buf.len() - ethernet::HEADER_LEN) as u16;
     let protocol = match sa.udp_encap {
         Some(u) => {
             let udp_len = outer_total - ip_len as u16;
-            udp::write_header(&mut op.buf.frame_mut()[ip_end..outer], u.sport, u.dport, udp_len);
+            udp::write_header(&mut buf.frame_mut()[ip_end..outer], u.sport, u.dport, udp_len);
             ipv4::PROTO_UDP
         }
         None => ipv4::PROTO_ESP,
@@ -344,19 +364,16 @@ fn seal_tunnel(
         super::DfMode::Clear => false,
     };
     let flags = if df { ipv4::FLAG_DF } else { 0 };
-    let hdr = &mut op.buf.frame_mut()[ethernet::HEADER_LEN..ip_end];
+    let hdr = &mut buf.frame_mut()[ethernet::HEADER_LEN..ip_end];
     match (sa.tunnel_src, sa.tunnel_dst) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => ipv4::write_header(hdr, tos, outer_total, seq as u16, flags, sa.outer_ttl, protocol, src, dst),
         (IpAddr::V6(src), IpAddr::V6(dst)) => {
             ipv6::write_header(hdr, tos, 0, outer_total - ipv6::HEADER_LEN as u16, protocol, sa.outer_ttl, &src, &dst)
         }
         // Config validation keeps both endpoints of one family.
-        _ => return Err((EspError::CryptoError, op.buf)),
+        _ => return Err((EspError::CryptoError, buf)),
     }
-    op.data_offset += outer as u32;
-    op.auth_offset += outer as u32;
-    op.icv_offset += outer as u32;
-    Ok(op)
+    Ok(esp_op(cache.take(&sa.session), buf, outer, enc_len, sa.spi, seq, sa.esn, iv, [seq, 0]))
 }
 
 /// Completes an outbound op: the ICV is in place, so a successful op's
@@ -366,14 +383,21 @@ fn seal_tunnel(
 /// [`prepare`] builds it for such an SA). A failed op is a `CryptoError`.
 #[inline]
 pub fn finish(op: CryptoOp<PktBuf>) -> Result<PktBuf, (EspError, PktBuf)> {
-    match op.status {
+    finish_cached(op, &mut SessionCache::default())
+}
+
+/// [`finish`], the op's session reference going back to `cache`.
+#[inline]
+pub fn finish_cached(op: CryptoOp<PktBuf>, cache: &mut SessionCache) -> Result<PktBuf, (EspError, PktBuf)> {
+    let CryptoOp { session, mut buf, status, .. } = op;
+    cache.give_back(session);
+    match status {
         OpStatus::Success => {
-            let mut buf = op.buf;
             udp6_checksum(buf.frame_mut());
             Ok(buf)
         }
-        OpStatus::SessionNotAttached => Err((EspError::SessionNotAttached, op.buf)),
-        _ => Err((EspError::CryptoError, op.buf)),
+        OpStatus::SessionNotAttached => Err((EspError::SessionNotAttached, buf)),
+        _ => Err((EspError::CryptoError, buf)),
     }
 }
 

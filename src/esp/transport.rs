@@ -7,7 +7,7 @@
 //!
 //! Outbound grows the frame into its headroom (the IP header moves forward
 //! by the ESP header + IV), inbound shrinks it the same way; neither
-//! allocates. The crypto op is described by [`super::describe_op`], so every
+//! allocates. The crypto op is described by [`super::esp_op`], so every
 //! algorithm works as in tunnel mode.
 //!
 //! With UDP encapsulation (RFC 3948 §3.2–3.3) a UDP header (the SA's ports,
@@ -200,8 +200,14 @@ pub fn outbound_prepare_v6(sa: &OutboundSa, st: &mut OutboundState, mut buf: Pkt
 /// it (with a NAT between IPv4 peers: with the addresses as the NAT
 /// rewrote them).
 pub fn inbound_finish(st: &mut InboundState, op: CryptoOp<PktBuf>) -> Result<PktBuf, (EspError, PktBuf)> {
+    inbound_finish_cached(st, op, &mut super::SessionCache::default())
+}
+
+/// [`inbound_finish`], the op's session reference going back to `cache`.
+#[inline]
+pub fn inbound_finish_cached(st: &mut InboundState, op: CryptoOp<PktBuf>, cache: &mut super::SessionCache) -> Result<PktBuf, (EspError, PktBuf)> {
     let alg = op.session.algorithm();
-    let (mut buf, d0, payload_len, next_header) = super::open(st, op)?;
+    let (mut buf, d0, payload_len, next_header) = super::open_cached(st, op, cache)?;
     if next_header == ipv4::PROTO_IPIP || next_header == ipv6::NH_IPV6 {
         return Err((EspError::BadNextHeader, buf));
     }

@@ -20,7 +20,6 @@ use super::{
     create_session, process_op, soft_capabilities, CryptoDevice, CryptoError, CryptoOp, DeviceFlags, DeviceInfo, QpConf,
     ProviderChoice, QpGate, QueuePair, Session, SymXform,
 };
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -61,9 +60,12 @@ impl SoftDevice {
 }
 
 /// A software queue pair: ops run at enqueue and wait in a bounded ring of
-/// `QpConf::nb_descriptors` completions until dequeued.
+/// `QpConf::nb_descriptors` completions until dequeued. The ops of a burst
+/// run where the caller put them and move to the completions (and on to
+/// the caller's dequeue vector) as one block copy each way, not one by
+/// one (the usual case: everything enqueued is dequeued in the same poll).
 pub struct SoftQueuePair<B> {
-    done: VecDeque<CryptoOp<B>>,
+    done: Vec<CryptoOp<B>>,
     depth: usize,
     gate: Arc<QpGate>,
 }
@@ -74,16 +76,24 @@ impl<B: AsMut<[u8]> + Send> QueuePair<B> for SoftQueuePair<B> {
             return 0; // stopped: the ops stay with the caller
         };
         let n = ops.len().min(self.depth - self.done.len());
-        for mut op in ops.drain(..n) {
-            process_op(&mut op);
-            self.done.push_back(op);
+        for op in &mut ops[..n] {
+            process_op(op);
+        }
+        if n == ops.len() {
+            self.done.append(ops);
+        } else {
+            self.done.extend(ops.drain(..n));
         }
         n
     }
 
     fn dequeue_burst(&mut self, out: &mut Vec<CryptoOp<B>>, max: usize) -> usize {
         let n = max.min(self.done.len());
-        out.extend(self.done.drain(..n));
+        if n == self.done.len() {
+            out.append(&mut self.done);
+        } else {
+            out.extend(self.done.drain(..n));
+        }
         n
     }
 
@@ -136,7 +146,7 @@ impl CryptoDevice for SoftDevice {
         }
         *slot = true;
         let depth = conf.nb_descriptors.max(1);
-        Ok(SoftQueuePair { done: VecDeque::with_capacity(depth), depth, gate: self.gates[qp_id as usize].clone() })
+        Ok(SoftQueuePair { done: Vec::with_capacity(depth), depth, gate: self.gates[qp_id as usize].clone() })
     }
 }
 

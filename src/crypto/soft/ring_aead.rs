@@ -5,7 +5,7 @@
 //! follows the ciphertext, and nothing is copied but the 16-byte tag.
 //!
 //! Shape it takes: the associated data is the op's AAD alone (SPI ‖
-//! sequence number, `esp::describe_op`); an op with an auth range is
+//! sequence number, `esp::esp_op`); an op with an auth range is
 //! `InvalidOp` here (ring takes one contiguous AAD; RustCrypto's GCM takes
 //! `aad ‖ auth range`). ChaCha20-Poly1305 ops never have one.
 //!
