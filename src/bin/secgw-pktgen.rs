@@ -11,7 +11,7 @@ use secgw::pktgen::build::{FlowSpec, PacketBuilder, Size};
 use secgw::pktgen::gen::{self, GenConfig, GenReport};
 use secgw::pktgen::sa::{EspRx, EspTx};
 use secgw::pktgen::sink::{self, SinkConfig, SinkReport};
-use secgw::pktgen::{forward, report};
+use secgw::pktgen::{forward, ports, report};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -205,24 +205,17 @@ fn run_secs(what: &str, s: f64) -> anyhow::Result<Duration> {
     Ok(d)
 }
 
-/// Opens AF_XDP ports on queues 0..xdp.queues of `iface`.
+/// Opens AF_XDP ports on queues 0..xdp.queues of `iface` (busy binds retried).
 fn open(iface: &str, xdp: &Xdp, first_id: u16) -> anyhow::Result<Vec<AfXdpPort>> {
-    if xdp.queues == 0 {
-        bail!("--queues must be at least 1");
-    }
-    (0..xdp.queues)
-        .map(|q| {
-            let mut c = AfXdpConfig::new(iface, q);
-            c.mode = match xdp.xdp_mode {
-                Mode::Skb => AttachMode::Skb,
-                Mode::Native => AttachMode::Native,
-                Mode::Auto => AttachMode::Auto,
-            };
-            c.ring_size = xdp.ring_size;
-            c.frame_count = xdp.ring_size.saturating_mul(2);
-            AfXdpPort::open(first_id + q as u16, &c).with_context(|| format!("opening {iface} queue {q}"))
-        })
-        .collect()
+    let mut c = AfXdpConfig::new(iface, 0);
+    c.mode = match xdp.xdp_mode {
+        Mode::Skb => AttachMode::Skb,
+        Mode::Native => AttachMode::Native,
+        Mode::Auto => AttachMode::Auto,
+    };
+    c.ring_size = xdp.ring_size;
+    c.frame_count = xdp.ring_size.saturating_mul(2);
+    Ok(ports::open(iface, xdp.queues, &c, first_id)?)
 }
 
 fn pin(core: Option<usize>) -> anyhow::Result<()> {
@@ -352,6 +345,7 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
             }
         }
         Cmd::Forward { input, output, dst_mac, src_mac, xdp, duration, idle_sleep_us, json } => {
+            ports::check_forward_interfaces(&input, &output)?;
             let src_mac = match src_mac {
                 Some(m) => m,
                 None => af_xdp::interface_mac(&output).with_context(|| format!("MAC of {output}"))?,

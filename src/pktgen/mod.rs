@@ -12,6 +12,7 @@
 //! - [`forward`]: a minimal L2 forwarder (MAC rewrite only), the I/O
 //!   ceiling the gateway is compared with.
 //! - [`report`]: one line out of a generator's and a sink's JSON reports.
+//! - [`ports`]: opening the AF_XDP ports (busy binds retried), link checks.
 //!
 //! Contracts: nothing per packet allocates, locks or panics on input;
 //! buffers, per-flow state and histograms are allocated at start-up. Frames
@@ -29,6 +30,7 @@ pub mod gen;
 pub mod hist;
 pub mod pace;
 pub mod payload;
+pub mod ports;
 pub mod report;
 pub mod sa;
 pub mod sink;
