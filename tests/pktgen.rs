@@ -8,6 +8,7 @@
 use secgw::io::mem;
 use secgw::pktgen::build::{FlowSpec, PacketBuilder, Size};
 use secgw::pktgen::gen::{self, GenConfig, GenReport};
+use secgw::pktgen::payload::{Payload, FLAG_MEASURED};
 use secgw::pktgen::sa::{EspRx, EspTx};
 use secgw::pktgen::sink::{self, SinkConfig, SinkReport};
 use std::path::Path;
@@ -17,17 +18,8 @@ use std::time::Duration;
 const FLOWS: u32 = 3;
 
 fn generate(size: Size, queues: u16, esp: Option<&mut EspTx>) -> (GenReport, Vec<Vec<u8>>) {
-    let spec = FlowSpec {
-        src_mac: [2, 0, 0, 0, 0x0a, 1],
-        dst_mac: [2, 0, 0, 0, 0, 1],
-        src: "192.0.2.10".parse().unwrap(),
-        dst: "198.51.100.10".parse().unwrap(),
-        sport: 40000,
-        dport: 5001,
-        flows: FLOWS,
-    };
     let cfg = GenConfig {
-        builder: PacketBuilder::new(spec, size).unwrap(),
+        builder: PacketBuilder::new(*generate_spec(), size).unwrap(),
         rate_pps: 40_000,
         duration: Duration::from_millis(100),
         warmup: Duration::from_millis(25),
@@ -163,4 +155,50 @@ fn esp_config_errors_are_reported() {
     assert!(EspTx::from_config(&root.join("ep0.toml"), 1002, 1).is_err(), "1002 is inbound in ep0");
     assert!(EspTx::from_config(&root.join("ep0.toml"), 1001, 0).is_err(), "sequence numbers start at 1");
     assert!(EspTx::from_config(&root.join("nope.toml"), 1001, 1).is_err());
+}
+
+#[test]
+fn nothing_received_and_clock_oddities_are_reported_honestly() {
+    let (g, frames) = generate(Size::Fixed(64), 1, None);
+    // Nothing arrived: with the generator's count, 100 % lost; without it,
+    // no loss figure; never a latency of 0 µs.
+    let s = receive(&[], 3, None, &g);
+    assert_eq!((s.lost, s.loss_pct), (g.measured_tx_packets, Some(100.0)));
+    assert_eq!((s.latency_us.samples, s.latency_us.p50, s.latency_us.p99, s.latency_us.max), (0, None, None, None));
+    let (port, _wire) = mem::pair(0);
+    let cfg = SinkConfig { duration: Duration::ZERO, grace: Duration::from_millis(20), max_flows: 3, idle_sleep: Duration::ZERO };
+    let empty = sink::run(&mut [port], &cfg, None, &AtomicBool::new(false)).report(None);
+    assert_eq!((empty.expected, empty.loss_pct, empty.latency_us.max), (0, None, None));
+    let json = serde_json::to_value(&empty).unwrap();
+    assert!(json["loss_pct"].is_null() && json["latency_us"]["p50"].is_null(), "{json}");
+
+    // A measured packet stamped in the future (another host's clock): counted
+    // apart, not timed as 0; one stamped 5 s ago: a real latency.
+    let b = PacketBuilder::new(*generate_spec(), Size::Fixed(64)).unwrap();
+    let mut buf = secgw::io::PktBuf::new();
+    let mut odd = Vec::new();
+    let ago = secgw::pktgen::now_ns() - 5_000_000_000;
+    for (seq, tx_ns) in [(0, u64::MAX - 1), (1, ago), (2, u64::MAX)] {
+        b.build(&mut buf, seq, &Payload { flow: 0, seq, tx_ns, flags: FLAG_MEASURED });
+        odd.push(buf.frame().to_vec());
+    }
+    let s = receive(&odd, 3, None, &GenReport { measured_tx_packets: 3, flows: vec![gen::FlowTx { flow: 0, tx_packets: 3, measured_tx_packets: 3 }], ..Default::default() });
+    assert_eq!((s.packets, s.lost, s.future_timestamps, s.flows[0].future_timestamps), (3, 0, 2, 2));
+    assert_eq!(s.latency_us.samples, 1);
+    assert!(s.latency_us.max.unwrap() >= 5e6 && s.latency_us.p50 == s.latency_us.max, "{:?}", s.latency_us);
+    assert!(frames.len() > 10);
+}
+
+/// The flows every test sends: 192.0.2.10:40000+i → 198.51.100.10:5001.
+fn generate_spec() -> &'static FlowSpec {
+    static SPEC: std::sync::OnceLock<FlowSpec> = std::sync::OnceLock::new();
+    SPEC.get_or_init(|| FlowSpec {
+        src_mac: [2, 0, 0, 0, 0x0a, 1],
+        dst_mac: [2, 0, 0, 0, 0, 1],
+        src: "192.0.2.10".parse().unwrap(),
+        dst: "198.51.100.10".parse().unwrap(),
+        sport: 40000,
+        dport: 5001,
+        flows: FLOWS,
+    })
 }
