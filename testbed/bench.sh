@@ -341,6 +341,8 @@ trial() {
     ESP_SEQ=$(( ESP_SEQ + $(jget "$dir/gen.json" tx_packets) ))
     "$SECGW_PKTGEN_BIN" report --gen "$dir/gen.json" --sink "$dir/sink.json" --json "$dir/report.json" \
         >"$dir/report.out" 2>"$dir/report.err" || { err "secgw-pktgen report failed:"; cat "$dir/report.err" >&2; return 1; }
+    # The report's doubts (sink late, reports of two runs, ...) are shown, and kept in trial.json.
+    grep -h ' WARN ' "$dir/report.err" | sed "s|^.* WARN [^ ]* |[bench] $dir: report warns: |" >&2 || true
     python3 "$TABLE_PY" trial --rate "$rate" --gen "$dir/gen.json" --sink "$dir/sink.json" --report "$dir/report.json" \
         >"$dir/trial.json" || return 1
     cat "$dir/trial.json"

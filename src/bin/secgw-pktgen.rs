@@ -367,6 +367,9 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
             let g: GenReport = read_json(&gen)?;
             let s: SinkReport = read_json(&sink)?;
             let c = report::combine(&g, &s);
+            for w in &c.warnings {
+                tracing::warn!("{w}");
+            }
             println!("{}", report::table_header());
             println!("{}", report::table_row(&c));
             if let Some(p) = json {

@@ -52,6 +52,13 @@ pub fn now_ns() -> u64 {
     }
 }
 
+/// Wall-clock now in seconds since the Unix epoch (0.0 if the clock is
+/// before it). Read at the start and end of a run only, so that `report`
+/// can tell whether a generator's and a sink's reports overlap in time.
+pub fn unix_now_s() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
 /// Errors of setting up a generator, sink or forwarder (never per packet).
 #[derive(Debug, thiserror::Error)]
 pub enum PktgenError {

@@ -5,6 +5,10 @@
 //! frame bytes without FCS as received, × 8. Loss is the generator's
 //! measured tx count minus the distinct measured packets the sink received
 //! (duplicates do not hide a loss), in percent of the former.
+//!
+//! The two reports are checked against each other ([`warnings`]): figures
+//! combined from two runs, or from a sink that missed part of the run, are
+//! printed with warnings (stderr, and `warnings` in the JSON), not silently.
 
 use super::gen::GenReport;
 use super::sink::{show_pct, show_us, SinkReport};
@@ -42,6 +46,10 @@ pub struct Combined {
     /// Latency samples (0: the figures above are "n/a").
     #[serde(default)]
     pub latency_samples: u64,
+    /// Why the two reports may not belong together, or the sink may have
+    /// missed part of the run ([`warnings`]); empty when they agree.
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
 
 /// Combines the two reports.
@@ -67,7 +75,55 @@ pub fn combine(gen: &GenReport, sink: &SinkReport) -> Combined {
         p99_us: sink.latency_us.p99,
         max_us: sink.latency_us.max,
         latency_samples: sink.latency_us.samples,
+        warnings: warnings(gen, sink),
     }
+}
+
+/// What makes a generator's and a sink's reports look unrelated, or the
+/// sink's view of the run partial: more measured packets received than
+/// sent; flows received that the generator did not send; ESP on one side
+/// that the other could not have read; runs that do not overlap in time,
+/// or a sink that started after the measured part began or stopped before
+/// the generator ended (wall clocks; skipped for reports without them).
+/// One sentence each; empty when nothing looks wrong.
+pub fn warnings(gen: &GenReport, sink: &SinkReport) -> Vec<String> {
+    let mut w = Vec::new();
+    let distinct = sink.packets.saturating_sub(sink.duplicates) + sink.flow_out_of_range_measured;
+    if distinct > gen.measured_tx_packets {
+        w.push(format!(
+            "the sink counted {distinct} distinct measured packets, more than the {} the generator sent: the reports are of different runs, or another generator was sending",
+            gen.measured_tx_packets
+        ));
+    }
+    let strange: Vec<u32> = sink.flows.iter().filter(|f| f.packets > 0 && !gen.flows.iter().any(|g| g.flow == f.flow)).map(|f| f.flow).collect();
+    if !strange.is_empty() {
+        w.push(format!("the sink received flows {strange:?}, which the generator ({} flows) did not send: the reports are of different runs", gen.flows.len()));
+    }
+    if gen.esp && !sink.esp && sink.packets == 0 && sink.other_frames > 0 {
+        w.push("the generator sent ESP and the sink (no --esp-config) read none of what it received: was the decrypting gateway left out?".into());
+    }
+    if !gen.esp && sink.esp && sink.esp_decrypted == 0 && sink.packets > 0 {
+        w.push("the sink was to decrypt (--esp-config) but received only plaintext: did the traffic bypass the encrypting gateway?".into());
+    }
+    if sink.esp && sink.esp_decrypted == 0 && sink.esp_failures.get("no_sa").is_some_and(|&n| n > 0) {
+        w.push("none of the ESP the sink received is for an inbound SA of its --esp-config (no_sa): the config of another peer?".into());
+    }
+    if gen.started_unix_s > 0.0 && sink.started_unix_s > 0.0 {
+        let measured_from = gen.started_unix_s + gen.warmup_s;
+        if sink.started_unix_s > gen.ended_unix_s {
+            w.push(format!("the sink started {:.1} s after the generator ended: the reports are of different runs", sink.started_unix_s - gen.ended_unix_s));
+        } else if sink.ended_unix_s < gen.started_unix_s {
+            w.push(format!("the sink stopped {:.1} s before the generator started: the reports are of different runs", gen.started_unix_s - sink.ended_unix_s));
+        } else {
+            if sink.started_unix_s > measured_from {
+                w.push(format!("the sink started {:.3} s after the generator's measured part began: packets sent before it listened count as lost", sink.started_unix_s - measured_from));
+            }
+            if sink.ended_unix_s < gen.ended_unix_s {
+                w.push(format!("the sink stopped {:.3} s before the generator ended: packets sent after count as lost", gen.ended_unix_s - sink.ended_unix_s));
+            }
+        }
+    }
+    w
 }
 
 /// Header line of [`table_row`].
@@ -119,5 +175,80 @@ mod tests {
         // A p99 above the histogram's cap is shown as such, not as a number.
         sink.latency_us.p99 = None;
         assert!(table_row(&combine(&gen, &sink)).contains(&format!(">{:.0}", super::super::sink::CAP_US)));
+    }
+
+    use crate::pktgen::gen::FlowTx;
+    use crate::pktgen::sink::FlowReport;
+
+    /// A generator of 2 flows × 500 measured packets from t = 100 s (1 s
+    /// warm-up) to 103 s, and a sink that listened from 99 to 104 s and got them all.
+    fn pair() -> (GenReport, SinkReport) {
+        let flows = (0..2).map(|f| FlowTx { flow: f, tx_packets: 600, measured_tx_packets: 500 }).collect();
+        let gen = GenReport { measured_tx_packets: 1000, warmup_s: 1.0, started_unix_s: 100.0, ended_unix_s: 103.0, flows, ..Default::default() };
+        let sink = SinkReport {
+            packets: 1000,
+            started_unix_s: 99.0,
+            ended_unix_s: 104.0,
+            flows: (0..2).map(|f| FlowReport { flow: f, packets: 500, ..Default::default() }).collect(),
+            ..Default::default()
+        };
+        (gen, sink)
+    }
+
+    fn has(w: &[String], what: &str) -> bool {
+        w.iter().any(|x| x.contains(what))
+    }
+
+    #[test]
+    fn reports_of_one_run_have_no_warning() {
+        let (gen, sink) = pair();
+        assert_eq!(combine(&gen, &sink).warnings, Vec::<String>::new());
+        // Topology (a): plain generator, decrypting sink; (b): ESP generator, plain sink after the gateway.
+        let (g, mut s) = pair();
+        s.esp = true;
+        s.esp_decrypted = 1200;
+        assert!(warnings(&g, &s).is_empty());
+        let (mut g, s) = pair();
+        g.esp = true;
+        assert!(warnings(&g, &s).is_empty());
+        // Older reports without wall clocks: no time check.
+        let (mut g, mut s) = pair();
+        (g.started_unix_s, g.ended_unix_s, s.started_unix_s, s.ended_unix_s) = (0.0, 0.0, 0.0, 0.0);
+        assert!(warnings(&g, &s).is_empty());
+    }
+
+    #[test]
+    fn reports_that_do_not_belong_together_are_warned_about() {
+        let (gen, mut sink) = pair();
+        sink.packets = 1200;
+        sink.flows.push(FlowReport { flow: 5, packets: 200, ..Default::default() });
+        let w = combine(&gen, &sink).warnings;
+        assert!(has(&w, "1200 distinct measured packets, more than the 1000"), "{w:?}");
+        assert!(has(&w, "flows [5]"), "{w:?}");
+
+        // One ESP, one plain, and nothing read.
+        let (mut gen, mut sink) = pair();
+        gen.esp = true;
+        (sink.packets, sink.other_frames, sink.flows) = (0, 1200, vec![]);
+        assert!(has(&warnings(&gen, &sink), "the generator sent ESP"));
+        let (gen, mut sink) = pair();
+        sink.esp = true;
+        assert!(has(&warnings(&gen, &sink), "received only plaintext"));
+        sink.esp_failures.insert("no_sa".into(), 9);
+        sink.packets = 0;
+        assert!(has(&warnings(&gen, &sink), "no_sa"));
+
+        // Time: a sink of another run, before or after; a late start; an early stop.
+        let (gen, mut sink) = pair();
+        (sink.started_unix_s, sink.ended_unix_s) = (110.0, 115.0);
+        assert!(has(&warnings(&gen, &sink), "started 7.0 s after the generator ended"));
+        (sink.started_unix_s, sink.ended_unix_s) = (90.0, 95.0);
+        assert!(has(&warnings(&gen, &sink), "stopped 5.0 s before the generator started"));
+        (sink.started_unix_s, sink.ended_unix_s) = (101.5, 102.0);
+        let w = warnings(&gen, &sink);
+        assert!(has(&w, "started 0.500 s after the generator's measured part began") && has(&w, "stopped 1.000 s before the generator ended"), "{w:?}");
+        // A sink that missed the warm-up only is fine.
+        (sink.started_unix_s, sink.ended_unix_s) = (100.5, 104.0);
+        assert!(warnings(&gen, &sink).is_empty());
     }
 }

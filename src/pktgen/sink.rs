@@ -19,7 +19,7 @@ use super::gen::GenReport;
 use super::hist::Histogram;
 use super::payload::Payload;
 use super::sa::EspRx;
-use super::{now_ns, BURST};
+use super::{now_ns, unix_now_s, BURST};
 use crate::crypto::QueuePair;
 use crate::dataplane::counters::DropReason;
 use crate::esp;
@@ -116,6 +116,10 @@ pub struct Sink {
     last_measured_ns: u64,
     started_ns: u64,
     stopped_ns: u64,
+    started_unix_s: f64,
+    stopped_unix_s: f64,
+    /// ESP frames were opened (an `EspRx` was given to [`run`]).
+    esp: bool,
 }
 
 impl Sink {
@@ -134,6 +138,9 @@ impl Sink {
             last_measured_ns: 0,
             started_ns: now_ns(),
             stopped_ns: 0,
+            started_unix_s: unix_now_s(),
+            stopped_unix_s: 0.0,
+            esp: false,
         }
     }
 
@@ -255,6 +262,9 @@ impl Sink {
             esp_decrypted: self.esp_decrypted,
             esp_failed: self.esp_failed.iter().sum(),
             esp_failures: DropReason::ALL.iter().filter(|r| self.esp_failed[**r as usize] > 0).map(|r| (r.name().to_string(), self.esp_failed[*r as usize])).collect(),
+            esp: self.esp,
+            started_unix_s: self.started_unix_s,
+            ended_unix_s: self.stopped_unix_s,
             loss_from: if gen.is_some() { "generator".into() } else { "sequence numbers".into() },
             ..Default::default()
         };
@@ -412,6 +422,17 @@ pub struct FlowReport {
 pub struct SinkReport {
     /// Seconds the sink listened.
     pub duration_s: f64,
+    /// Wall clock (Unix seconds) when the sink began listening; 0 in
+    /// reports of older versions.
+    #[serde(default)]
+    pub started_unix_s: f64,
+    /// Wall clock (Unix seconds) when it stopped.
+    #[serde(default)]
+    pub ended_unix_s: f64,
+    /// ESP mode (`--esp-config`): ESP frames for the config's inbound SAs
+    /// were opened.
+    #[serde(default)]
+    pub esp: bool,
     /// Seconds from the first to the last measured packet received.
     pub measured_s: f64,
     /// Measured packets per second over `measured_s`.
@@ -473,6 +494,7 @@ pub struct SinkReport {
 /// `stop`), then returns its state ([`Sink::report`]).
 pub fn run<P: Port>(ports: &mut [P], cfg: &SinkConfig, mut esp: Option<&mut EspRx>, stop: &AtomicBool) -> Sink {
     let mut sink = Sink::new(cfg.max_flows);
+    sink.esp = esp.is_some();
     let mut bufs: Vec<PktBuf> = (0..BURST).map(|_| PktBuf::new()).collect();
     let mut spare: Vec<PktBuf> = (0..BURST).map(|_| PktBuf::new()).collect();
     let mut work = Work::default();
@@ -500,5 +522,6 @@ pub fn run<P: Port>(ports: &mut [P], cfg: &SinkConfig, mut esp: Option<&mut EspR
         }
     }
     sink.stopped_ns = now_ns();
+    sink.stopped_unix_s = unix_now_s();
     sink
 }
