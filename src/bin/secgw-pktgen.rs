@@ -80,7 +80,8 @@ enum Cmd {
         /// Number of flows.
         #[arg(long, default_value_t = 1)]
         flows: u32,
-        /// Plaintext IP packet bytes (64..=1500) or `imix` (7:4:1 of 64/576/1500).
+        /// Plaintext IP packet bytes (IPv4 64..=1500, IPv6 76..=1500) or `imix`
+        /// (7:4:1 of 64/576/1500; IPv4 only: 64 bytes cannot hold IPv6 + UDP + the payload header).
         #[arg(long)]
         size: Size,
         /// Packets per second over all queues (0 = as fast as possible).
@@ -263,16 +264,19 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
                 (Some(path), Some(spi)) => Some(EspTx::from_config(&path, spi, esp_seq_start)?),
                 _ => None,
             };
-            if let Some(e) = &esp {
-                let largest = match size {
-                    Size::Fixed(n) => n,
-                    Size::Imix => 1500,
-                };
-                let hl = if src.is_ipv6() { 40 } else { 20 };
-                let outer = secgw::esp::outbound::encapsulated_len(&e.sa, hl, largest);
-                if outer > 1500 {
-                    tracing::warn!(inner = largest, outer, "ESP packets longer than a 1500-byte MTU: a veth peer drops them (a gateway would fragment or refuse the inner packet)");
+            let largest = match size {
+                Size::Fixed(n) => n,
+                Size::Imix => *secgw::pktgen::build::IMIX.iter().max().unwrap_or(&1500),
+            };
+            let (ip_len, inner) = match &esp {
+                Some(e) => {
+                    let hl = if src.is_ipv6() { 40 } else { 20 };
+                    (secgw::esp::outbound::encapsulated_len(&e.sa, hl, largest), Some(largest))
                 }
+                None => (largest, None),
+            };
+            if let Some(w) = ports::mtu_warning(&iface, ip_len, inner, ports::link_mtu(&iface)) {
+                tracing::warn!("{w}");
             }
             let stop = stop_flag()?;
             pin(xdp.core)?;

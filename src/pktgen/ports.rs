@@ -118,6 +118,25 @@ pub fn link_mtu(name: &str) -> Result<usize, String> {
     text.trim().parse().map_err(|_| format!("{path}: {:?} is not a number", text.trim()))
 }
 
+/// The warning for IP packets of up to `ip_len` bytes (`inner`: the
+/// plaintext size when they are ESP) sent on `iface` whose MTU is `mtu`
+/// ([`link_mtu`]; when it could not be read, 1500 is assumed and said).
+/// `None` when they fit.
+pub fn mtu_warning(iface: &str, ip_len: usize, inner: Option<usize>, mtu: Result<usize, String>) -> Option<String> {
+    let (mtu, assumed) = match mtu {
+        Ok(m) => (m, String::new()),
+        Err(e) => (1500, format!(" (assumed: {e})")),
+    };
+    if ip_len <= mtu {
+        return None;
+    }
+    let what = match inner {
+        Some(i) => format!("ESP packets of up to {ip_len} bytes ({i}-byte inner packets)"),
+        None => format!("packets of up to {ip_len} bytes"),
+    };
+    Some(format!("{what} exceed the MTU of {iface}, {mtu} bytes{assumed}: the link or its peer drops them (a gateway would fragment or refuse the inner packet)"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,5 +191,17 @@ mod tests {
         // "lo" exists in every namespace: its MTU is readable.
         assert!(link_mtu("lo").unwrap() >= 1280);
         assert!(link_mtu("no-such-if0").unwrap_err().contains("/sys/class/net/no-such-if0/mtu"));
+    }
+
+    #[test]
+    fn the_mtu_warning_uses_the_real_link_mtu() {
+        // bench.sh's links have MTU 1600: a 1500-byte inner packet's ~1550-byte ESP packet fits.
+        assert_eq!(mtu_warning("gen0", 1554, Some(1500), Ok(1600)), None);
+        let w = mtu_warning("a0", 1554, Some(1500), Ok(1500)).unwrap();
+        assert!(w.contains("1554") && w.contains("1500-byte inner") && w.contains("MTU of a0, 1500 bytes"), "{w}");
+        assert!(mtu_warning("a0", 1500, None, Ok(1400)).unwrap().contains("packets of up to 1500 bytes"));
+        assert_eq!(mtu_warning("a0", 1500, None, Ok(1500)), None);
+        let w = mtu_warning("x", 1600, None, Err("reading /sys/class/net/x/mtu: gone".into())).unwrap();
+        assert!(w.contains("1500 bytes (assumed: reading /sys/class/net/x/mtu"), "{w}");
     }
 }
