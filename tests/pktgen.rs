@@ -152,7 +152,13 @@ fn esp_sealed_by_ep0_is_opened_by_ep1_with_nothing_lost() {
 #[test]
 fn esp_config_errors_are_reported() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
-    assert!(EspTx::from_config(&root.join("ep0.toml"), 1002, 1).is_err(), "1002 is inbound in ep0");
+    let e = EspTx::from_config(&root.join("ep0.toml"), 1002, 1).err().unwrap().to_string();
+    assert!(e.contains("SPI 1002 is an inbound SA") && e.contains("its outbound SAs: 1001"), "{e}");
+    let e = EspTx::from_config(&root.join("ep0.toml"), 7, 1).err().unwrap().to_string();
+    assert!(e.contains("no SA with SPI 7; its outbound SAs: 1001"), "{e}");
+    // The config's own errors name the file once.
+    let e = EspTx::from_config(&root.join("nope.toml"), 1001, 1).err().unwrap().to_string();
+    assert_eq!(e.matches("nope.toml").count(), 1, "{e}");
     assert!(EspTx::from_config(&root.join("ep0.toml"), 1001, 0).is_err(), "sequence numbers start at 1");
     assert!(EspTx::from_config(&root.join("nope.toml"), 1001, 1).is_err());
 }
@@ -201,4 +207,55 @@ fn generate_spec() -> &'static FlowSpec {
         dport: 5001,
         flows: FLOWS,
     })
+}
+
+#[test]
+fn flows_the_esp_configs_policies_would_not_protect_with_the_sa_are_named() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    let spec = |dst: &str, flows| FlowSpec { dst: dst.parse().unwrap(), flows, ..*generate_spec() };
+    // ep0: 192.0.2.0/24 → 198.51.100.0/24, any protocol and port, in SA 1001.
+    let ep0 = EspTx::from_config(&root.join("ep0.toml"), 1001, 1).unwrap();
+    assert_eq!(ep0.flows_outside_policy(&spec("198.51.100.10", 3)), vec![]);
+    assert_eq!(ep0.flows_outside_policy(&spec("203.0.113.9", 2)), vec![(0, "matched by no policy".into()), (1, "matched by no policy".into())]);
+    // bench/gw0: source port 40000 in SA 1001, the rest in SA 1003.
+    let gw0 = EspTx::from_config(&root.join("bench/gw0.toml"), 1001, 1).unwrap();
+    assert_eq!(gw0.flows_outside_policy(&spec("198.51.100.10", 1)), vec![]);
+    assert_eq!(gw0.flows_outside_policy(&spec("198.51.100.10", 2)), vec![(1, "protected by SA 1003".into())]);
+}
+
+/// Runs the secgw-pktgen binary; returns (success, stderr).
+fn cli(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_secgw-pktgen")).args(args).current_dir(env!("CARGO_MANIFEST_DIR")).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn command_line_mistakes_are_refused_up_front_with_the_option_named() {
+    // `gen` with the given options, the rest defaulted.
+    let gen = |extra: &[&str]| {
+        let mut a = vec!["gen", "--iface", "no-such-if0", "--dst-mac", "02:00:00:00:00:01", "--src", "192.0.2.10", "--dst", "198.51.100.10", "--size", "64", "--duration", "1"];
+        if !extra.contains(&"--src-mac") {
+            a.extend_from_slice(&["--src-mac", "02:00:00:00:0a:01"]);
+        }
+        a.extend_from_slice(extra);
+        cli(&a)
+    };
+    let (ok, e) = gen(&["--ring-size", "1000"]);
+    assert!(!ok && e.contains("--ring-size") && e.contains("power of two"), "{e}");
+    let (ok, e) = gen(&["--src-mac", "ff:ff:ff:ff:ff:ff"]);
+    assert!(!ok && e.contains("--src-mac") && e.contains("broadcast address cannot be a source MAC"), "{e}");
+    let (ok, e) = gen(&["--src-mac", "01:00:5e:00:00:01"]);
+    assert!(!ok && e.contains("multicast address cannot be a source MAC"), "{e}");
+    let (ok, e) = gen(&["--json", "/no-such-dir/gen.json"]);
+    assert!(!ok && e.contains("--json /no-such-dir/gen.json: directory /no-such-dir does not exist"), "{e}");
+    // Hex SPIs as in the config; an inbound SA is called one.
+    let (ok, e) = gen(&["--esp-config", "configs/ep0.toml", "--esp-spi", "0x3ea"]);
+    assert!(!ok && e.contains("SPI 1002 is an inbound SA") && e.contains("outbound SAs: 1001"), "{e}");
+    // 0x3e9 = 1001 is accepted: the run gets as far as the missing interface.
+    let (ok, e) = gen(&["--esp-config", "configs/ep0.toml", "--esp-spi", "0x3e9"]);
+    assert!(!ok && e.contains("\"no-such-if0\" not found") && !e.contains("esp-spi"), "{e}");
+    let (ok, e) = cli(&["forward", "--in", "no-such-if0", "--out", "no-such-if0", "--dst-mac", "02:00:00:00:00:01"]);
+    assert!(!ok && e.contains("are the same interface"), "{e}");
+    let (ok, e) = cli(&["report", "--gen", "x.json", "--sink", "y.json", "--json", "/no-such-dir/r.json"]);
+    assert!(!ok && e.contains("directory /no-such-dir does not exist"), "{e}");
 }

@@ -38,8 +38,8 @@ struct Xdp {
     /// XDP attach mode.
     #[arg(long, value_enum, default_value_t = Mode::Skb)]
     xdp_mode: Mode,
-    /// Entries of each AF_XDP ring (power of two); the UMEM has twice as many frames.
-    #[arg(long, default_value_t = 2048)]
+    /// Entries of each AF_XDP ring (a power of two, 32..=65536); the UMEM has twice as many frames.
+    #[arg(long, default_value_t = 2048, value_parser = parse_ring_size)]
     ring_size: u32,
 }
 
@@ -59,8 +59,8 @@ enum Cmd {
         iface: String,
         #[command(flatten)]
         xdp: Xdp,
-        /// Ethernet source address.
-        #[arg(long, value_parser = parse_mac)]
+        /// Ethernet source address (unicast).
+        #[arg(long, value_parser = parse_unicast_mac)]
         src_mac: [u8; 6],
         /// Ethernet destination address (the next hop).
         #[arg(long, value_parser = parse_mac)]
@@ -96,8 +96,8 @@ enum Cmd {
         /// ESP mode: a secgw TOML config holding the outbound SA to encapsulate with.
         #[arg(long, requires = "esp_spi")]
         esp_config: Option<PathBuf>,
-        /// ESP mode: SPI of that outbound SA.
-        #[arg(long, requires = "esp_config")]
+        /// ESP mode: SPI of that outbound SA (decimal or 0x hex, as in the config).
+        #[arg(long, requires = "esp_config", value_parser = secgw::config::parse_spi)]
         esp_spi: Option<u32>,
         /// ESP mode: sequence number of the first packet.
         #[arg(long, default_value_t = 1)]
@@ -152,8 +152,8 @@ enum Cmd {
         /// Destination MAC of forwarded frames.
         #[arg(long, value_parser = parse_mac)]
         dst_mac: [u8; 6],
-        /// Source MAC of forwarded frames [default: the out interface's].
-        #[arg(long, value_parser = parse_mac)]
+        /// Source MAC of forwarded frames (unicast) [default: the out interface's].
+        #[arg(long, value_parser = parse_unicast_mac)]
         src_mac: Option<[u8; 6]>,
         #[command(flatten)]
         xdp: Xdp,
@@ -191,6 +191,41 @@ fn parse_mac(s: &str) -> Result<[u8; 6], String> {
         *m = u8::from_str_radix(p, 16).map_err(|_| format!("{s:?}: {p:?} is not a hex octet"))?;
     }
     Ok(mac)
+}
+
+/// A source MAC: [`parse_mac`], and unicast (the I/G bit, bit 0 of the
+/// first octet, clear: a multicast or broadcast source is invalid, IEEE 802
+/// §8.2).
+fn parse_unicast_mac(s: &str) -> Result<[u8; 6], String> {
+    let mac = parse_mac(s)?;
+    if mac[0] & 1 != 0 {
+        return Err(format!("{s}: a {} address cannot be a source MAC", if mac == [0xff; 6] { "broadcast" } else { "multicast" }));
+    }
+    Ok(mac)
+}
+
+/// `--ring-size`: a power of two in 32..=65536 (the ring of an AF_XDP
+/// socket is a power of two; the UMEM gets twice as many 4-KiB frames).
+fn parse_ring_size(s: &str) -> Result<u32, String> {
+    let n: u32 = s.parse().map_err(|_| format!("{s:?} is not a number of ring entries"))?;
+    if !(32..=65536).contains(&n) || !n.is_power_of_two() {
+        return Err(format!("{n}: must be a power of two in 32..=65536"));
+    }
+    Ok(n)
+}
+
+/// Refuses an output file whose directory does not exist, before anything
+/// runs (rather than after a whole measurement).
+fn check_out(opt: &str, path: Option<&Path>) -> anyhow::Result<()> {
+    let Some(p) = path else { return Ok(()) };
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        bail!("{opt} {}: directory {} does not exist", p.display(), dir.display());
+    }
+    Ok(())
 }
 
 fn secs(what: &str, s: f64) -> anyhow::Result<Duration> {
@@ -257,11 +292,23 @@ fn port_rx_dropped(ports: &[AfXdpPort]) -> u64 {
 fn real_main(cmd: Cmd) -> anyhow::Result<()> {
     match cmd {
         Cmd::Gen { iface, xdp, src_mac, dst_mac, src, dst, sport, dport, flows, size, rate, duration, warmup, esp_config, esp_spi, esp_seq_start, json } => {
+            check_out("--json", json.as_deref())?;
             let spec = FlowSpec { src_mac, dst_mac, src, dst, sport, dport, flows };
             let builder = PacketBuilder::new(spec, size)?;
             let cfg = GenConfig { builder, rate_pps: rate, duration: run_secs("duration", duration)?, warmup: secs("warmup", warmup)?, drain: Duration::from_millis(500) };
             let mut esp = match (esp_config, esp_spi) {
-                (Some(path), Some(spi)) => Some(EspTx::from_config(&path, spi, esp_seq_start)?),
+                (Some(path), Some(spi)) => {
+                    let e = EspTx::from_config(&path, spi, esp_seq_start)?;
+                    let outside = e.flows_outside_policy(&spec);
+                    if let Some((flow, what)) = outside.first() {
+                        tracing::warn!(
+                            "{} of {flows} flows ({src} → {dst}, UDP {sport}+i → {dport}) are not what {}'s outbound policies protect with SA {spi} (flow {flow}: {what}): the peer's inbound policy check will drop them after decryption",
+                            outside.len(),
+                            path.display()
+                        );
+                    }
+                    Some(e)
+                }
                 _ => None,
             };
             let largest = match size {
@@ -304,6 +351,7 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
             }
         }
         Cmd::Sink { iface, xdp, duration, grace_ms, max_flows, idle_sleep_us, esp_config, gen_json, gen_json_wait, json } => {
+            check_out("--json", json.as_deref())?;
             let cfg = SinkConfig { duration: run_secs("duration", duration)?, grace: Duration::from_millis(grace_ms), max_flows, idle_sleep: Duration::from_micros(idle_sleep_us) };
             let mut esp = esp_config.map(|p| EspRx::from_config(&p)).transpose()?;
             let stop = stop_flag()?;
@@ -350,6 +398,7 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
         }
         Cmd::Forward { input, output, dst_mac, src_mac, xdp, duration, idle_sleep_us, json } => {
             ports::check_forward_interfaces(&input, &output)?;
+            check_out("--json", json.as_deref())?;
             let src_mac = match src_mac {
                 Some(m) => m,
                 None => af_xdp::interface_mac(&output).with_context(|| format!("MAC of {output}"))?,
@@ -368,6 +417,7 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
             }
         }
         Cmd::Report { gen, sink, json } => {
+            check_out("--json", json.as_deref())?;
             let g: GenReport = read_json(&gen)?;
             let s: SinkReport = read_json(&sink)?;
             let c = report::combine(&g, &s);
