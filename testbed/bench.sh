@@ -45,7 +45,10 @@
 # count, and the same for our generator.
 #
 # Options:
-#   --quick              64 and 1420 B, 1 worker, software, topologies a,d, 4 steps
+#   --quick              64 and 1420 B, 1 worker, software, topologies a,d, 4 steps.
+#                        Options are read in order and the later one wins: --quick
+#                        --sizes 512 runs 512 B; --sizes 512 --quick runs 64 and 1420 B
+#                        (and says on stderr which earlier options --quick replaced)
 #   --topologies LIST    comma list of a,b,c,d,bypass (default all)
 #   --sizes LIST         comma list of 64..1500 and imix (default 64,512,1420,imix)
 #   --workers LIST       comma list of 1,2 (default 1,2)
@@ -94,16 +97,21 @@ JSON_OUT=""; KEEP=0; QUICK=0
 
 die() { printf 'bench.sh: %s\n' "$*" >&2; exit 2; }
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+# Options --quick sets, as given explicitly so far (the later option wins, said aloud).
+QUICK_OVERRIDES=""
+given() { case " $QUICK_OVERRIDES " in *" $1 "*) ;; *) QUICK_OVERRIDES="$QUICK_OVERRIDES $1" ;; esac; }
 while [ $# -gt 0 ]; do
     case "$1" in
-        --quick) QUICK=1; TOPOS="a,d"; SIZES="64,1420"; WORKERS="1"; BACKENDS="software"; STEPS=4 ;;
-        --topologies) TOPOS="$2"; shift ;;
-        --sizes) SIZES="$2"; shift ;;
-        --workers) WORKERS="$2"; shift ;;
-        --backends) BACKENDS="$2"; shift ;;
+        --quick) QUICK=1; TOPOS="a,d"; SIZES="64,1420"; WORKERS="1"; BACKENDS="software"; STEPS=4
+            [ -z "$QUICK_OVERRIDES" ] || printf 'bench.sh: --quick comes after%s: its settings replace them (the later option wins)\n' "$QUICK_OVERRIDES" >&2
+            QUICK_OVERRIDES="" ;;
+        --topologies) TOPOS="$2"; given "$1"; shift ;;
+        --sizes) SIZES="$2"; given "$1"; shift ;;
+        --workers) WORKERS="$2"; given "$1"; shift ;;
+        --backends) BACKENDS="$2"; given "$1"; shift ;;
         --trial-secs) TRIAL_SECS="$2"; shift ;;
         --warmup) WARMUP="$2"; shift ;;
-        --steps) STEPS="$2"; shift ;;
+        --steps) STEPS="$2"; given "$1"; shift ;;
         --loss-tolerance) LOSS_TOL="$2"; shift ;;
         --flows) FLOWS="$2"; shift ;;
         --burst) BURST="$2"; shift ;;
@@ -341,6 +349,8 @@ trial() {
     ESP_SEQ=$(( ESP_SEQ + $(jget "$dir/gen.json" tx_packets) ))
     "$SECGW_PKTGEN_BIN" report --gen "$dir/gen.json" --sink "$dir/sink.json" --json "$dir/report.json" \
         >"$dir/report.out" 2>"$dir/report.err" || { err "secgw-pktgen report failed:"; cat "$dir/report.err" >&2; return 1; }
+    # The report's doubts (sink late, reports of two runs, ...) are shown, and kept in trial.json.
+    grep -h ' WARN ' "$dir/report.err" | sed "s|^.* WARN [^ ]* |[bench] $dir: report warns: |" >&2 || true
     python3 "$TABLE_PY" trial --rate "$rate" --gen "$dir/gen.json" --sink "$dir/sink.json" --report "$dir/report.json" \
         >"$dir/trial.json" || return 1
     cat "$dir/trial.json"

@@ -6,7 +6,7 @@ JSON they write and never runs anything itself. Subcommands:
 
   trial  --rate R --gen G --sink S --report P   one trial, normalized to
          {rate, offered_pps, tx_packets, rx_packets, lost, loss_pct, rx_pps,
-          gbps, p50_us, p99_us, max_us} (pps = packets per second of the
+          gbps, p50_us, p99_us, max_us, warnings} (pps = packets per second of the
           measured window; gbps = Ethernet frame bytes without FCS ×8 / s at
           the sink, as `secgw-pktgen report` computes it)
   pass   --tol PCT TRIAL.json                    prints 1 when loss ≤ PCT % and
@@ -73,6 +73,8 @@ def cmd_trial(a):
         "max_us": pick(rep, "max_us", "latency_max_us"),
         "sink_other": pick(sink, "other_frames", "other", "ignored", default=None),
         "sink_esp_failed": pick(sink, "esp_failed", "decrypt_failed", "esp_errors", default=None),
+        # `secgw-pktgen report`'s doubts about the two reports (other run, sink late, ...).
+        "warnings": rep.get("warnings") or [],
     }
     json.dump(out, sys.stdout)
     print()

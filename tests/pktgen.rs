@@ -8,6 +8,7 @@
 use secgw::io::mem;
 use secgw::pktgen::build::{FlowSpec, PacketBuilder, Size};
 use secgw::pktgen::gen::{self, GenConfig, GenReport};
+use secgw::pktgen::payload::{Payload, FLAG_MEASURED};
 use secgw::pktgen::sa::{EspRx, EspTx};
 use secgw::pktgen::sink::{self, SinkConfig, SinkReport};
 use std::path::Path;
@@ -17,17 +18,8 @@ use std::time::Duration;
 const FLOWS: u32 = 3;
 
 fn generate(size: Size, queues: u16, esp: Option<&mut EspTx>) -> (GenReport, Vec<Vec<u8>>) {
-    let spec = FlowSpec {
-        src_mac: [2, 0, 0, 0, 0x0a, 1],
-        dst_mac: [2, 0, 0, 0, 0, 1],
-        src: "192.0.2.10".parse().unwrap(),
-        dst: "198.51.100.10".parse().unwrap(),
-        sport: 40000,
-        dport: 5001,
-        flows: FLOWS,
-    };
     let cfg = GenConfig {
-        builder: PacketBuilder::new(spec, size).unwrap(),
+        builder: PacketBuilder::new(*generate_spec(), size).unwrap(),
         rate_pps: 40_000,
         duration: Duration::from_millis(100),
         warmup: Duration::from_millis(25),
@@ -160,7 +152,110 @@ fn esp_sealed_by_ep0_is_opened_by_ep1_with_nothing_lost() {
 #[test]
 fn esp_config_errors_are_reported() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
-    assert!(EspTx::from_config(&root.join("ep0.toml"), 1002, 1).is_err(), "1002 is inbound in ep0");
+    let e = EspTx::from_config(&root.join("ep0.toml"), 1002, 1).err().unwrap().to_string();
+    assert!(e.contains("SPI 1002 is an inbound SA") && e.contains("its outbound SAs: 1001"), "{e}");
+    let e = EspTx::from_config(&root.join("ep0.toml"), 7, 1).err().unwrap().to_string();
+    assert!(e.contains("no SA with SPI 7; its outbound SAs: 1001"), "{e}");
+    // The config's own errors name the file once.
+    let e = EspTx::from_config(&root.join("nope.toml"), 1001, 1).err().unwrap().to_string();
+    assert_eq!(e.matches("nope.toml").count(), 1, "{e}");
     assert!(EspTx::from_config(&root.join("ep0.toml"), 1001, 0).is_err(), "sequence numbers start at 1");
     assert!(EspTx::from_config(&root.join("nope.toml"), 1001, 1).is_err());
+}
+
+#[test]
+fn nothing_received_and_clock_oddities_are_reported_honestly() {
+    let (g, frames) = generate(Size::Fixed(64), 1, None);
+    // Nothing arrived: with the generator's count, 100 % lost; without it,
+    // no loss figure; never a latency of 0 µs.
+    let s = receive(&[], 3, None, &g);
+    assert_eq!((s.lost, s.loss_pct), (g.measured_tx_packets, Some(100.0)));
+    assert_eq!((s.latency_us.samples, s.latency_us.p50, s.latency_us.p99, s.latency_us.max), (0, None, None, None));
+    let (port, _wire) = mem::pair(0);
+    let cfg = SinkConfig { duration: Duration::ZERO, grace: Duration::from_millis(20), max_flows: 3, idle_sleep: Duration::ZERO };
+    let empty = sink::run(&mut [port], &cfg, None, &AtomicBool::new(false)).report(None);
+    assert_eq!((empty.expected, empty.loss_pct, empty.latency_us.max), (0, None, None));
+    let json = serde_json::to_value(&empty).unwrap();
+    assert!(json["loss_pct"].is_null() && json["latency_us"]["p50"].is_null(), "{json}");
+
+    // A measured packet stamped in the future (another host's clock): counted
+    // apart, not timed as 0; one stamped 5 s ago: a real latency.
+    let b = PacketBuilder::new(*generate_spec(), Size::Fixed(64)).unwrap();
+    let mut buf = secgw::io::PktBuf::new();
+    let mut odd = Vec::new();
+    let ago = secgw::pktgen::now_ns() - 5_000_000_000;
+    for (seq, tx_ns) in [(0, u64::MAX - 1), (1, ago), (2, u64::MAX)] {
+        b.build(&mut buf, seq, &Payload { flow: 0, seq, tx_ns, flags: FLAG_MEASURED });
+        odd.push(buf.frame().to_vec());
+    }
+    let s = receive(&odd, 3, None, &GenReport { measured_tx_packets: 3, flows: vec![gen::FlowTx { flow: 0, tx_packets: 3, measured_tx_packets: 3 }], ..Default::default() });
+    assert_eq!((s.packets, s.lost, s.future_timestamps, s.flows[0].future_timestamps), (3, 0, 2, 2));
+    assert_eq!(s.latency_us.samples, 1);
+    assert!(s.latency_us.max.unwrap() >= 5e6 && s.latency_us.p50 == s.latency_us.max, "{:?}", s.latency_us);
+    assert!(frames.len() > 10);
+}
+
+/// The flows every test sends: 192.0.2.10:40000+i → 198.51.100.10:5001.
+fn generate_spec() -> &'static FlowSpec {
+    static SPEC: std::sync::OnceLock<FlowSpec> = std::sync::OnceLock::new();
+    SPEC.get_or_init(|| FlowSpec {
+        src_mac: [2, 0, 0, 0, 0x0a, 1],
+        dst_mac: [2, 0, 0, 0, 0, 1],
+        src: "192.0.2.10".parse().unwrap(),
+        dst: "198.51.100.10".parse().unwrap(),
+        sport: 40000,
+        dport: 5001,
+        flows: FLOWS,
+    })
+}
+
+#[test]
+fn flows_the_esp_configs_policies_would_not_protect_with_the_sa_are_named() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    let spec = |dst: &str, flows| FlowSpec { dst: dst.parse().unwrap(), flows, ..*generate_spec() };
+    // ep0: 192.0.2.0/24 → 198.51.100.0/24, any protocol and port, in SA 1001.
+    let ep0 = EspTx::from_config(&root.join("ep0.toml"), 1001, 1).unwrap();
+    assert_eq!(ep0.flows_outside_policy(&spec("198.51.100.10", 3)), vec![]);
+    assert_eq!(ep0.flows_outside_policy(&spec("203.0.113.9", 2)), vec![(0, "matched by no policy".into()), (1, "matched by no policy".into())]);
+    // bench/gw0: source port 40000 in SA 1001, the rest in SA 1003.
+    let gw0 = EspTx::from_config(&root.join("bench/gw0.toml"), 1001, 1).unwrap();
+    assert_eq!(gw0.flows_outside_policy(&spec("198.51.100.10", 1)), vec![]);
+    assert_eq!(gw0.flows_outside_policy(&spec("198.51.100.10", 2)), vec![(1, "protected by SA 1003".into())]);
+}
+
+/// Runs the secgw-pktgen binary; returns (success, stderr).
+fn cli(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_secgw-pktgen")).args(args).current_dir(env!("CARGO_MANIFEST_DIR")).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn command_line_mistakes_are_refused_up_front_with_the_option_named() {
+    // `gen` with the given options, the rest defaulted.
+    let gen = |extra: &[&str]| {
+        let mut a = vec!["gen", "--iface", "no-such-if0", "--dst-mac", "02:00:00:00:00:01", "--src", "192.0.2.10", "--dst", "198.51.100.10", "--size", "64", "--duration", "1"];
+        if !extra.contains(&"--src-mac") {
+            a.extend_from_slice(&["--src-mac", "02:00:00:00:0a:01"]);
+        }
+        a.extend_from_slice(extra);
+        cli(&a)
+    };
+    let (ok, e) = gen(&["--ring-size", "1000"]);
+    assert!(!ok && e.contains("--ring-size") && e.contains("power of two"), "{e}");
+    let (ok, e) = gen(&["--src-mac", "ff:ff:ff:ff:ff:ff"]);
+    assert!(!ok && e.contains("--src-mac") && e.contains("broadcast address cannot be a source MAC"), "{e}");
+    let (ok, e) = gen(&["--src-mac", "01:00:5e:00:00:01"]);
+    assert!(!ok && e.contains("multicast address cannot be a source MAC"), "{e}");
+    let (ok, e) = gen(&["--json", "/no-such-dir/gen.json"]);
+    assert!(!ok && e.contains("--json /no-such-dir/gen.json: directory /no-such-dir does not exist"), "{e}");
+    // Hex SPIs as in the config; an inbound SA is called one.
+    let (ok, e) = gen(&["--esp-config", "configs/ep0.toml", "--esp-spi", "0x3ea"]);
+    assert!(!ok && e.contains("SPI 1002 is an inbound SA") && e.contains("outbound SAs: 1001"), "{e}");
+    // 0x3e9 = 1001 is accepted: the run gets as far as the missing interface.
+    let (ok, e) = gen(&["--esp-config", "configs/ep0.toml", "--esp-spi", "0x3e9"]);
+    assert!(!ok && e.contains("\"no-such-if0\" not found") && !e.contains("esp-spi"), "{e}");
+    let (ok, e) = cli(&["forward", "--in", "no-such-if0", "--out", "no-such-if0", "--dst-mac", "02:00:00:00:00:01"]);
+    assert!(!ok && e.contains("are the same interface"), "{e}");
+    let (ok, e) = cli(&["report", "--gen", "x.json", "--sink", "y.json", "--json", "/no-such-dir/r.json"]);
+    assert!(!ok && e.contains("directory /no-such-dir does not exist"), "{e}");
 }

@@ -11,7 +11,7 @@ use secgw::pktgen::build::{FlowSpec, PacketBuilder, Size};
 use secgw::pktgen::gen::{self, GenConfig, GenReport};
 use secgw::pktgen::sa::{EspRx, EspTx};
 use secgw::pktgen::sink::{self, SinkConfig, SinkReport};
-use secgw::pktgen::{forward, report};
+use secgw::pktgen::{forward, ports, report};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -38,8 +38,8 @@ struct Xdp {
     /// XDP attach mode.
     #[arg(long, value_enum, default_value_t = Mode::Skb)]
     xdp_mode: Mode,
-    /// Entries of each AF_XDP ring (power of two); the UMEM has twice as many frames.
-    #[arg(long, default_value_t = 2048)]
+    /// Entries of each AF_XDP ring (a power of two, 32..=65536); the UMEM has twice as many frames.
+    #[arg(long, default_value_t = 2048, value_parser = parse_ring_size)]
     ring_size: u32,
 }
 
@@ -59,8 +59,8 @@ enum Cmd {
         iface: String,
         #[command(flatten)]
         xdp: Xdp,
-        /// Ethernet source address.
-        #[arg(long, value_parser = parse_mac)]
+        /// Ethernet source address (unicast).
+        #[arg(long, value_parser = parse_unicast_mac)]
         src_mac: [u8; 6],
         /// Ethernet destination address (the next hop).
         #[arg(long, value_parser = parse_mac)]
@@ -80,7 +80,8 @@ enum Cmd {
         /// Number of flows.
         #[arg(long, default_value_t = 1)]
         flows: u32,
-        /// Plaintext IP packet bytes (64..=1500) or `imix` (7:4:1 of 64/576/1500).
+        /// Plaintext IP packet bytes (IPv4 64..=1500, IPv6 76..=1500) or `imix`
+        /// (7:4:1 of 64/576/1500; IPv4 only: 64 bytes cannot hold IPv6 + UDP + the payload header).
         #[arg(long)]
         size: Size,
         /// Packets per second over all queues (0 = as fast as possible).
@@ -95,8 +96,8 @@ enum Cmd {
         /// ESP mode: a secgw TOML config holding the outbound SA to encapsulate with.
         #[arg(long, requires = "esp_spi")]
         esp_config: Option<PathBuf>,
-        /// ESP mode: SPI of that outbound SA.
-        #[arg(long, requires = "esp_config")]
+        /// ESP mode: SPI of that outbound SA (decimal or 0x hex, as in the config).
+        #[arg(long, requires = "esp_config", value_parser = secgw::config::parse_spi)]
         esp_spi: Option<u32>,
         /// ESP mode: sequence number of the first packet.
         #[arg(long, default_value_t = 1)]
@@ -151,8 +152,8 @@ enum Cmd {
         /// Destination MAC of forwarded frames.
         #[arg(long, value_parser = parse_mac)]
         dst_mac: [u8; 6],
-        /// Source MAC of forwarded frames [default: the out interface's].
-        #[arg(long, value_parser = parse_mac)]
+        /// Source MAC of forwarded frames (unicast) [default: the out interface's].
+        #[arg(long, value_parser = parse_unicast_mac)]
         src_mac: Option<[u8; 6]>,
         #[command(flatten)]
         xdp: Xdp,
@@ -192,6 +193,41 @@ fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     Ok(mac)
 }
 
+/// A source MAC: [`parse_mac`], and unicast (the I/G bit, bit 0 of the
+/// first octet, clear: a multicast or broadcast source is invalid, IEEE 802
+/// §8.2).
+fn parse_unicast_mac(s: &str) -> Result<[u8; 6], String> {
+    let mac = parse_mac(s)?;
+    if mac[0] & 1 != 0 {
+        return Err(format!("{s}: a {} address cannot be a source MAC", if mac == [0xff; 6] { "broadcast" } else { "multicast" }));
+    }
+    Ok(mac)
+}
+
+/// `--ring-size`: a power of two in 32..=65536 (the ring of an AF_XDP
+/// socket is a power of two; the UMEM gets twice as many 4-KiB frames).
+fn parse_ring_size(s: &str) -> Result<u32, String> {
+    let n: u32 = s.parse().map_err(|_| format!("{s:?} is not a number of ring entries"))?;
+    if !(32..=65536).contains(&n) || !n.is_power_of_two() {
+        return Err(format!("{n}: must be a power of two in 32..=65536"));
+    }
+    Ok(n)
+}
+
+/// Refuses an output file whose directory does not exist, before anything
+/// runs (rather than after a whole measurement).
+fn check_out(opt: &str, path: Option<&Path>) -> anyhow::Result<()> {
+    let Some(p) = path else { return Ok(()) };
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        bail!("{opt} {}: directory {} does not exist", p.display(), dir.display());
+    }
+    Ok(())
+}
+
 fn secs(what: &str, s: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(s).map_err(|_| anyhow::anyhow!("--{what} {s}: not a number of seconds"))
 }
@@ -205,24 +241,17 @@ fn run_secs(what: &str, s: f64) -> anyhow::Result<Duration> {
     Ok(d)
 }
 
-/// Opens AF_XDP ports on queues 0..xdp.queues of `iface`.
+/// Opens AF_XDP ports on queues 0..xdp.queues of `iface` (busy binds retried).
 fn open(iface: &str, xdp: &Xdp, first_id: u16) -> anyhow::Result<Vec<AfXdpPort>> {
-    if xdp.queues == 0 {
-        bail!("--queues must be at least 1");
-    }
-    (0..xdp.queues)
-        .map(|q| {
-            let mut c = AfXdpConfig::new(iface, q);
-            c.mode = match xdp.xdp_mode {
-                Mode::Skb => AttachMode::Skb,
-                Mode::Native => AttachMode::Native,
-                Mode::Auto => AttachMode::Auto,
-            };
-            c.ring_size = xdp.ring_size;
-            c.frame_count = xdp.ring_size.saturating_mul(2);
-            AfXdpPort::open(first_id + q as u16, &c).with_context(|| format!("opening {iface} queue {q}"))
-        })
-        .collect()
+    let mut c = AfXdpConfig::new(iface, 0);
+    c.mode = match xdp.xdp_mode {
+        Mode::Skb => AttachMode::Skb,
+        Mode::Native => AttachMode::Native,
+        Mode::Auto => AttachMode::Auto,
+    };
+    c.ring_size = xdp.ring_size;
+    c.frame_count = xdp.ring_size.saturating_mul(2);
+    Ok(ports::open(iface, xdp.queues, &c, first_id)?)
 }
 
 fn pin(core: Option<usize>) -> anyhow::Result<()> {
@@ -263,23 +292,38 @@ fn port_rx_dropped(ports: &[AfXdpPort]) -> u64 {
 fn real_main(cmd: Cmd) -> anyhow::Result<()> {
     match cmd {
         Cmd::Gen { iface, xdp, src_mac, dst_mac, src, dst, sport, dport, flows, size, rate, duration, warmup, esp_config, esp_spi, esp_seq_start, json } => {
+            check_out("--json", json.as_deref())?;
             let spec = FlowSpec { src_mac, dst_mac, src, dst, sport, dport, flows };
             let builder = PacketBuilder::new(spec, size)?;
             let cfg = GenConfig { builder, rate_pps: rate, duration: run_secs("duration", duration)?, warmup: secs("warmup", warmup)?, drain: Duration::from_millis(500) };
             let mut esp = match (esp_config, esp_spi) {
-                (Some(path), Some(spi)) => Some(EspTx::from_config(&path, spi, esp_seq_start)?),
+                (Some(path), Some(spi)) => {
+                    let e = EspTx::from_config(&path, spi, esp_seq_start)?;
+                    let outside = e.flows_outside_policy(&spec);
+                    if let Some((flow, what)) = outside.first() {
+                        tracing::warn!(
+                            "{} of {flows} flows ({src} → {dst}, UDP {sport}+i → {dport}) are not what {}'s outbound policies protect with SA {spi} (flow {flow}: {what}): the peer's inbound policy check will drop them after decryption",
+                            outside.len(),
+                            path.display()
+                        );
+                    }
+                    Some(e)
+                }
                 _ => None,
             };
-            if let Some(e) = &esp {
-                let largest = match size {
-                    Size::Fixed(n) => n,
-                    Size::Imix => 1500,
-                };
-                let hl = if src.is_ipv6() { 40 } else { 20 };
-                let outer = secgw::esp::outbound::encapsulated_len(&e.sa, hl, largest);
-                if outer > 1500 {
-                    tracing::warn!(inner = largest, outer, "ESP packets longer than a 1500-byte MTU: a veth peer drops them (a gateway would fragment or refuse the inner packet)");
+            let largest = match size {
+                Size::Fixed(n) => n,
+                Size::Imix => *secgw::pktgen::build::IMIX.iter().max().unwrap_or(&1500),
+            };
+            let (ip_len, inner) = match &esp {
+                Some(e) => {
+                    let hl = if src.is_ipv6() { 40 } else { 20 };
+                    (secgw::esp::outbound::encapsulated_len(&e.sa, hl, largest), Some(largest))
                 }
+                None => (largest, None),
+            };
+            if let Some(w) = ports::mtu_warning(&iface, ip_len, inner, ports::link_mtu(&iface)) {
+                tracing::warn!("{w}");
             }
             let stop = stop_flag()?;
             pin(xdp.core)?;
@@ -307,6 +351,7 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
             }
         }
         Cmd::Sink { iface, xdp, duration, grace_ms, max_flows, idle_sleep_us, esp_config, gen_json, gen_json_wait, json } => {
+            check_out("--json", json.as_deref())?;
             let cfg = SinkConfig { duration: run_secs("duration", duration)?, grace: Duration::from_millis(grace_ms), max_flows, idle_sleep: Duration::from_micros(idle_sleep_us) };
             let mut esp = esp_config.map(|p| EspRx::from_config(&p)).transpose()?;
             let stop = stop_flag()?;
@@ -352,6 +397,8 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
             }
         }
         Cmd::Forward { input, output, dst_mac, src_mac, xdp, duration, idle_sleep_us, json } => {
+            ports::check_forward_interfaces(&input, &output)?;
+            check_out("--json", json.as_deref())?;
             let src_mac = match src_mac {
                 Some(m) => m,
                 None => af_xdp::interface_mac(&output).with_context(|| format!("MAC of {output}"))?,
@@ -370,9 +417,13 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
             }
         }
         Cmd::Report { gen, sink, json } => {
+            check_out("--json", json.as_deref())?;
             let g: GenReport = read_json(&gen)?;
             let s: SinkReport = read_json(&sink)?;
             let c = report::combine(&g, &s);
+            for w in &c.warnings {
+                tracing::warn!("{w}");
+            }
             println!("{}", report::table_header());
             println!("{}", report::table_row(&c));
             if let Some(p) = json {
@@ -384,19 +435,33 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
 }
 
 fn print_sink(r: &SinkReport) {
+    let us = |l: &sink::Latency, v: Option<f64>| sink::show_us(v, l.samples);
+    let l = &r.latency_us;
     println!(
-        "sink: {} measured packets in {:.3} s: {:.0} pps, {:.4} Gbit/s; lost {} ({:.4}%, from {}), reordered {}, duplicates {}; latency us p50 {:.1} p99 {:.1} max {:.1}",
-        r.packets, r.measured_s, r.rate_pps, r.gbps, r.lost, r.loss_pct, r.loss_from, r.reordered, r.duplicates, r.latency_us.p50, r.latency_us.p99, r.latency_us.max
+        "sink: {} measured packets in {:.3} s: {:.0} pps, {:.4} Gbit/s; lost {} ({}%, from {}), reordered {}, duplicates {}; latency us p50 {} p99 {} max {}",
+        r.packets,
+        r.measured_s,
+        r.rate_pps,
+        r.gbps,
+        r.lost,
+        sink::show_pct(r.loss_pct),
+        r.loss_from,
+        r.reordered,
+        r.duplicates,
+        us(l, l.p50),
+        us(l, l.p99),
+        us(l, l.max)
     );
     println!(
-        "      frames {} (other {}, warm-up {}, flow out of range {}), esp decrypted {} failed {} {:?}, kernel rx drops {}",
-        r.rx_frames, r.other_frames, r.warmup_packets, r.flow_out_of_range, r.esp_decrypted, r.esp_failed, r.esp_failures, r.port_rx_dropped
+        "      frames {} (other {}, warm-up {}, flow out of range {}), esp decrypted {} failed {} {:?}, kernel rx drops {}, timestamps from the future {}, latencies over the cap {}",
+        r.rx_frames, r.other_frames, r.warmup_packets, r.flow_out_of_range, r.esp_decrypted, r.esp_failed, r.esp_failures, r.port_rx_dropped, r.future_timestamps, l.overflow
     );
     println!("{:>6} {:>12} {:>14} {:>10} {:>9} {:>9} {:>10} {:>10} {:>10}", "flow", "packets", "bytes", "lost", "reorder", "dup", "p50_us", "p99_us", "max_us");
     for f in &r.flows {
+        let l = &f.latency_us;
         println!(
-            "{:>6} {:>12} {:>14} {:>10} {:>9} {:>9} {:>10.1} {:>10.1} {:>10.1}",
-            f.flow, f.packets, f.bytes, f.lost, f.reordered, f.duplicates, f.latency_us.p50, f.latency_us.p99, f.latency_us.max
+            "{:>6} {:>12} {:>14} {:>10} {:>9} {:>9} {:>10} {:>10} {:>10}",
+            f.flow, f.packets, f.bytes, f.lost, f.reordered, f.duplicates, us(l, l.p50), us(l, l.p99), us(l, l.max)
         );
     }
 }

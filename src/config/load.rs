@@ -2223,8 +2223,10 @@ fn spi_in_range(v: i64) -> Result<u32, String> {
     }
 }
 
-/// Decimal or "0x" hex SPI.
-fn parse_spi(s: &str) -> Result<u32, String> {
+/// An SPI written as in a config: decimal or `0x` hex, 1..=2^32-1 (0 is
+/// reserved, RFC 4303 §2.1). Errors: the text is neither, or out of range
+/// (the message says which).
+pub fn parse_spi(s: &str) -> Result<u32, String> {
     let n = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(h) => i64::from_str_radix(h, 16),
         None => s.parse::<i64>(),

@@ -19,7 +19,7 @@ mod warnings;
 use std::fmt;
 use std::path::PathBuf;
 
-pub use load::{load, parse, parse_fragment, Fragment};
+pub use load::{load, parse, parse_fragment, parse_spi, Fragment};
 pub use model::*;
 pub use summary::{provider_counts, summary};
 pub use warnings::warnings;

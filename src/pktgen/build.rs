@@ -120,10 +120,18 @@ impl PacketBuilder {
             Size::Imix => vec![64, 576, 1500],
         };
         let min = ip_hl + udp::HEADER_LEN + payload::LEN;
+        let family = if ip_hl == ipv6::HEADER_LEN { "IPv6" } else { "IPv4" };
+        let headers = format!("{ip_hl} {family} + {} UDP + {} payload header", udp::HEADER_LEN, payload::LEN);
         let mut templates = Vec::with_capacity(sizes.len());
         for &n in &sizes {
+            if size == Size::Imix && n < min {
+                return bad(format!(
+                    "--size imix: its {n}-byte packets are shorter than the {min} bytes {family} needs ({headers}); with {family} give a fixed --size of {min}..={}",
+                    SIZE_RANGE.end()
+                ));
+            }
             if !SIZE_RANGE.contains(&n) || n < min {
-                return bad(format!("size {n}: must be {}..={} bytes and at least {min} for these headers", SIZE_RANGE.start(), SIZE_RANGE.end()));
+                return bad(format!("--size {n}: with {family} must be {}..={} bytes ({headers})", min.max(*SIZE_RANGE.start()), SIZE_RANGE.end()));
             }
             templates.push(template(&spec, n, ip_hl));
         }
@@ -268,7 +276,8 @@ mod tests {
             let v6 = src.contains(':');
             for size in [Size::Fixed(if v6 { 76 } else { 64 }), Size::Fixed(1500), Size::Fixed(999), Size::Imix] {
                 if v6 && size == Size::Imix {
-                    assert!(PacketBuilder::new(spec(src, dst, 5), size).is_err(), "IMIX's 64 bytes are too short for IPv6");
+                    let e = PacketBuilder::new(spec(src, dst, 5), size).unwrap_err().to_string();
+                    assert!(e.contains("64-byte packets are shorter than the 76 bytes IPv6 needs") && e.contains("fixed --size of 76..=1500"), "{e}");
                     continue;
                 }
                 let b = PacketBuilder::new(spec(src, dst, 5), size).unwrap();
@@ -312,7 +321,8 @@ mod tests {
     #[test]
     fn bad_specs_are_refused() {
         assert!(PacketBuilder::new(spec("192.0.2.10", "2001:db8::1", 1), Size::Fixed(100)).is_err());
-        assert!(PacketBuilder::new(spec("2001:db8::2", "2001:db8::1", 1), Size::Fixed(64)).is_err(), "IPv6 needs 76 bytes");
+        let e = PacketBuilder::new(spec("2001:db8::2", "2001:db8::1", 1), Size::Fixed(64)).unwrap_err().to_string();
+        assert!(e.contains("--size 64: with IPv6 must be 76..=1500 bytes (40 IPv6 + 8 UDP + 28 payload header)"), "{e}");
         assert!(PacketBuilder::new(spec("192.0.2.10", "198.51.100.10", 0), Size::Fixed(64)).is_err());
         let mut s = spec("192.0.2.10", "198.51.100.10", 2);
         s.sport = 65535;

@@ -18,6 +18,9 @@
 //!   number seen (or the lowest measured one if no warm-up packet came).
 //!   Without the generator's count, losses after the last packet received
 //!   cannot be seen.
+//! - `future_timestamps`: measured packets (not duplicates) whose transmit
+//!   timestamp is later than their receive time (clocks of two hosts, a
+//!   corrupted payload): counted, kept out of the latency histogram.
 
 use super::hist::Histogram;
 
@@ -40,6 +43,9 @@ pub struct FlowRx {
     pub late: u64,
     /// Warm-up packets received (not counted above).
     pub warmup: u64,
+    /// Measured packets whose transmit time was after their receive time
+    /// (not in `latency`).
+    pub future_timestamps: u64,
     /// One-way latency of measured packets, ns.
     pub latency: Histogram,
     highest: Option<u64>,
@@ -64,6 +70,7 @@ impl FlowRx {
             reordered: 0,
             late: 0,
             warmup: 0,
+            future_timestamps: 0,
             latency: Histogram::new(),
             highest: None,
             lowest: u64::MAX,
@@ -74,9 +81,10 @@ impl FlowRx {
 
     /// Counts one received packet of this flow: its sequence number, whether
     /// it was measured, frame bytes, and one-way latency (ns; receive time −
-    /// transmit time, saturating at 0).
+    /// transmit time; `None` when the transmit time is after the receive
+    /// time: counted in `future_timestamps`, not timed).
     #[inline]
-    pub fn record(&mut self, seq: u64, measured: bool, frame_bytes: usize, latency_ns: u64) {
+    pub fn record(&mut self, seq: u64, measured: bool, frame_bytes: usize, latency_ns: Option<u64>) {
         if !measured {
             self.warmup += 1;
             self.highest_warmup = Some(self.highest_warmup.map_or(seq, |h| h.max(seq)));
@@ -115,7 +123,10 @@ impl FlowRx {
                 self.late += 1;
             }
         }
-        self.latency.record(latency_ns);
+        match latency_ns {
+            Some(l) => self.latency.record(l),
+            None => self.future_timestamps += 1,
+        }
     }
 
     #[inline]
@@ -163,7 +174,7 @@ mod tests {
     fn feed(seqs: &[u64]) -> FlowRx {
         let mut f = FlowRx::new();
         for &s in seqs {
-            f.record(s, true, 100, 1000 + s);
+            f.record(s, true, 100, Some(1000 + s));
         }
         f
     }
@@ -191,6 +202,17 @@ mod tests {
     }
 
     #[test]
+    fn timestamps_from_the_future_are_counted_not_timed() {
+        let mut f = FlowRx::new();
+        f.record(0, true, 100, Some(500));
+        f.record(1, true, 100, None);
+        f.record(1, true, 100, None); // a duplicate: neither timed nor counted again
+        f.record(2, false, 100, None); // warm-up: not measured
+        assert_eq!((f.packets, f.future_timestamps, f.latency.count(), f.latency.min()), (3, 1, 1, 500));
+        assert_eq!(f.finish(None), (2, 0));
+    }
+
+    #[test]
     fn a_late_arrival_of_a_missing_packet_is_reorder_not_loss() {
         let f = feed(&[0, 1, 3, 4, 2]);
         assert_eq!((f.reordered, f.duplicates), (1, 0));
@@ -214,11 +236,11 @@ mod tests {
     fn warmup_packets_set_where_the_measured_range_starts() {
         let mut f = FlowRx::new();
         for s in 0..100 {
-            f.record(s, false, 64, 0);
+            f.record(s, false, 64, Some(0));
         }
         // 100 and 101 (the first measured ones) lost.
         for s in 102..200 {
-            f.record(s, true, 64, 5);
+            f.record(s, true, 64, Some(5));
         }
         assert_eq!(f.warmup, 100);
         assert_eq!(f.finish(None), (100, 2));

@@ -19,7 +19,7 @@ use super::build::PacketBuilder;
 use super::pace::{TokenBucket, SLEEP_MIN_NS};
 use super::payload::{Payload, FLAG_MEASURED};
 use super::sa::EspTx;
-use super::{now_ns, TxRoom, BURST};
+use super::{now_ns, unix_now_s, TxRoom, BURST};
 use crate::crypto::QueuePair;
 use crate::esp;
 use crate::io::PktBuf;
@@ -84,6 +84,13 @@ pub struct GenReport {
     pub esp: bool,
     /// Tx queues used.
     pub queues: usize,
+    /// Wall clock (Unix seconds) when sending began (the warm-up's start);
+    /// 0 in reports of older versions.
+    #[serde(default)]
+    pub started_unix_s: f64,
+    /// Wall clock (Unix seconds) when sending ended (before the drain).
+    #[serde(default)]
+    pub ended_unix_s: f64,
     /// Per flow.
     pub flows: Vec<FlowTx>,
 }
@@ -126,6 +133,7 @@ pub fn run<P: TxRoom>(ports: &mut [P], cfg: &GenConfig, mut esp: Option<&mut Esp
     }).collect();
 
     let t0 = now_ns();
+    report.started_unix_s = unix_now_s();
     let m0 = t0 + cfg.warmup.as_nanos() as u64;
     let end = m0 + cfg.duration.as_nanos() as u64;
     let mut bucket = TokenBucket::new(cfg.rate_pps, t0);
@@ -248,6 +256,7 @@ pub fn run<P: TxRoom>(ports: &mut [P], cfg: &GenConfig, mut esp: Option<&mut Esp
         q = (q + 1) % nq;
     }
 
+    report.ended_unix_s = unix_now_s();
     // Let the last frames leave (copy mode sends only when kicked).
     let deadline = now_ns() + cfg.drain.as_nanos() as u64;
     while now_ns() < deadline {

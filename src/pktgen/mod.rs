@@ -12,6 +12,7 @@
 //! - [`forward`]: a minimal L2 forwarder (MAC rewrite only), the I/O
 //!   ceiling the gateway is compared with.
 //! - [`report`]: one line out of a generator's and a sink's JSON reports.
+//! - [`ports`]: opening the AF_XDP ports (busy binds retried), link checks.
 //!
 //! Contracts: nothing per packet allocates, locks or panics on input;
 //! buffers, per-flow state and histograms are allocated at start-up. Frames
@@ -29,6 +30,7 @@ pub mod gen;
 pub mod hist;
 pub mod pace;
 pub mod payload;
+pub mod ports;
 pub mod report;
 pub mod sa;
 pub mod sink;
@@ -48,6 +50,13 @@ pub fn now_ns() -> u64 {
         Ok(t) => (t.tv_sec() as u64).wrapping_mul(1_000_000_000).wrapping_add(t.tv_nsec() as u64),
         Err(_) => 0,
     }
+}
+
+/// Wall-clock now in seconds since the Unix epoch (0.0 if the clock is
+/// before it). Read at the start and end of a run only, so that `report`
+/// can tell whether a generator's and a sink's reports overlap in time.
+pub fn unix_now_s() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Errors of setting up a generator, sink or forwarder (never per packet).

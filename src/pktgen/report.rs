@@ -5,9 +5,13 @@
 //! frame bytes without FCS as received, × 8. Loss is the generator's
 //! measured tx count minus the distinct measured packets the sink received
 //! (duplicates do not hide a loss), in percent of the former.
+//!
+//! The two reports are checked against each other ([`warnings`]): figures
+//! combined from two runs, or from a sink that missed part of the run, are
+//! printed with warnings (stderr, and `warnings` in the JSON), not silently.
 
 use super::gen::GenReport;
-use super::sink::SinkReport;
+use super::sink::{show_pct, show_us, SinkReport};
 use serde::{Deserialize, Serialize};
 
 /// The combined figures (`report --json`).
@@ -25,18 +29,27 @@ pub struct Combined {
     pub gbps: f64,
     /// Lost packets (tx − distinct rx, at least 0).
     pub lost: u64,
-    /// `lost / tx_packets` in percent.
-    pub loss_pct: f64,
+    /// `lost / tx_packets` in percent; `None` (JSON `null`, text "n/a")
+    /// when the generator sent no measured packet.
+    pub loss_pct: Option<f64>,
     /// Reordered packets (sink).
     pub reordered: u64,
     /// Duplicates (sink).
     pub duplicates: u64,
-    /// Latency p50, µs.
-    pub p50_us: f64,
-    /// Latency p99, µs.
-    pub p99_us: f64,
-    /// Latency max, µs.
-    pub max_us: f64,
+    /// Latency p50, µs; `None` without samples, or above the histogram's
+    /// cap (the sink's `latency_us`).
+    pub p50_us: Option<f64>,
+    /// Latency p99, µs (as `p50_us`).
+    pub p99_us: Option<f64>,
+    /// Latency max, µs; `None` without samples.
+    pub max_us: Option<f64>,
+    /// Latency samples (0: the figures above are "n/a").
+    #[serde(default)]
+    pub latency_samples: u64,
+    /// Why the two reports may not belong together, or the sink may have
+    /// missed part of the run ([`warnings`]); empty when they agree.
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
 
 /// Combines the two reports.
@@ -55,13 +68,62 @@ pub fn combine(gen: &GenReport, sink: &SinkReport) -> Combined {
         mpps: per_s(sink.packets as f64) / 1e6,
         gbps: per_s(sink.bytes as f64 * 8.0) / 1e9,
         lost,
-        loss_pct: if gen.measured_tx_packets > 0 { lost as f64 * 100.0 / gen.measured_tx_packets as f64 } else { 0.0 },
+        loss_pct: (gen.measured_tx_packets > 0).then(|| lost as f64 * 100.0 / gen.measured_tx_packets as f64),
         reordered: sink.reordered,
         duplicates: sink.duplicates,
         p50_us: sink.latency_us.p50,
         p99_us: sink.latency_us.p99,
         max_us: sink.latency_us.max,
+        latency_samples: sink.latency_us.samples,
+        warnings: warnings(gen, sink),
     }
+}
+
+/// What makes a generator's and a sink's reports look unrelated, or the
+/// sink's view of the run partial: more measured packets received than
+/// sent; flows received that the generator did not send; ESP on one side
+/// that the other could not have read; runs that do not overlap in time,
+/// or a sink that started after the measured part began or stopped before
+/// the generator ended (wall clocks; skipped for reports without them).
+/// One sentence each; empty when nothing looks wrong.
+pub fn warnings(gen: &GenReport, sink: &SinkReport) -> Vec<String> {
+    let mut w = Vec::new();
+    let distinct = sink.packets.saturating_sub(sink.duplicates) + sink.flow_out_of_range_measured;
+    if distinct > gen.measured_tx_packets {
+        w.push(format!(
+            "the sink counted {distinct} distinct measured packets, more than the {} the generator sent: the reports are of different runs, or another generator was sending",
+            gen.measured_tx_packets
+        ));
+    }
+    let strange: Vec<u32> = sink.flows.iter().filter(|f| f.packets > 0 && !gen.flows.iter().any(|g| g.flow == f.flow)).map(|f| f.flow).collect();
+    if !strange.is_empty() {
+        w.push(format!("the sink received flows {strange:?}, which the generator ({} flows) did not send: the reports are of different runs", gen.flows.len()));
+    }
+    if gen.esp && !sink.esp && sink.packets == 0 && sink.other_frames > 0 {
+        w.push("the generator sent ESP and the sink (no --esp-config) read none of what it received: was the decrypting gateway left out?".into());
+    }
+    if !gen.esp && sink.esp && sink.esp_decrypted == 0 && sink.packets > 0 {
+        w.push("the sink was to decrypt (--esp-config) but received only plaintext: did the traffic bypass the encrypting gateway?".into());
+    }
+    if sink.esp && sink.esp_decrypted == 0 && sink.esp_failures.get("no_sa").is_some_and(|&n| n > 0) {
+        w.push("none of the ESP the sink received is for an inbound SA of its --esp-config (no_sa): the config of another peer?".into());
+    }
+    if gen.started_unix_s > 0.0 && sink.started_unix_s > 0.0 {
+        let measured_from = gen.started_unix_s + gen.warmup_s;
+        if sink.started_unix_s > gen.ended_unix_s {
+            w.push(format!("the sink started {:.1} s after the generator ended: the reports are of different runs", sink.started_unix_s - gen.ended_unix_s));
+        } else if sink.ended_unix_s < gen.started_unix_s {
+            w.push(format!("the sink stopped {:.1} s before the generator started: the reports are of different runs", gen.started_unix_s - sink.ended_unix_s));
+        } else {
+            if sink.started_unix_s > measured_from {
+                w.push(format!("the sink started {:.3} s after the generator's measured part began: packets sent before it listened count as lost", sink.started_unix_s - measured_from));
+            }
+            if sink.ended_unix_s < gen.ended_unix_s {
+                w.push(format!("the sink stopped {:.3} s before the generator ended: packets sent after count as lost", gen.ended_unix_s - sink.ended_unix_s));
+            }
+        }
+    }
+    w
 }
 
 /// Header line of [`table_row`].
@@ -69,11 +131,13 @@ pub fn table_header() -> String {
     format!("{:>12} {:>12} {:>9} {:>9} {:>10} {:>8} {:>10} {:>10} {:>10}", "tx_pkts", "rx_pkts", "Mpps", "Gbit/s", "lost", "loss%", "p50_us", "p99_us", "max_us")
 }
 
-/// One table line of `c`.
+/// One table line of `c` ("n/a" for a missing loss or latency figure,
+/// "> CAP" for a percentile above the histogram's cap).
 pub fn table_row(c: &Combined) -> String {
+    let us = |v| show_us(v, c.latency_samples);
     format!(
-        "{:>12} {:>12} {:>9.4} {:>9.4} {:>10} {:>8.4} {:>10.1} {:>10.1} {:>10.1}",
-        c.tx_packets, c.rx_packets, c.mpps, c.gbps, c.lost, c.loss_pct, c.p50_us, c.p99_us, c.max_us
+        "{:>12} {:>12} {:>9.4} {:>9.4} {:>10} {:>8} {:>10} {:>10} {:>10}",
+        c.tx_packets, c.rx_packets, c.mpps, c.gbps, c.lost, show_pct(c.loss_pct), us(c.p50_us), us(c.p99_us), us(c.max_us)
     )
 }
 
@@ -85,21 +149,106 @@ mod tests {
     fn combines_rates_loss_and_latency() {
         let gen = GenReport { measured_tx_packets: 1000, rate_pps: 500.0, duration_s: 2.0, ..Default::default() };
         let mut sink = SinkReport { packets: 995, duplicates: 5, bytes: 995 * 100, measured_s: 1.99, ..Default::default() };
-        sink.latency_us.p50 = 10.0;
-        sink.latency_us.p99 = 20.0;
-        sink.latency_us.max = 30.0;
+        sink.latency_us.p50 = Some(10.0);
+        sink.latency_us.p99 = Some(20.0);
+        sink.latency_us.max = Some(30.0);
+        sink.latency_us.samples = 990;
         let c = combine(&gen, &sink);
         assert_eq!((c.tx_packets, c.rx_packets, c.lost), (1000, 990, 10));
-        assert!((c.loss_pct - 1.0).abs() < 1e-9);
+        assert!((c.loss_pct.unwrap() - 1.0).abs() < 1e-9);
         assert!((c.mpps - 995.0 / 1.99 / 1e6).abs() < 1e-12);
         assert!((c.gbps - 995.0 * 800.0 / 1.99 / 1e9).abs() < 1e-12);
-        assert_eq!((c.p50_us, c.p99_us, c.max_us), (10.0, 20.0, 30.0));
-        assert!(table_row(&c).contains("990"));
+        assert_eq!((c.p50_us, c.p99_us, c.max_us), (Some(10.0), Some(20.0), Some(30.0)));
+        assert!(table_row(&c).contains("990") && table_row(&c).contains("20.0"));
         // Measured packets of untracked flows arrived: not lost.
         sink.flow_out_of_range_measured = 7;
         let c = combine(&gen, &sink);
         assert_eq!((c.rx_packets, c.lost), (997, 3));
         let none = combine(&GenReport::default(), &SinkReport::default());
-        assert_eq!((none.mpps, none.loss_pct), (0.0, 0.0));
+        assert_eq!((none.mpps, none.loss_pct, none.p50_us), (0.0, None, None));
+        assert_eq!(table_row(&none).matches("n/a").count(), 4, "loss and latency: {}", table_row(&none));
+        // Nothing received of 1000 sent: 100 % lost, latency n/a (not 0).
+        let c = combine(&gen, &SinkReport::default());
+        assert_eq!((c.lost, c.loss_pct, c.max_us), (1000, Some(100.0), None));
+        let row = table_row(&c);
+        assert!(row.contains("100.0000") && row.matches("n/a").count() == 3, "{row}");
+        // A p99 above the histogram's cap is shown as such, not as a number.
+        sink.latency_us.p99 = None;
+        assert!(table_row(&combine(&gen, &sink)).contains(&format!(">{:.0}", super::super::sink::CAP_US)));
+    }
+
+    use crate::pktgen::gen::FlowTx;
+    use crate::pktgen::sink::FlowReport;
+
+    /// A generator of 2 flows × 500 measured packets from t = 100 s (1 s
+    /// warm-up) to 103 s, and a sink that listened from 99 to 104 s and got them all.
+    fn pair() -> (GenReport, SinkReport) {
+        let flows = (0..2).map(|f| FlowTx { flow: f, tx_packets: 600, measured_tx_packets: 500 }).collect();
+        let gen = GenReport { measured_tx_packets: 1000, warmup_s: 1.0, started_unix_s: 100.0, ended_unix_s: 103.0, flows, ..Default::default() };
+        let sink = SinkReport {
+            packets: 1000,
+            started_unix_s: 99.0,
+            ended_unix_s: 104.0,
+            flows: (0..2).map(|f| FlowReport { flow: f, packets: 500, ..Default::default() }).collect(),
+            ..Default::default()
+        };
+        (gen, sink)
+    }
+
+    fn has(w: &[String], what: &str) -> bool {
+        w.iter().any(|x| x.contains(what))
+    }
+
+    #[test]
+    fn reports_of_one_run_have_no_warning() {
+        let (gen, sink) = pair();
+        assert_eq!(combine(&gen, &sink).warnings, Vec::<String>::new());
+        // Topology (a): plain generator, decrypting sink; (b): ESP generator, plain sink after the gateway.
+        let (g, mut s) = pair();
+        s.esp = true;
+        s.esp_decrypted = 1200;
+        assert!(warnings(&g, &s).is_empty());
+        let (mut g, s) = pair();
+        g.esp = true;
+        assert!(warnings(&g, &s).is_empty());
+        // Older reports without wall clocks: no time check.
+        let (mut g, mut s) = pair();
+        (g.started_unix_s, g.ended_unix_s, s.started_unix_s, s.ended_unix_s) = (0.0, 0.0, 0.0, 0.0);
+        assert!(warnings(&g, &s).is_empty());
+    }
+
+    #[test]
+    fn reports_that_do_not_belong_together_are_warned_about() {
+        let (gen, mut sink) = pair();
+        sink.packets = 1200;
+        sink.flows.push(FlowReport { flow: 5, packets: 200, ..Default::default() });
+        let w = combine(&gen, &sink).warnings;
+        assert!(has(&w, "1200 distinct measured packets, more than the 1000"), "{w:?}");
+        assert!(has(&w, "flows [5]"), "{w:?}");
+
+        // One ESP, one plain, and nothing read.
+        let (mut gen, mut sink) = pair();
+        gen.esp = true;
+        (sink.packets, sink.other_frames, sink.flows) = (0, 1200, vec![]);
+        assert!(has(&warnings(&gen, &sink), "the generator sent ESP"));
+        let (gen, mut sink) = pair();
+        sink.esp = true;
+        assert!(has(&warnings(&gen, &sink), "received only plaintext"));
+        sink.esp_failures.insert("no_sa".into(), 9);
+        sink.packets = 0;
+        assert!(has(&warnings(&gen, &sink), "no_sa"));
+
+        // Time: a sink of another run, before or after; a late start; an early stop.
+        let (gen, mut sink) = pair();
+        (sink.started_unix_s, sink.ended_unix_s) = (110.0, 115.0);
+        assert!(has(&warnings(&gen, &sink), "started 7.0 s after the generator ended"));
+        (sink.started_unix_s, sink.ended_unix_s) = (90.0, 95.0);
+        assert!(has(&warnings(&gen, &sink), "stopped 5.0 s before the generator started"));
+        (sink.started_unix_s, sink.ended_unix_s) = (101.5, 102.0);
+        let w = warnings(&gen, &sink);
+        assert!(has(&w, "started 0.500 s after the generator's measured part began") && has(&w, "stopped 1.000 s before the generator ended"), "{w:?}");
+        // A sink that missed the warm-up only is fine.
+        (sink.started_unix_s, sink.ended_unix_s) = (100.5, 104.0);
+        assert!(warnings(&gen, &sink).is_empty());
     }
 }

@@ -5,6 +5,7 @@
 //! §3.1.2, tunnel or transport as the SA says), the sink opens with
 //! [`crate::esp::inbound`] (§3.4). Lifetimes are not enforced here.
 
+use super::build::FlowSpec;
 use super::PktgenError;
 use crate::config::{self, model};
 use crate::control::tables;
@@ -12,6 +13,7 @@ use crate::crypto::soft::{SoftDevice, SoftQueuePair};
 use crate::crypto::{CryptoDevice, QpConf};
 use crate::esp::{InboundSa, InboundState, OutboundSa, OutboundState, SaLife};
 use crate::io::PktBuf;
+use crate::policy::spd::{FlowKey, Spd, SpdAction, SpdEntry};
 use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -19,8 +21,9 @@ use std::sync::Arc;
 /// Depth of the queue pair (two bursts).
 const QP_DEPTH: usize = 2 * super::BURST;
 
+/// Loads a config (its errors already name the file).
 fn load(path: &Path) -> Result<model::Config, PktgenError> {
-    config::load(path).map_err(|e| PktgenError::Config(format!("{}: {e}", path.display())))
+    config::load(path).map_err(|e| PktgenError::Config(e.to_string()))
 }
 
 /// The outbound SA with SPI `spi` of a config, its sequence state and a
@@ -32,6 +35,8 @@ pub struct EspTx {
     pub state: OutboundState,
     /// Queue pair of a one-queue-pair software device.
     pub qp: SoftQueuePair<PktBuf>,
+    /// The config's outbound SPD, `Protect` holding the SPI itself.
+    spd: Spd,
     _dev: SoftDevice,
 }
 
@@ -44,7 +49,11 @@ impl EspTx {
     pub fn from_config(path: &Path, spi: u32, seq_start: u64) -> Result<EspTx, PktgenError> {
         let cfg = load(path)?;
         let Some(c) = cfg.sas.iter().find(|s| s.spi == spi && s.direction == model::Direction::Outbound) else {
-            return Err(PktgenError::Config(format!("{}: no outbound SA with SPI {spi}", path.display())));
+            let outbound: Vec<String> = cfg.sas.iter().filter(|s| s.direction == model::Direction::Outbound).map(|s| s.spi.to_string()).collect();
+            let outbound = if outbound.is_empty() { "none".to_string() } else { outbound.join(", ") };
+            let inbound = cfg.sas.iter().any(|s| s.spi == spi && s.direction == model::Direction::Inbound);
+            let what = if inbound { format!("SPI {spi} is an inbound SA (the ESP this gateway receives), not one to send with") } else { format!("no SA with SPI {spi}") };
+            return Err(PktgenError::Config(format!("{}: {what}; its outbound SAs: {outbound}", path.display())));
         };
         let limit = if c.esn { u64::MAX } else { u32::MAX as u64 };
         if seq_start == 0 || seq_start > limit {
@@ -57,7 +66,42 @@ impl EspTx {
         sa.dummy = None;
         let state = OutboundState::new(&sa);
         let qp = dev.queue_pair_setup(0, QpConf { nb_descriptors: QP_DEPTH }).map_err(|e| PktgenError::Config(e.to_string()))?;
-        Ok(EspTx { sa, state, qp, _dev: dev })
+        let spd = Spd::new(
+            cfg.policies
+                .iter()
+                .filter(|p| p.direction == model::Direction::Outbound)
+                .map(|p| SpdEntry {
+                    selector: tables::selector(p),
+                    priority: p.priority,
+                    action: match p.action {
+                        model::Action::Protect(s) => SpdAction::Protect(s as usize),
+                        model::Action::Bypass => SpdAction::Bypass,
+                        model::Action::Discard => SpdAction::Discard,
+                    },
+                })
+                .collect(),
+        );
+        Ok(EspTx { sa, state, qp, spd, _dev: dev })
+    }
+
+    /// Flows of `spec` (UDP `src:sport+i → dst:dport`) that the config's
+    /// outbound SPD would not protect with this SA (another SA, bypass,
+    /// discard, or no policy), as (flow, what the SPD does instead). The
+    /// generator seals them anyway; the peer's inbound policy check (RFC
+    /// 4301 §5.2) then drops them after decryption. Empty when all match.
+    pub fn flows_outside_policy(&self, spec: &FlowSpec) -> Vec<(u32, String)> {
+        (0..spec.flows)
+            .filter_map(|i| {
+                let k = FlowKey { src: spec.src, dst: spec.dst, protocol: crate::wire::ipv4::PROTO_UDP, ports: Some((spec.sport.wrapping_add(i as u16), spec.dport)) };
+                match self.spd.lookup(&k) {
+                    Some(SpdAction::Protect(s)) if s == self.sa.spi as usize => None,
+                    Some(SpdAction::Protect(s)) => Some((i, format!("protected by SA {s}"))),
+                    Some(SpdAction::Bypass) => Some((i, "bypassed".into())),
+                    Some(SpdAction::Discard) => Some((i, "discarded".into())),
+                    None => Some((i, "matched by no policy".into())),
+                }
+            })
+            .collect()
     }
 
     /// Outer IP version of the SA's packets (tunnel mode: the endpoints';

@@ -11,14 +11,15 @@
 //! names no SA of the config: `no_sa`) is counted by the gateway's drop
 //! reason name (`esp_failures`), not read.
 //! Latency is the receive time (one [`super::now_ns`] per burst) minus the
-//! payload's transmit time.
+//! payload's transmit time; a transmit time after the receive time is
+//! counted in `future_timestamps` and not timed.
 
 use super::flows::FlowRx;
 use super::gen::GenReport;
 use super::hist::Histogram;
 use super::payload::Payload;
 use super::sa::EspRx;
-use super::{now_ns, BURST};
+use super::{now_ns, unix_now_s, BURST};
 use crate::crypto::QueuePair;
 use crate::dataplane::counters::DropReason;
 use crate::esp;
@@ -115,6 +116,10 @@ pub struct Sink {
     last_measured_ns: u64,
     started_ns: u64,
     stopped_ns: u64,
+    started_unix_s: f64,
+    stopped_unix_s: f64,
+    /// ESP frames were opened (an `EspRx` was given to [`run`]).
+    esp: bool,
 }
 
 impl Sink {
@@ -133,6 +138,9 @@ impl Sink {
             last_measured_ns: 0,
             started_ns: now_ns(),
             stopped_ns: 0,
+            started_unix_s: unix_now_s(),
+            stopped_unix_s: 0.0,
+            esp: false,
         }
     }
 
@@ -145,7 +153,7 @@ impl Sink {
             return;
         };
         let measured = p.measured();
-        f.record(p.seq, measured, wire_len, now.saturating_sub(p.tx_ns));
+        f.record(p.seq, measured, wire_len, now.checked_sub(p.tx_ns));
         if measured {
             if self.first_measured_ns == 0 {
                 self.first_measured_ns = now;
@@ -254,6 +262,9 @@ impl Sink {
             esp_decrypted: self.esp_decrypted,
             esp_failed: self.esp_failed.iter().sum(),
             esp_failures: DropReason::ALL.iter().filter(|r| self.esp_failed[**r as usize] > 0).map(|r| (r.name().to_string(), self.esp_failed[*r as usize])).collect(),
+            esp: self.esp,
+            started_unix_s: self.started_unix_s,
+            ended_unix_s: self.stopped_unix_s,
             loss_from: if gen.is_some() { "generator".into() } else { "sequence numbers".into() },
             ..Default::default()
         };
@@ -271,6 +282,7 @@ impl Sink {
             r.duplicates += f.duplicates;
             r.reordered += f.reordered;
             r.late += f.late;
+            r.future_timestamps += f.future_timestamps;
             r.expected += expected;
             r.lost += lost;
             r.flows.push(FlowReport {
@@ -282,14 +294,15 @@ impl Sink {
                 reordered: f.reordered,
                 duplicates: f.duplicates,
                 late: f.late,
+                future_timestamps: f.future_timestamps,
                 warmup_packets: f.warmup,
                 latency_us: Latency::of(&f.latency),
             });
         }
         r.latency_us = Latency::of(&all);
-        if r.expected > 0 {
-            r.loss_pct = r.lost as f64 * 100.0 / r.expected as f64;
-        }
+        // Nothing expected (no generator count and nothing received, or a
+        // generator that sent nothing measured): no loss figure.
+        r.loss_pct = (r.expected > 0).then(|| r.lost as f64 * 100.0 / r.expected as f64);
         if r.measured_s > 0.0 {
             r.rate_pps = r.packets as f64 / r.measured_s;
             r.gbps = r.bytes as f64 * 8.0 / r.measured_s / 1e9;
@@ -314,28 +327,64 @@ impl Default for Work {
 }
 
 /// Latency figures in microseconds (histogram resolution: [`super::hist`]).
+/// Every figure is `None` (JSON `null`) when there are no samples; `p50`
+/// and `p99` are also `None` when they fall among the `overflow` samples
+/// (at or above [`CAP_US`]: text output "> CAP"), never a value below the
+/// true one; `max`, `min` and `mean` stay exact.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Latency {
     /// Median.
-    pub p50: f64,
+    pub p50: Option<f64>,
     /// 99th percentile.
-    pub p99: f64,
+    pub p99: Option<f64>,
     /// Largest.
-    pub max: f64,
+    pub max: Option<f64>,
     /// Smallest.
-    pub min: f64,
+    pub min: Option<f64>,
     /// Mean.
-    pub mean: f64,
+    pub mean: Option<f64>,
     /// Samples.
     pub samples: u64,
+    /// Samples at or above [`CAP_US`] (in `samples`, `max` and `mean`, in
+    /// no percentile bucket).
+    #[serde(default)]
+    pub overflow: u64,
 }
+
+/// The histogram's cap in µs ([`super::hist::CAP_NS`]).
+pub const CAP_US: f64 = super::hist::CAP_NS as f64 / 1000.0;
 
 impl Latency {
     /// Figures of a histogram of nanoseconds.
     pub fn of(h: &Histogram) -> Latency {
         let us = |ns: u64| ns as f64 / 1000.0;
-        Latency { p50: us(h.percentile(50.0)), p99: us(h.percentile(99.0)), max: us(h.max()), min: us(h.min()), mean: h.mean() / 1000.0, samples: h.count() }
+        let some = |v: f64| (h.count() > 0).then_some(v);
+        Latency {
+            p50: h.percentile(50.0).map(us),
+            p99: h.percentile(99.0).map(us),
+            max: some(us(h.max())),
+            min: some(us(h.min())),
+            mean: some(h.mean() / 1000.0),
+            samples: h.count(),
+            overflow: h.overflow(),
+        }
     }
+}
+
+/// A latency figure of a report as text: `{:.1}` µs; `"> CAP"` for a
+/// percentile above the histogram's cap (`samples` > 0); `"n/a"` without
+/// samples.
+pub fn show_us(v: Option<f64>, samples: u64) -> String {
+    match v {
+        Some(x) => format!("{x:.1}"),
+        None if samples > 0 => format!(">{CAP_US:.0}"),
+        None => "n/a".into(),
+    }
+}
+
+/// A loss percentage as text: `{:.4}`, or `"n/a"` when nothing was expected.
+pub fn show_pct(v: Option<f64>) -> String {
+    v.map_or_else(|| "n/a".into(), |x| format!("{x:.4}"))
 }
 
 /// One flow of the sink's report ([`super::flows`] defines the fields).
@@ -357,6 +406,9 @@ pub struct FlowReport {
     pub duplicates: u64,
     /// Reordered by more than the duplicate window.
     pub late: u64,
+    /// Measured packets with a transmit time after their receive time (not timed).
+    #[serde(default)]
+    pub future_timestamps: u64,
     /// Warm-up packets received.
     pub warmup_packets: u64,
     /// One-way latency.
@@ -370,6 +422,17 @@ pub struct FlowReport {
 pub struct SinkReport {
     /// Seconds the sink listened.
     pub duration_s: f64,
+    /// Wall clock (Unix seconds) when the sink began listening; 0 in
+    /// reports of older versions.
+    #[serde(default)]
+    pub started_unix_s: f64,
+    /// Wall clock (Unix seconds) when it stopped.
+    #[serde(default)]
+    pub ended_unix_s: f64,
+    /// ESP mode (`--esp-config`): ESP frames for the config's inbound SAs
+    /// were opened.
+    #[serde(default)]
+    pub esp: bool,
     /// Seconds from the first to the last measured packet received.
     pub measured_s: f64,
     /// Measured packets per second over `measured_s`.
@@ -404,8 +467,9 @@ pub struct SinkReport {
     pub expected: u64,
     /// Lost measured packets.
     pub lost: u64,
-    /// `lost / expected` in percent.
-    pub loss_pct: f64,
+    /// `lost / expected` in percent; `None` (JSON `null`) when nothing was
+    /// expected (no generator count and nothing received).
+    pub loss_pct: Option<f64>,
     /// `"generator"` (expected from `--gen-json`) or `"sequence numbers"`.
     pub loss_from: String,
     /// Reordered packets.
@@ -414,6 +478,10 @@ pub struct SinkReport {
     pub duplicates: u64,
     /// Reordered by more than the duplicate window.
     pub late: u64,
+    /// Measured packets with a transmit time after their receive time (not
+    /// timed: kept out of `latency_us`).
+    #[serde(default)]
+    pub future_timestamps: u64,
     /// Latency over all flows.
     pub latency_us: Latency,
     /// Kernel receive drops of the sink's sockets (rx ring full, no fill frame).
@@ -426,6 +494,7 @@ pub struct SinkReport {
 /// `stop`), then returns its state ([`Sink::report`]).
 pub fn run<P: Port>(ports: &mut [P], cfg: &SinkConfig, mut esp: Option<&mut EspRx>, stop: &AtomicBool) -> Sink {
     let mut sink = Sink::new(cfg.max_flows);
+    sink.esp = esp.is_some();
     let mut bufs: Vec<PktBuf> = (0..BURST).map(|_| PktBuf::new()).collect();
     let mut spare: Vec<PktBuf> = (0..BURST).map(|_| PktBuf::new()).collect();
     let mut work = Work::default();
@@ -453,5 +522,6 @@ pub fn run<P: Port>(ports: &mut [P], cfg: &SinkConfig, mut esp: Option<&mut EspR
         }
     }
     sink.stopped_ns = now_ns();
+    sink.stopped_unix_s = unix_now_s();
     sink
 }

@@ -123,6 +123,8 @@ def test_plain_udp_through_gw0_and_gw1(gws, testbed, artifacts):
     c = json.loads((artifacts / "report.json").read_text())
     assert (c["tx_packets"], c["rx_packets"], c["lost"], c["loss_pct"]) == (g["measured_tx_packets"], s["packets"], 0, 0.0)
     assert c["mpps"] > 0 and c["p50_us"] <= c["p99_us"] <= c["max_us"]
+    # One run, a sink listening before and after the generator: nothing to warn about.
+    assert c["warnings"] == [], c["warnings"]
     assert "Mpps" in r.stdout and str(s["packets"]) in r.stdout, r.stdout
 
 
