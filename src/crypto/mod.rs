@@ -3,8 +3,9 @@
 //! * A device reports its [`DeviceInfo`] (queue pairs, algorithms,
 //!   `max_sessions_per_qp`, 0 = unlimited).
 //! * A [`Session`] holds immutable key material in the backend's format. The
-//!   control thread creates and frees sessions; the data path only clones the
-//!   `Arc` into ops.
+//!   control thread creates and frees sessions; the data path only puts an
+//!   `Arc` of one into each op (a worker recycles those of finished ops,
+//!   `esp::SessionCache`, so a burst takes no reference count).
 //! * A [`QueuePair`] is `Send` but not `Sync`: it belongs to one worker.
 //!   [`QueuePair::enqueue_burst`] and [`QueuePair::dequeue_burst`] are separate
 //!   calls so synchronous (software) and asynchronous (descriptor hardware)
