@@ -3,9 +3,9 @@
 //!
 //! An SA has a soft and a hard limit in packets, bytes and seconds. Packets
 //! and bytes are counted by the SA's owner worker as it processes them
-//! ([`OutboundState::admit`](super::OutboundState::admit) before an outbound
-//! packet takes its sequence number, [`InboundState::admit`](super::InboundState::admit)
-//! after an inbound packet's ICV verified); seconds are watched by the control
+//! ([`Usage::admit`] on the SA's `OutboundState::usage` before an outbound
+//! packet takes its sequence number, on `InboundState::usage` after an
+//! inbound packet's ICV verified); seconds are watched by the control
 //! thread. Crossing a soft limit raises a flag once ([`SaLife::soft`]) that the
 //! control thread turns into an event (an IKE daemon or the operator then
 //! rekeys); crossing a hard limit raises [`SaLife::hard`] and from then on the
