@@ -102,6 +102,10 @@ QUICK_OVERRIDES=""
 given() { case " $QUICK_OVERRIDES " in *" $1 "*) ;; *) QUICK_OVERRIDES="$QUICK_OVERRIDES $1" ;; esac; }
 while [ $# -gt 0 ]; do
     case "$1" in
+        --topologies|--sizes|--workers|--backends|--trial-secs|--warmup|--steps|--loss-tolerance|--flows|--burst|--idle-sleep|--xdp-mode|--sink-idle-sleep|--xcheck-rate|--xcheck-size|--json)
+            [ $# -ge 2 ] || die "$1 needs a value (--help)" ;;
+    esac
+    case "$1" in
         --quick) QUICK=1; TOPOS="a,d"; SIZES="64,1420"; WORKERS="1"; BACKENDS="software"; STEPS=4
             [ -z "$QUICK_OVERRIDES" ] || printf 'bench.sh: --quick comes after%s: its settings replace them (the later option wins)\n' "$QUICK_OVERRIDES" >&2
             QUICK_OVERRIDES="" ;;
@@ -140,6 +144,29 @@ done
 for w in "${WORKER_LIST[@]}"; do case "$w" in 1|2) ;; *) die "workers must be 1 or 2 (2 cores)" ;; esac; done
 for b in "${BACKEND_LIST[@]}"; do case "$b" in software|descriptor) ;; *) die "unknown backend $b" ;; esac; done
 case "$XDP_MODE" in skb|native|auto) ;; *) die "bad --xdp-mode $XDP_MODE" ;; esac
+for l in TOPO_LIST SIZE_LIST WORKER_LIST BACKEND_LIST; do
+    declare -n _l="$l"; [ "${#_l[@]}" -gt 0 ] || die "an empty list for --$(echo "${l%_LIST}" | tr 'A-Z_' 'a-z-' | sed 's/topo/topologies/; s/size/sizes/; s/worker/workers/; s/backend/backends/')"; unset -n _l
+done
+# Numbers checked before anything is built (a bad one would fail a row halfway).
+int_in() { # option value min max
+    case "$2" in ''|*[!0-9]*) die "$1 must be an integer in $3..=$4, got '$2'" ;; esac
+    [ "$2" -ge "$3" ] && [ "$2" -le "$4" ] || die "$1 must be an integer in $3..=$4, got $2"
+}
+num_pos() { # option value [0ok: zero allowed]
+    local zero_ok="${3:-}"
+    [[ "$2" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "$1 must be a number, got '$2'"
+    [ -n "$zero_ok" ] || awk -v v="$2" 'BEGIN { exit !(v > 0) }' || die "$1 must be more than 0, got $2"
+}
+num_pos --trial-secs "$TRIAL_SECS"
+num_pos --warmup "$WARMUP" 0ok
+num_pos --loss-tolerance "$LOSS_TOL" 0ok
+int_in --steps "$STEPS" 0 30
+int_in --flows "$FLOWS" 1 65536
+int_in --burst "$BURST" 1 256
+int_in --idle-sleep "$IDLE_SLEEP" 0 1000000
+int_in --sink-idle-sleep "$SINK_IDLE_SLEEP" 0 1000000
+int_in --xcheck-rate "$XCHECK_RATE" 0 100000000
+[ -z "$XCHECK_SIZE" ] || int_in --xcheck-size "$XCHECK_SIZE" 64 1500
 
 # Loud failures, never skips: everything the run needs must be there.
 [ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces, AF_XDP)"

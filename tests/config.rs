@@ -1035,7 +1035,11 @@ fn tfc_pad_to_range_where_it_applies_and_mtu() {
     // Routed to a 576-byte MTU port: 600 bytes of inner packet do not fit.
     let base = edit("addresses = [\"203.0.113.1/24\"]", "addresses = [\"203.0.113.1/24\"]\nmtu = 576");
     let text = format!("{}\n[[route]]\nprefix = \"203.0.113.2/32\"\nport = \"outside\"\n", base.replacen(out, &format!("{out}\ntfc_pad_to = 600"), 1));
-    assert_one(&text, "tfc_pad_to", 13, "sa[0].tfc_pad_to", "an inner packet padded to 600 bytes is 656 bytes once encapsulated, more than the MTU 576");
+    assert_one(&text, "tfc_pad_to", 13, "sa[0].tfc_pad_to", "an inner packet padded to 600 bytes is 656 bytes once encapsulated, more than the MTU 576 of port \"outside\" that tunnel_dst 203.0.113.2 is routed to; make tfc_pad_to smaller");
+    // 520 bytes fit at the default alignment (524 + 52 = 576) but not
+    // padded to 256 (768 + 52): the message names pad_align as the cause.
+    let text = format!("{}\n[[route]]\nprefix = \"203.0.113.2/32\"\nport = \"outside\"\n", base.replacen(out, &format!("{out}\ntfc_pad_to = 520\npad_align = 256"), 1));
+    assert_one(&text, "tfc_pad_to", 13, "sa[0].tfc_pad_to", "more than the MTU 576 of port \"outside\" that tunnel_dst 203.0.113.2 is routed to; make tfc_pad_to or pad_align (256) smaller: at the algorithm's own alignment it is 576 bytes");
 }
 
 /// Errors the toml parser reports with a position only (an integer beyond
@@ -1259,6 +1263,7 @@ fn pad_align_values_direction_and_block_size() {
     let with = |lines: &str| edit(out, &format!("{out}\n{lines}"));
     let align = |text: &str| config::parse(text, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}")).sas[0].pad_align;
     assert_eq!(align(BASE), 0, "absent: the algorithm's own");
+    assert_eq!(align(&with("pad_align = 0")), 0, "0 spells the default, as the config reference shows it");
     for n in [4usize, 8, 16, 32, 64, 128, 256] {
         assert_eq!(align(&with(&format!("pad_align = {n}"))), n);
     }

@@ -1006,8 +1006,14 @@ impl Checker<'_> {
             for (size, (key, f), what) in sizes {
                 let len = crate::esp::outbound::tunnel_len(sa.algorithm, sa.icv_len, sa.tunnel_dst.is_ipv6(), sa.udp_encap, sa.pad_align, size);
                 let Some(v) = f.as_ref().filter(|_| len > port.mtu as usize) else { continue };
+                let own = crate::esp::outbound::tunnel_len(sa.algorithm, sa.icv_len, sa.tunnel_dst.is_ipv6(), sa.udp_encap, 0, size);
+                let fix = if own <= port.mtu as usize {
+                    format!("make {key} or pad_align ({}) smaller: at the algorithm's own alignment it is {own} bytes", sa.pad_align)
+                } else {
+                    format!("make {key} smaller")
+                };
                 let m = format!(
-                    "{what} {size} bytes is {len} bytes once encapsulated, more than the MTU {} of port {:?} that tunnel_dst {} is routed to; make {key} smaller",
+                    "{what} {size} bytes is {len} bytes once encapsulated, more than the MTU {} of port {:?} that tunnel_dst {} is routed to; {fix}",
                     port.mtu, port.name, sa.tunnel_dst
                 );
                 self.problem(&v.span(), &format!("sa[{i}].{key}"), m);
@@ -1655,9 +1661,10 @@ impl Checker<'_> {
     }
 
     /// `pad_align` of an SA (RFC 4303 §2.4): outbound only (the sender
-    /// pads; a receiver takes any padding), a power of two from 4 to 256
-    /// (Pad Length is one byte) and at least the algorithm's block size (16
-    /// for AES-CBC). Absent: 0, the algorithm's own.
+    /// pads; a receiver takes any padding), 0 (the default: the
+    /// algorithm's own alignment) or a power of two from 4 to 256 (Pad
+    /// Length is one byte) and at least the algorithm's block size (16
+    /// for AES-CBC). Absent: 0.
     fn pad_align(&mut self, f: &Field, tab: &Tab, direction: Option<Direction>, algorithm: Option<Algorithm>) -> Option<usize> {
         let Some(v) = f else { return Some(0) };
         let field = tab.field("pad_align");
@@ -1666,7 +1673,11 @@ impl Checker<'_> {
             self.problem(&v.span(), &field, m);
             return None;
         }
-        let n = self.integer(v, &field, 4, 256)? as usize;
+        let n = match v.get_ref() {
+            // 0 spells the default (the algorithm's own alignment).
+            Raw::Int(0) => return Some(0),
+            _ => self.integer(v, &field, 4, 256)? as usize,
+        };
         if !n.is_power_of_two() {
             self.problem(&v.span(), &field, format!("expected a power of two (4, 8, 16, 32, 64, 128 or 256), found {n}"));
             return None;

@@ -81,7 +81,7 @@ pub struct OutboundSa {
     /// algorithm's block size ([`crate::crypto::Algorithm::block_size`]: 4,
     /// 16 for AES-CBC); a smaller value (0 in SAs built by hand) means the
     /// block size. More than the block size costs wire bytes (up to
-    /// `pad_align - 4` per packet) and buys a whole number of cipher
+    /// `pad_align` minus the block size per packet) and buys a whole number of cipher
     /// blocks: 16 spares AES-GCM providers their partial-block path
     /// (README, Figures), and hides lengths a little (§2.4, §2.7).
     pub pad_align: usize,
