@@ -245,3 +245,46 @@ impl SessionCache {
         self.spare.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::soft::SoftDevice;
+    use crate::crypto::{Algorithm, CipherDirection, CryptoDevice, SymXform};
+
+    fn session(dev: &SoftDevice) -> Arc<Session> {
+        let x = SymXform { algorithm: Algorithm::Aes128Gcm, direction: CipherDirection::Encrypt, key: vec![7; 16], salt: [1; 4], icv_len: 16, auth_key: Vec::new() };
+        dev.session_create(&x).unwrap()
+    }
+
+    /// References come back and go out again without new counts; another
+    /// session's reference switches the cache; capacity bounds it; clear
+    /// and the default (no capacity) leave only the SA's own reference.
+    #[test]
+    fn session_cache_recycles_one_session_at_a_time() {
+        let dev = SoftDevice::new(1);
+        let (a, b) = (session(&dev), session(&dev));
+        let mut c = SessionCache::new(2);
+        let ops: Vec<_> = (0..3).map(|_| c.take(&a)).collect();
+        assert_eq!(Arc::strong_count(&a), 4, "an empty cache clones");
+        for s in ops {
+            c.give_back(s);
+        }
+        assert_eq!((c.len(), Arc::strong_count(&a)), (2, 3), "two kept (capacity), the third dropped");
+        let s = c.take(&a);
+        assert!(Arc::ptr_eq(&s, &a));
+        assert_eq!((c.len(), Arc::strong_count(&a)), (1, 3), "taken from the cache, no new count");
+        let t = c.take(&b);
+        assert_eq!((c.len(), Arc::strong_count(&b)), (1, 2), "another session: cloned, the cache untouched");
+        c.give_back(t);
+        assert_eq!((c.len(), Arc::strong_count(&a), Arc::strong_count(&b)), (1, 2, 2), "b's reference came back: a's spare dropped, b's kept");
+        assert!(Arc::ptr_eq(&c.take(&b), &b));
+        c.give_back(s);
+        c.clear();
+        assert_eq!((c.len(), Arc::strong_count(&a)), (0, 1), "clear drops every reference");
+        let mut none = SessionCache::default();
+        let s = none.take(&a);
+        none.give_back(s);
+        assert_eq!((none.len(), Arc::strong_count(&a)), (0, 1), "the default keeps nothing");
+    }
+}
