@@ -117,8 +117,14 @@ pub fn encapsulated_len(sa: &OutboundSa, hl: usize, inner_len: usize) -> usize {
     let (kept, fixed, align) = layout(sa, hl);
     // TFC padding (tunnel mode): a shorter packet goes out as long as this.
     let inner_len = if sa.transport { inner_len } else { inner_len.max(sa.tfc_pad_to) };
-    let enc = inner_len.saturating_sub(kept) + TRAILER_LEN;
-    fixed + enc + super::pad_len(enc - TRAILER_LEN, align)
+    fixed + encrypted_len(inner_len.saturating_sub(kept), align)
+}
+
+/// Bytes of the encrypted part for `payload_len` bytes of payload padded
+/// to `align` (RFC 4303 §2.4): payload, padding, Pad Length, Next Header.
+#[inline]
+fn encrypted_len(payload_len: usize, align: usize) -> usize {
+    payload_len + pad_len(payload_len, align) + TRAILER_LEN
 }
 
 /// The largest inner packet (IPv4 header of `hl` bytes, used in transport
@@ -160,8 +166,7 @@ fn fixed_len(alg: Algorithm, icv_len: usize, outer: usize, udp_encap: bool) -> u
 /// packet sizes against an MTU).
 pub fn tunnel_len(alg: Algorithm, icv_len: usize, ipv6: bool, udp_encap: bool, pad_align: usize, payload_len: usize) -> usize {
     let outer = if ipv6 { ipv6::HEADER_LEN } else { ipv4::MIN_HEADER_LEN };
-    let align = pad_align.max(alg.block_size());
-    fixed_len(alg, icv_len, outer, udp_encap) + (payload_len + TRAILER_LEN).div_ceil(align) * align
+    fixed_len(alg, icv_len, outer, udp_encap) + encrypted_len(payload_len, pad_align.max(alg.block_size()))
 }
 
 /// Length of `sa`'s outer IP header: 40 for IPv6 endpoints, else 20.
