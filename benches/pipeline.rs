@@ -231,6 +231,14 @@ fn bench_worker(c: &mut Criterion) {
         let (i, o) = (port_index(&gw0, "inside"), port_index(&gw0, "outside"));
         g.bench_function(BenchmarkId::new(out16, size), |b| b.iter(|| gw0.workers[0].poll_once()));
         assert_clean(&gw0.counters[0], i, o, out16, true);
+        // The same frames through configs/bench/bypass.toml (a bypass
+        // policy, no SA): the gateway's forwarding alone (rx copy, parse,
+        // SPD, route, Ethernet header, tx), what ESP adds to.
+        ratios.row(format!("outbound {size} B, ring, vs bypass (no ESP)"), line("outbound_ring"), line("bypass"), bytes, "B");
+        let mut gw = replay_workers("configs/bench/bypass.toml", ProviderChoice::Auto, "inside", |_| inner_frames(5001, size));
+        let (i, o) = (port_index(&gw, "inside"), port_index(&gw, "outside"));
+        g.bench_function(BenchmarkId::new("bypass", size), |b| b.iter(|| gw.workers[0].poll_once()));
+        assert_clean(&gw.counters[0], i, o, "bypass", true);
         let mut data = vec![0u8; size];
         g.bench_function(BenchmarkId::new("raw_seal_rustcrypto", size), |b| {
             use aes_gcm::aead::AeadInPlace;
@@ -288,10 +296,15 @@ fn run_for(workers: &mut [Option<BenchWorker>], which: &[usize], core: impl Fn(u
 
 /// 1 → 2 workers: packets per second of worker 0 alone, then of workers
 /// 0 and 1 together, each on its own pinned thread, for the same wall time
-/// (`SECGW_SCALING_SECS`, default 3). Printed, never asserted on (timing);
-/// the counters must show no drop and no handoff.
+/// (`SECGW_SCALING_SECS`, default 3; 0 skips it, e.g. to profile one
+/// criterion line alone). Printed, never asserted on (timing); the counters
+/// must show no drop and no handoff.
 fn workers_1_vs_2(_c: &mut Criterion) {
     let secs: f64 = std::env::var("SECGW_SCALING_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(3.0);
+    if secs <= 0.0 {
+        println!("\nworkers_1_vs_2: skipped (SECGW_SCALING_SECS={secs})");
+        return;
+    }
     let cores: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().iter().map(|c| c.id).collect();
     let core = |k: usize| cores.get(k % cores.len().max(1)).copied().unwrap_or(0);
     println!("\nworkers_1_vs_2: gw0 (configs/ep0-2w.toml), AES-128-GCM tunnel (software device, provider auto = ring), burst 32, {secs} s per run, {} cores online", cores.len());
