@@ -953,28 +953,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     fn owned(&mut self, t: &Tables, buf: PktBuf, tag_: u64) {
         let (is_in, r, aux, port) = untag(tag_);
         if !is_in {
-            let Some((i, sa)) = out_sa(t, r) else {
+            let Some((slot, sa)) = out_sa(t, r) else {
                 return self.drop_buf(port, DropReason::NoSa, buf);
             };
-            let Some(st) = self.out_state.get_mut(i) else {
-                return self.drop_buf(port, DropReason::NotOwner, buf);
-            };
-            let inner_len = buf.len() - ethernet::HEADER_LEN;
-            // Lifetime (RFC 4301 §4.4.2.1): counted before the packet takes
-            // a sequence number, so a hard limit of N sends exactly N.
-            if !st.usage.admit(&sa.life, inner_len as u64) {
-                sa.life.counters.errors.add(1);
-                return self.drop_buf(port, DropReason::SaExpired, buf);
-            }
-            match outbound::prepare_cached(sa, st, buf, &mut self.sessions) {
-                Ok(mut op) => {
-                    spent_if_last(sa, st);
-                    op.user[1] = tag(false, r, inner_len, port as u16);
-                    self.push_op(op);
-                }
-                Err((e, b)) => self.outbound_refused(sa, port, e, b),
-            }
-            return;
+            return self.prepare_outbound(sa, slot, r, port, buf);
         }
         let Some((i, e)) = in_sa(t, r) else {
             return self.drop_buf(port, DropReason::NoSa, buf);
@@ -997,6 +979,30 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 e.sa.life.counters.errors.add(1);
                 self.drop_buf(port, err.into(), b)
             }
+        }
+    }
+
+    /// ESP prepare for a packet of outbound SA `sa` (in SAD slot `slot`,
+    /// referred to as `r` in tags) that this worker owns.
+    #[inline]
+    fn prepare_outbound(&mut self, sa: &OutboundSa, slot: usize, r: usize, port: usize, buf: PktBuf) {
+        let Some(st) = self.out_state.get_mut(slot) else {
+            return self.drop_buf(port, DropReason::NotOwner, buf);
+        };
+        let inner_len = buf.len() - ethernet::HEADER_LEN;
+        // Lifetime (RFC 4301 §4.4.2.1): counted before the packet takes
+        // a sequence number, so a hard limit of N sends exactly N.
+        if !st.usage.admit(&sa.life, inner_len as u64) {
+            sa.life.counters.errors.add(1);
+            return self.drop_buf(port, DropReason::SaExpired, buf);
+        }
+        match outbound::prepare_cached(sa, st, buf, &mut self.sessions) {
+            Ok(mut op) => {
+                spent_if_last(sa, st);
+                op.user[1] = tag(false, r, inner_len, port as u16);
+                self.push_op(op);
+            }
+            Err((e, b)) => self.outbound_refused(sa, port, e, b),
         }
     }
 
@@ -1176,6 +1182,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         }
         decrement_hops(&mut buf);
         let owner = sa.owner;
+        if owner == self.conf.id {
+            // Ours: prepared here, without the tag's round trip to the SAD.
+            return self.prepare_outbound(sa, slot, i, port, buf);
+        }
         self.hand_to_owner(t, owner, port, buf, tag(false, i, 0, port as u16))
     }
 
