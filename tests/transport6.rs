@@ -320,3 +320,31 @@ fn too_big_with_headers_kept_gets_packet_too_big() {
     assert_eq!(u32::from_be_bytes([icmp[4], icmp[5], icmp[6], icmp[7]]) as usize, fits, "MTU = the largest packet that fits");
     assert_eq!(gw0.stats().drops["mtu_exceeded"], 1);
 }
+
+/// Transport-mode ops take their session reference from the worker's
+/// session cache as tunnel-mode ones do: once a finished op's reference is
+/// back, the next op takes it without a new reference count (IPv6 and
+/// IPv4 inner packets: both framings go through the same encapsulation).
+#[test]
+fn transport_ops_reuse_cached_session_references() {
+    let dev = SoftDevice::new(1);
+    let sa = outbound_sa(&dev, &cases()[0]);
+    let mut st = OutboundState::default();
+    let mut cache = esp::SessionCache::new(4);
+    let mut qp: SoftQueuePair<PktBuf> = dev.queue_pair_setup(0, QpConf { nb_descriptors: 4 }).unwrap();
+    let mut v4 = Vec::new();
+    etherparse::PacketBuilder::ipv4([192, 0, 2, 10], [198, 51, 100, 10], 64).udp(1000, 2000).write(&mut v4, &[9u8; 40]).unwrap();
+    for (name, ip) in [("IPv6", v6_datagram(60)), ("IPv4", v4)] {
+        let mut b = frame(&ip);
+        if ip[0] >> 4 == 4 {
+            b.frame_mut()[12..14].copy_from_slice(&[0x08, 0x00]);
+        }
+        let op = esp::outbound::prepare_cached(&sa, &mut st, b, &mut cache).unwrap_or_else(|(e, _)| panic!("{name}: {e:?}"));
+        assert!(std::sync::Arc::ptr_eq(&op.session, &sa.session));
+        let _ = esp::outbound::finish_cached(run(&mut qp, op), &mut cache);
+        assert_eq!(std::sync::Arc::strong_count(&sa.session), 2, "{name}: the SA's reference and the cached one");
+        let op = esp::outbound::prepare_cached(&sa, &mut st, frame(&ip), &mut cache).map_err(|(e, _)| e).unwrap();
+        assert_eq!(std::sync::Arc::strong_count(&sa.session), 2, "{name}: the op took the cached reference, no new count");
+        let _ = esp::outbound::finish_cached(op, &mut cache);
+    }
+}

@@ -35,18 +35,20 @@ pub fn encap(
     next_header: u8,
     buf: PktBuf,
 ) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
-    frame_esp(spi, session, seq, esn, iv, next_header, session.algorithm().block_size(), buf)
+    frame_esp(spi, session, seq, esn, iv, next_header, session.algorithm().block_size(), buf, &mut SessionCache::default())
 }
 
 /// [`encap`] for outbound SA `sa`: its SPI, session and ESN, and padding
 /// to `sa.pad_align` bytes ([`OutboundSa::pad_align`], at least the
-/// algorithm's block size).
+/// algorithm's block size); the op's session reference comes from `cache`.
 #[inline]
-pub fn encap_sa(sa: &OutboundSa, seq: u64, iv: &[u8], next_header: u8, buf: PktBuf) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
-    frame_esp(sa.spi, &sa.session, seq, sa.esn, iv, next_header, sa.pad_align, buf)
+pub fn encap_sa(sa: &OutboundSa, seq: u64, iv: &[u8], next_header: u8, buf: PktBuf, cache: &mut SessionCache) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+    frame_esp(sa.spi, &sa.session, seq, sa.esn, iv, next_header, sa.pad_align, buf, cache)
 }
 
-/// [`encap`] with padding to `align` bytes (raised to the block size).
+/// [`encap`] with padding to `align` bytes (raised to the block size), the
+/// op's session reference from `cache` (taken only once the frame is
+/// written: an error takes none).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 fn frame_esp(
@@ -58,12 +60,13 @@ fn frame_esp(
     next_header: u8,
     align: usize,
     mut buf: PktBuf,
+    cache: &mut SessionCache,
 ) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
     let mut op_iv = [0u8; 16];
     match write_esp(spi, session, seq, iv, next_header, align, &mut buf) {
         Ok(enc_len) => {
             op_iv[..iv.len()].copy_from_slice(iv);
-            Ok(esp_op(session.clone(), buf, 0, enc_len, spi, seq, esn, op_iv, [seq, 0]))
+            Ok(esp_op(cache.take(session), buf, 0, enc_len, spi, seq, esn, op_iv, [seq, 0]))
         }
         Err(e) => Err((e, buf)),
     }
@@ -242,12 +245,12 @@ pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, buf: PktBuf) -> Result<C
     prepare_cached(sa, st, buf, &mut SessionCache::default())
 }
 
-/// [`prepare`], the op's session reference taken from `cache` (tunnel
-/// mode; transport mode clones it).
+/// [`prepare`], the op's session reference taken from `cache` (both
+/// modes).
 #[inline]
 pub fn prepare_cached(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf, cache: &mut SessionCache) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
     if sa.transport {
-        return super::transport::outbound_prepare(sa, st, buf);
+        return super::transport::outbound_prepare(sa, st, buf, cache);
     }
     let Some((tos, inner_df, total, next_header)) = inner_facts(buf.frame().get(ethernet::HEADER_LEN..).unwrap_or(&[])) else {
         return Err((EspError::BadInner, buf));

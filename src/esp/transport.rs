@@ -22,7 +22,7 @@
 //! sent without a checksum (0) keeps none; ICMP has no pseudo-header.
 
 use super::outbound::encap_sa;
-use super::{front_len, EspError, InboundState, OutboundSa, OutboundState};
+use super::{front_len, EspError, InboundState, OutboundSa, OutboundState, SessionCache};
 use crate::crypto::CryptoOp;
 use crate::io::PktBuf;
 use crate::wire::{checksum, ethernet, ipv4, ipv6, udp};
@@ -52,10 +52,11 @@ fn fix_header(hdr: &mut [u8], hl: usize, protocol: u8, total: u16) {
 /// (`BadInner`: transport mode carries whole datagrams, RFC 4303 §3.1.1).
 ///
 /// An IPv6 packet (version 6 after the Ethernet header) goes to
-/// [`outbound_prepare_v6`].
-pub fn outbound_prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+/// [`outbound_prepare_v6`]. The op's session reference comes from `cache`
+/// (the worker's [`SessionCache`]; `SessionCache::default()` clones).
+pub fn outbound_prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf, cache: &mut SessionCache) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
     if ip_version(&buf) == Some(6) {
-        return outbound_prepare_v6(sa, st, buf);
+        return outbound_prepare_v6(sa, st, buf, cache);
     }
     let (hl, total, protocol) = match ipv4::Ipv4Packet::new_checked(buf.frame().get(ethernet::HEADER_LEN..).unwrap_or(&[])) {
         Ok(p) if !p.is_fragment() => (p.header_len(), p.total_len(), p.protocol()),
@@ -78,7 +79,7 @@ pub fn outbound_prepare(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf
     saved[..front].copy_from_slice(&buf.frame()[..front]);
     buf.trim_to(ethernet::HEADER_LEN + total);
     buf.adj(front);
-    let mut op = match encap_sa(sa, seq, &iv[..alg.iv_len()], protocol, buf) {
+    let mut op = match encap_sa(sa, seq, &iv[..alg.iv_len()], protocol, buf, cache) {
         Ok(op) => op,
         Err((e, mut b)) => {
             b.prepend(front);
@@ -128,7 +129,7 @@ fn ip_version(buf: &PktBuf) -> Option<u8> {
 /// malformed chain or a fragment (transport mode carries whole datagrams),
 /// `NoRoom`; `BadInner` too for an SA with UDP encapsulation, which is
 /// IPv4 only (the config refuses IPv6 policies protecting with such an SA).
-pub fn outbound_prepare_v6(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+pub fn outbound_prepare_v6(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf, cache: &mut SessionCache) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
     const ETH: usize = ethernet::HEADER_LEN;
     if sa.udp_encap.is_some() {
         return Err((EspError::BadInner, buf));
@@ -157,7 +158,7 @@ pub fn outbound_prepare_v6(sa: &OutboundSa, st: &mut OutboundState, mut buf: Pkt
     buf.prepend(front);
     buf.frame_mut().copy_within(front..front + kept, 0);
     buf.adj(kept + front);
-    let mut op = match encap_sa(sa, seq, &iv[..alg.iv_len()], place.next_header, buf) {
+    let mut op = match encap_sa(sa, seq, &iv[..alg.iv_len()], place.next_header, buf, cache) {
         Ok(op) => op,
         Err((e, mut b)) => {
             // Give the frame back as it came.
@@ -200,12 +201,12 @@ pub fn outbound_prepare_v6(sa: &OutboundSa, st: &mut OutboundState, mut buf: Pkt
 /// it (with a NAT between IPv4 peers: with the addresses as the NAT
 /// rewrote them).
 pub fn inbound_finish(st: &mut InboundState, op: CryptoOp<PktBuf>) -> Result<PktBuf, (EspError, PktBuf)> {
-    inbound_finish_cached(st, op, &mut super::SessionCache::default())
+    inbound_finish_cached(st, op, &mut SessionCache::default())
 }
 
 /// [`inbound_finish`], the op's session reference going back to `cache`.
 #[inline]
-pub fn inbound_finish_cached(st: &mut InboundState, op: CryptoOp<PktBuf>, cache: &mut super::SessionCache) -> Result<PktBuf, (EspError, PktBuf)> {
+pub fn inbound_finish_cached(st: &mut InboundState, op: CryptoOp<PktBuf>, cache: &mut SessionCache) -> Result<PktBuf, (EspError, PktBuf)> {
     let alg = op.session.algorithm();
     let (mut buf, d0, payload_len, next_header) = super::open_cached(st, op, cache)?;
     if next_header == ipv4::PROTO_IPIP || next_header == ipv6::NH_IPV6 {
