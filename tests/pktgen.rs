@@ -5,7 +5,7 @@
 //! with configs/ep1.toml's inbound SAs (the interop of the ESP itself with
 //! scapy is in tests/e2e/test_pktgen.py). No timing is asserted.
 
-use secgw::io::mem;
+use secgw::io::{mem, PktBuf};
 use secgw::pktgen::build::{FlowSpec, PacketBuilder, Size};
 use secgw::pktgen::gen::{self, GenConfig, GenReport};
 use secgw::pktgen::payload::{Payload, FLAG_MEASURED};
@@ -18,8 +18,12 @@ use std::time::Duration;
 const FLOWS: u32 = 3;
 
 fn generate(size: Size, queues: u16, esp: Option<&mut EspTx>) -> (GenReport, Vec<Vec<u8>>) {
+    generate_flows(generate_spec(), size, queues, esp)
+}
+
+fn generate_flows(spec: &FlowSpec, size: Size, queues: u16, esp: Option<&mut EspTx>) -> (GenReport, Vec<Vec<u8>>) {
     let cfg = GenConfig {
-        builder: PacketBuilder::new(*generate_spec(), size).unwrap(),
+        builder: PacketBuilder::new(*spec, size).unwrap(),
         rate_pps: 40_000,
         duration: Duration::from_millis(100),
         warmup: Duration::from_millis(25),
@@ -147,6 +151,67 @@ fn esp_sealed_by_ep0_is_opened_by_ep1_with_nothing_lost() {
     let mut wrong = EspRx::from_config(&root.join("ep0.toml")).unwrap();
     let s = receive(&frames[..3], 3, Some(&mut wrong), &g);
     assert_eq!(s.esp_failures.get("no_sa"), Some(&3));
+}
+
+/// Hands `frames` to `s` through [`sink::Sink::burst`] in bursts of 32.
+fn burst_all(s: &mut sink::Sink, frames: &[Vec<u8>], rx: &mut EspRx) {
+    let mut bufs: Vec<PktBuf> = (0..32).map(|_| PktBuf::new()).collect();
+    let mut spare: Vec<PktBuf> = (0..32).map(|_| PktBuf::new()).collect();
+    let mut work = sink::Work::default();
+    for chunk in frames.chunks(32) {
+        for (b, f) in bufs.iter_mut().zip(chunk) {
+            assert!(b.copy_from(f));
+        }
+        s.burst(&mut bufs, chunk.len(), secgw::pktgen::now_ns(), Some(&mut *rx), &mut spare, &mut work);
+        assert_eq!(spare.len(), 32, "every buffer came back");
+    }
+}
+
+#[test]
+fn the_decrypting_sink_drops_what_the_peers_inbound_policy_check_drops() {
+    // ep1.toml admits on SA 1001 only 192.0.2.0/24 → 198.51.100.0/24 (RFC
+    // 4301 §5.2); ep0.toml's SA 1001 seals whatever it is given.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    let mut tx = EspTx::from_config(&root.join("ep0.toml"), 1001, 1).unwrap();
+    let (inside, in_frames) = generate(Size::Fixed(200), 1, Some(&mut tx));
+    let outside_spec = FlowSpec { dst: "203.0.113.9".parse().unwrap(), ..*generate_spec() };
+    assert_eq!(tx.flows_outside_policy(&outside_spec).len(), FLOWS as usize, "ep0's own SPD would not send these in SA 1001 either");
+    // Sequence numbers go on from the first stream's: no replay.
+    let (outside, out_frames) = generate_flows(&outside_spec, Size::Fixed(200), 1, Some(&mut tx));
+    assert!(inside.esp_errors == 0 && outside.esp_errors == 0 && outside.tx_packets > 100);
+
+    let mut rx = EspRx::from_config(&root.join("ep1.toml")).unwrap();
+    let mut s = sink::Sink::new(FLOWS);
+    burst_all(&mut s, &in_frames, &mut rx);
+    let r = s.report(Some(&inside));
+    assert_eq!((r.esp_decrypted, r.esp_failed, r.packets, r.lost), (inside.tx_packets, 0, inside.measured_tx_packets, 0), "{:?}", r.esp_failures);
+
+    // The second stream decrypts, but its inner packets are outside the
+    // SA's policy: counted as the gateway's drop reason, not delivered.
+    burst_all(&mut s, &out_frames, &mut rx);
+    let r = s.report(Some(&inside));
+    assert_eq!(r.esp_failures.get("inner_policy_mismatch"), Some(&outside.tx_packets), "{:?}", r.esp_failures);
+    assert_eq!(r.esp_failures.len(), 1, "{:?}", r.esp_failures);
+    assert_eq!((r.esp_decrypted, r.esp_failed), (inside.tx_packets, outside.tx_packets));
+    assert_eq!((r.packets, r.warmup_packets, r.other_frames), (inside.measured_tx_packets, inside.tx_packets - inside.measured_tx_packets, 0));
+    assert_eq!(r.rx_frames, inside.tx_packets + outside.tx_packets);
+
+    // An inbound SA that no inbound policy names admits nothing (as in the
+    // gateway): ep1.toml without its policies.
+    let text = std::fs::read_to_string(root.join("ep1.toml")).unwrap();
+    let cut = text.find("[[policy]]").unwrap();
+    let rest = &text[cut..];
+    let routes = &rest[rest.find("[[route]]").unwrap()..];
+    let dir = std::env::temp_dir().join(format!("pktgen-nopolicy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bare = dir.join("ep1.toml");
+    std::fs::write(&bare, format!("{}{routes}", &text[..cut])).unwrap();
+    let mut rx = EspRx::from_config(&bare).unwrap();
+    let mut s = sink::Sink::new(FLOWS);
+    burst_all(&mut s, &in_frames[..40], &mut rx);
+    let r = s.report(None);
+    assert_eq!((r.esp_decrypted, r.esp_failures.get("inner_policy_mismatch"), r.packets), (0, Some(&40), 0));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

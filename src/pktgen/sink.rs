@@ -7,9 +7,13 @@
 //! `other_frames` and otherwise ignored. In ESP mode an IPv4/IPv6 ESP frame
 //! whose (SPI, destination) names an inbound SA of the config is opened
 //! with [`crate::esp::inbound`] (anti-replay window included, as a gateway
-//! would) and its inner packet read the same way; a frame that fails (or
-//! names no SA of the config: `no_sa`) is counted by the gateway's drop
-//! reason name (`esp_failures`), not read.
+//! would), its inner packet checked against the SA's selectors as the
+//! gateway's inbound policy check does (RFC 4301 §5.2, with the same
+//! [`crate::policy::sad::InboundEntry::admits`]) and then read the same
+//! way; a frame that fails (or names no SA of the config: `no_sa`; or
+//! whose inner packet the SA's policies do not admit:
+//! `inner_policy_mismatch`) is counted by the gateway's drop reason name
+//! (`esp_failures`), not read.
 //! Latency is the receive time (one [`super::now_ns`] per burst) minus the
 //! payload's transmit time; a transmit time after the receive time is
 //! counted in `future_timestamps` and not timed.
@@ -24,6 +28,7 @@ use crate::crypto::QueuePair;
 use crate::dataplane::counters::DropReason;
 use crate::esp;
 use crate::io::{PktBuf, Port};
+use crate::policy::spd::FlowKey;
 use crate::wire::{ethernet, ipv4, ipv6, udp};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -108,7 +113,7 @@ pub struct Sink {
     pub flow_out_of_range: u64,
     /// Of those, the measured ones (sent after the warm-up).
     pub flow_out_of_range_measured: u64,
-    /// ESP frames opened and read.
+    /// ESP frames opened whose inner packet the SA's policies admit (then read).
     pub esp_decrypted: u64,
     /// ESP frames that failed, by drop reason.
     esp_failed: [u64; DropReason::ALL.len()],
@@ -203,8 +208,8 @@ impl Sink {
                     };
                     let mut buf = std::mem::replace(b, fresh);
                     buf.trim_to(ethernet::HEADER_LEN + total);
-                    let (sa, st) = &rx.sas[i];
-                    match esp::inbound::prepare(sa, st, buf, ethernet::HEADER_LEN + esp_offset) {
+                    let (e, st) = &rx.sas[i];
+                    match esp::inbound::prepare(&e.sa, st, buf, ethernet::HEADER_LEN + esp_offset) {
                         Ok(op) => {
                             work.sa[work.ops.len()] = i;
                             work.tos[work.ops.len()] = tos;
@@ -230,13 +235,22 @@ impl Sink {
         }
         rx.qp.dequeue_burst(&mut work.done, BURST);
         for (j, op) in work.done.drain(..).enumerate() {
-            let st = &mut rx.sas[work.sa[j]].1;
+            let (entry, st) = &mut rx.sas[work.sa[j]];
             match esp::inbound::finish(st, op, work.tos[j]) {
                 Ok(buf) => {
-                    self.esp_decrypted += 1;
-                    match classify_ip(buf.frame().get(ethernet::HEADER_LEN..).unwrap_or(&[]), false) {
-                        Kind::Ours(p) => self.ours(&p, work.len[j], now),
-                        _ => self.other_frames += 1,
+                    // The gateway's inbound policy check (RFC 4301 §5.2):
+                    // the inner packet must match one of the SA's selectors.
+                    let inner = buf.frame().get(ethernet::HEADER_LEN..).unwrap_or(&[]);
+                    match FlowKey::of_ip(inner) {
+                        Err(_) => self.esp_failed[DropReason::BadInner as usize] += 1,
+                        Ok(k) if !entry.admits(&k) => self.esp_failed[DropReason::InnerPolicyMismatch as usize] += 1,
+                        Ok(_) => {
+                            self.esp_decrypted += 1;
+                            match classify_ip(inner, false) {
+                                Kind::Ours(p) => self.ours(&p, work.len[j], now),
+                                _ => self.other_frames += 1,
+                            }
+                        }
                     }
                     spare.push(buf);
                 }
@@ -451,9 +465,12 @@ pub struct SinkReport {
     /// duplicate or reorder detection); `report` counts them as received.
     #[serde(default)]
     pub flow_out_of_range_measured: u64,
-    /// ESP frames opened.
+    /// ESP frames opened whose inner packet the SA's inbound policies
+    /// admit (RFC 4301 §5.2): what the peer gateway would deliver.
     pub esp_decrypted: u64,
-    /// ESP frames that failed to open.
+    /// ESP frames that failed to open, or whose inner packet the SA's
+    /// policies do not admit (`inner_policy_mismatch`): what the peer
+    /// gateway would drop.
     pub esp_failed: u64,
     /// Failures by drop reason name (as the gateway names them).
     pub esp_failures: BTreeMap<String, u64>,
