@@ -242,6 +242,11 @@ fn nothing_received_and_clock_oddities_are_reported_honestly() {
     assert_eq!((empty.expected, empty.loss_pct, empty.latency_us.max), (0, None, None));
     let json = serde_json::to_value(&empty).unwrap();
     assert!(json["loss_pct"].is_null() && json["latency_us"]["p50"].is_null(), "{json}");
+    // Text: "n/a" for the missing loss figure, never "n/a%"; a known one
+    // with its percent sign.
+    let text = empty.text();
+    assert!(text.contains("lost 0 (n/a, from sequence numbers)") && !text.contains("n/a%"), "{text}");
+    assert!(s.text().contains(&format!("lost {} (100.0000%, from generator)", g.measured_tx_packets)), "{}", s.text());
 
     // A measured packet stamped in the future (another host's clock): counted
     // apart, not timed as 0; one stamped 5 s ago: a real latency.

@@ -391,7 +391,7 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
             };
             let mut r: SinkReport = s.report(gen.as_ref());
             r.port_rx_dropped = rx_dropped;
-            print_sink(&r);
+            print!("{}", r.text());
             if let Some(p) = json {
                 write_json(&p, &r)?;
             }
@@ -432,38 +432,6 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-fn print_sink(r: &SinkReport) {
-    let us = |l: &sink::Latency, v: Option<f64>| sink::show_us(v, l.samples);
-    let l = &r.latency_us;
-    println!(
-        "sink: {} measured packets in {:.3} s: {:.0} pps, {:.4} Gbit/s; lost {} ({}%, from {}), reordered {}, duplicates {}; latency us p50 {} p99 {} max {}",
-        r.packets,
-        r.measured_s,
-        r.rate_pps,
-        r.gbps,
-        r.lost,
-        sink::show_pct(r.loss_pct),
-        r.loss_from,
-        r.reordered,
-        r.duplicates,
-        us(l, l.p50),
-        us(l, l.p99),
-        us(l, l.max)
-    );
-    println!(
-        "      frames {} (other {}, warm-up {}, flow out of range {}), esp decrypted {} failed {} {:?}, kernel rx drops {}, timestamps from the future {}, latencies over the cap {}",
-        r.rx_frames, r.other_frames, r.warmup_packets, r.flow_out_of_range, r.esp_decrypted, r.esp_failed, r.esp_failures, r.port_rx_dropped, r.future_timestamps, l.overflow
-    );
-    println!("{:>6} {:>12} {:>14} {:>10} {:>9} {:>9} {:>10} {:>10} {:>10}", "flow", "packets", "bytes", "lost", "reorder", "dup", "p50_us", "p99_us", "max_us");
-    for f in &r.flows {
-        let l = &f.latency_us;
-        println!(
-            "{:>6} {:>12} {:>14} {:>10} {:>9} {:>9} {:>10} {:>10} {:>10}",
-            f.flow, f.packets, f.bytes, f.lost, f.reordered, f.duplicates, us(l, l.p50), us(l, l.p99), us(l, l.max)
-        );
-    }
 }
 
 fn main() -> ExitCode {

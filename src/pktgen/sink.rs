@@ -507,6 +507,59 @@ pub struct SinkReport {
     pub flows: Vec<FlowReport>,
 }
 
+impl SinkReport {
+    /// The report as the sink prints it: a summary line (rates, loss as
+    /// `{:.4}%`, or `n/a` when nothing was expected, latency), a line of
+    /// frame and ESP counts, and a table row per flow; each line ends in a
+    /// newline.
+    pub fn text(&self) -> String {
+        use std::fmt::Write;
+        let us = |l: &Latency, v: Option<f64>| show_us(v, l.samples);
+        let l = &self.latency_us;
+        let loss = self.loss_pct.map_or_else(|| "n/a".to_string(), |x| format!("{x:.4}%"));
+        let mut t = String::new();
+        // Writing to a String cannot fail.
+        let _ = writeln!(
+            t,
+            "sink: {} measured packets in {:.3} s: {:.0} pps, {:.4} Gbit/s; lost {} ({loss}, from {}), reordered {}, duplicates {}; latency us p50 {} p99 {} max {}",
+            self.packets,
+            self.measured_s,
+            self.rate_pps,
+            self.gbps,
+            self.lost,
+            self.loss_from,
+            self.reordered,
+            self.duplicates,
+            us(l, l.p50),
+            us(l, l.p99),
+            us(l, l.max)
+        );
+        let _ = writeln!(
+            t,
+            "      frames {} (other {}, warm-up {}, flow out of range {}), esp decrypted {} failed {} {:?}, kernel rx drops {}, timestamps from the future {}, latencies over the cap {}",
+            self.rx_frames,
+            self.other_frames,
+            self.warmup_packets,
+            self.flow_out_of_range,
+            self.esp_decrypted,
+            self.esp_failed,
+            self.esp_failures,
+            self.port_rx_dropped,
+            self.future_timestamps,
+            l.overflow
+        );
+        let row = |t: &mut String, c: [&dyn std::fmt::Display; 9]| {
+            let _ = writeln!(t, "{:>6} {:>12} {:>14} {:>10} {:>9} {:>9} {:>10} {:>10} {:>10}", c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8]);
+        };
+        row(&mut t, ["flow", "packets", "bytes", "lost", "reorder", "dup", "p50_us", "p99_us", "max_us"].each_ref().map(|h| h as &dyn std::fmt::Display));
+        for f in &self.flows {
+            let l = &f.latency_us;
+            row(&mut t, [&f.flow, &f.packets, &f.bytes, &f.lost, &f.reordered, &f.duplicates, &us(l, l.p50), &us(l, l.p99), &us(l, l.max)]);
+        }
+        t
+    }
+}
+
 /// Runs the sink on `ports` for `cfg.duration + cfg.grace` (or until
 /// `stop`), then returns its state ([`Sink::report`]).
 pub fn run<P: Port>(ports: &mut [P], cfg: &SinkConfig, mut esp: Option<&mut EspRx>, stop: &AtomicBool) -> Sink {
