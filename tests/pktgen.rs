@@ -328,4 +328,15 @@ fn command_line_mistakes_are_refused_up_front_with_the_option_named() {
     assert!(!ok && e.contains("are the same interface"), "{e}");
     let (ok, e) = cli(&["report", "--gen", "x.json", "--sink", "y.json", "--json", "/no-such-dir/r.json"]);
     assert!(!ok && e.contains("directory /no-such-dir does not exist"), "{e}");
+    // --json naming an existing directory: refused before anything runs
+    // (before the interface is even looked up), by every command.
+    let is_dir = "--json configs: is a directory";
+    let (ok, e) = gen(&["--json", "configs"]);
+    assert!(!ok && e.contains(is_dir) && !e.contains("no-such-if0"), "{e}");
+    let (ok, e) = cli(&["sink", "--iface", "no-such-if0", "--duration", "1", "--json", "configs"]);
+    assert!(!ok && e.contains(is_dir) && !e.contains("no-such-if0"), "{e}");
+    let (ok, e) = cli(&["forward", "--in", "no-such-if0", "--out", "no-such-if1", "--dst-mac", "02:00:00:00:00:01", "--src-mac", "02:00:00:00:00:02", "--json", "configs"]);
+    assert!(!ok && e.contains(is_dir) && !e.contains("no-such-if0"), "{e}");
+    let (ok, e) = cli(&["report", "--gen", "x.json", "--sink", "y.json", "--json", "configs/"]);
+    assert!(!ok && e.contains("--json configs/: is a directory") && !e.contains("x.json"), "{e}");
 }

@@ -214,10 +214,14 @@ fn parse_ring_size(s: &str) -> Result<u32, String> {
     Ok(n)
 }
 
-/// Refuses an output file whose directory does not exist, before anything
-/// runs (rather than after a whole measurement).
+/// Refuses an output file that is an existing directory, or whose
+/// directory does not exist, before anything runs (rather than after a
+/// whole measurement, whose results would be lost).
 fn check_out(opt: &str, path: Option<&Path>) -> anyhow::Result<()> {
     let Some(p) = path else { return Ok(()) };
+    if p.is_dir() {
+        bail!("{opt} {}: is a directory (name a file to write)", p.display());
+    }
     let dir = match p.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
