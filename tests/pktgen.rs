@@ -316,6 +316,10 @@ fn command_line_mistakes_are_refused_up_front_with_the_option_named() {
     assert!(!ok && e.contains("--src-mac") && e.contains("broadcast address cannot be a source MAC"), "{e}");
     let (ok, e) = gen(&["--src-mac", "01:00:5e:00:00:01"]);
     assert!(!ok && e.contains("multicast address cannot be a source MAC"), "{e}");
+    let (ok, e) = gen(&["--src-mac", "00:00:00:00:00:00"]);
+    assert!(!ok && e.contains("--src-mac") && e.contains("all-zero address cannot be a source MAC"), "{e}");
+    let (ok, e) = cli(&["forward", "--in", "no-such-if0", "--out", "no-such-if1", "--dst-mac", "02:00:00:00:00:01", "--src-mac", "00:00:00:00:00:00"]);
+    assert!(!ok && e.contains("--src-mac") && e.contains("all-zero address"), "{e}");
     let (ok, e) = gen(&["--json", "/no-such-dir/gen.json"]);
     assert!(!ok && e.contains("--json /no-such-dir/gen.json: directory /no-such-dir does not exist"), "{e}");
     // Hex SPIs as in the config; an inbound SA is called one.

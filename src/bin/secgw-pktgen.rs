@@ -193,13 +193,16 @@ fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     Ok(mac)
 }
 
-/// A source MAC: [`parse_mac`], and unicast (the I/G bit, bit 0 of the
-/// first octet, clear: a multicast or broadcast source is invalid, IEEE 802
-/// §8.2).
+/// A source MAC: [`parse_mac`], unicast (the I/G bit, bit 0 of the first
+/// octet, clear: a multicast or broadcast source is invalid, IEEE 802
+/// §8.2) and not all zeros (no station's address).
 fn parse_unicast_mac(s: &str) -> Result<[u8; 6], String> {
     let mac = parse_mac(s)?;
     if mac[0] & 1 != 0 {
         return Err(format!("{s}: a {} address cannot be a source MAC", if mac == [0xff; 6] { "broadcast" } else { "multicast" }));
+    }
+    if mac == [0; 6] {
+        return Err(format!("{s}: the all-zero address cannot be a source MAC"));
     }
     Ok(mac)
 }
