@@ -343,4 +343,17 @@ fn command_line_mistakes_are_refused_up_front_with_the_option_named() {
     assert!(!ok && e.contains(is_dir) && !e.contains("no-such-if0"), "{e}");
     let (ok, e) = cli(&["report", "--gen", "x.json", "--sink", "y.json", "--json", "configs/"]);
     assert!(!ok && e.contains("--json configs/: is a directory") && !e.contains("x.json"), "{e}");
+
+    // report with the generator's and the sink's JSON swapped: said so.
+    let dir = std::env::temp_dir().join(format!("pktgen-swapped-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (g, s) = (dir.join("gen.json"), dir.join("sink.json"));
+    std::fs::write(&g, serde_json::to_string(&GenReport::default()).unwrap()).unwrap();
+    std::fs::write(&s, serde_json::to_string(&SinkReport::default()).unwrap()).unwrap();
+    let (g, s) = (g.to_str().unwrap(), s.to_str().unwrap());
+    let (ok, e) = cli(&["report", "--gen", s, "--sink", g]);
+    assert!(!ok && e.contains(&format!("--gen {s} is a sink's report")) && e.contains("--gen and --sink swapped?") && !e.contains("missing field"), "{e}");
+    let (ok, e) = cli(&["report", "--gen", g, "--sink", s]);
+    assert!(ok, "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

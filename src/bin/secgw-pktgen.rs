@@ -287,9 +287,11 @@ fn write_json<T: serde::Serialize>(path: &Path, v: &T) -> anyhow::Result<()> {
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+/// Reads the report of kind `want` given to option `opt` ([`report::parse`]:
+/// a report of another kind is named for what it is).
+fn read_report<T: serde::de::DeserializeOwned>(opt: &str, path: &Path, want: report::ReportKind) -> anyhow::Result<T> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("{opt}: reading {}", path.display()))?;
+    report::parse(opt, path, &text, want).map_err(anyhow::Error::msg)
 }
 
 fn port_rx_dropped(ports: &[AfXdpPort]) -> u64 {
@@ -385,7 +387,7 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
                         tracing::warn!(path = %p.display(), "no generator report written since the sink started: loss counted from sequence numbers");
                         None
                     } else {
-                        match read_json::<GenReport>(&p) {
+                        match read_report::<GenReport>("--gen-json", &p, report::ReportKind::Gen) {
                             Ok(g) => Some(g),
                             Err(e) => {
                                 tracing::warn!("{e:#}: loss counted from sequence numbers");
@@ -425,8 +427,8 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
         }
         Cmd::Report { gen, sink, json } => {
             check_out("--json", json.as_deref())?;
-            let g: GenReport = read_json(&gen)?;
-            let s: SinkReport = read_json(&sink)?;
+            let g: GenReport = read_report("--gen", &gen, report::ReportKind::Gen)?;
+            let s: SinkReport = read_report("--sink", &sink, report::ReportKind::Sink)?;
             let c = report::combine(&g, &s);
             for w in &c.warnings {
                 tracing::warn!("{w}");

@@ -52,6 +52,69 @@ pub struct Combined {
     pub warnings: Vec<String>,
 }
 
+/// The kinds of JSON report secgw-pktgen writes, told apart by fields
+/// only that kind has (so a file handed to the wrong option is named for
+/// what it is rather than by a missing field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportKind {
+    /// `gen --json` ([`GenReport`]: `measured_tx_packets`, `target_rate_pps`).
+    Gen,
+    /// `sink --json` ([`SinkReport`]: `rx_frames`, `esp_failures`).
+    Sink,
+    /// `report --json` ([`Combined`]: `mpps`, `rx_packets`).
+    Combined,
+    /// `forward --json` (`runts`).
+    Forward,
+}
+
+impl ReportKind {
+    /// The kind of the JSON value `v`; `None` when it is none of them.
+    pub fn of(v: &serde_json::Value) -> Option<ReportKind> {
+        let has = |k: &str| v.get(k).is_some();
+        if has("measured_tx_packets") && has("target_rate_pps") {
+            Some(ReportKind::Gen)
+        } else if has("rx_frames") && has("esp_failures") {
+            Some(ReportKind::Sink)
+        } else if has("mpps") && has("rx_packets") {
+            Some(ReportKind::Combined)
+        } else if has("runts") {
+            Some(ReportKind::Forward)
+        } else {
+            None
+        }
+    }
+
+    /// What it is, in words ("a sink's report (sink --json)").
+    pub fn describe(self) -> &'static str {
+        match self {
+            ReportKind::Gen => "a generator's report (gen --json)",
+            ReportKind::Sink => "a sink's report (sink --json)",
+            ReportKind::Combined => "a combined report (report --json)",
+            ReportKind::Forward => "a forwarder's report (forward --json)",
+        }
+    }
+}
+
+/// Reads a report of kind `want` (a [`GenReport`] or [`SinkReport`]) from
+/// `text`, the contents of the file `path` given to option `opt`. Errors
+/// (naming the option and the file): not JSON; another kind of report
+/// ([`ReportKind`]: says which, e.g. `--gen` and `--sink` swapped); a
+/// missing or malformed field (serde's message).
+pub fn parse<T: serde::de::DeserializeOwned>(opt: &str, path: &std::path::Path, text: &str, want: ReportKind) -> Result<T, String> {
+    let at = format!("{opt} {}", path.display());
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("{at}: not JSON: {e}"))?;
+    match ReportKind::of(&v) {
+        Some(k) if k != want => {
+            let hint = match (want, k) {
+                (ReportKind::Gen, ReportKind::Sink) | (ReportKind::Sink, ReportKind::Gen) => ": --gen and --sink swapped?",
+                _ => "",
+            };
+            Err(format!("{at} is {}, not {}{hint}", k.describe(), want.describe()))
+        }
+        _ => serde_json::from_value(v).map_err(|e| format!("{at}: not {}: {e}", want.describe())),
+    }
+}
+
 /// Combines the two reports.
 pub fn combine(gen: &GenReport, sink: &SinkReport) -> Combined {
     // Measured packets of flows beyond the sink's --max-flows arrived too
@@ -197,6 +260,29 @@ mod tests {
 
     fn has(w: &[String], what: &str) -> bool {
         w.iter().any(|x| x.contains(what))
+    }
+
+    #[test]
+    fn a_report_of_the_other_kind_is_named_for_what_it_is() {
+        let (gen, sink) = pair();
+        let (g, s) = (serde_json::to_string(&gen).unwrap(), serde_json::to_string(&sink).unwrap());
+        let p = std::path::Path::new;
+        // Swapped: each is called what it is, not "missing field tx_packets".
+        let e = parse::<GenReport>("--gen", p("sink.json"), &s, ReportKind::Gen).unwrap_err();
+        assert_eq!(e, "--gen sink.json is a sink's report (sink --json), not a generator's report (gen --json): --gen and --sink swapped?");
+        let e = parse::<SinkReport>("--sink", p("gen.json"), &g, ReportKind::Sink).unwrap_err();
+        assert_eq!(e, "--sink gen.json is a generator's report (gen --json), not a sink's report (sink --json): --gen and --sink swapped?");
+        let c = serde_json::to_string(&combine(&gen, &sink)).unwrap();
+        let e = parse::<GenReport>("--gen", p("r.json"), &c, ReportKind::Gen).unwrap_err();
+        assert!(e.starts_with("--gen r.json is a combined report (report --json), not a generator's"), "{e}");
+        let fwd = serde_json::to_string(&crate::pktgen::forward::ForwardReport::default()).unwrap();
+        assert!(parse::<SinkReport>("--sink", p("f.json"), &fwd, ReportKind::Sink).unwrap_err().contains("is a forwarder's report"));
+        // The right files read as before; other mistakes keep serde's words.
+        assert_eq!(parse::<GenReport>("--gen", p("gen.json"), &g, ReportKind::Gen).unwrap().measured_tx_packets, 1000);
+        assert_eq!(parse::<SinkReport>("--sink", p("sink.json"), &s, ReportKind::Sink).unwrap(), sink);
+        let e = parse::<GenReport>("--gen", p("x.json"), "{\"tx_packets\": 1}", ReportKind::Gen).unwrap_err();
+        assert!(e.starts_with("--gen x.json: not a generator's report (gen --json): missing field"), "{e}");
+        assert!(parse::<GenReport>("--gen", p("x.json"), "nope", ReportKind::Gen).unwrap_err().starts_with("--gen x.json: not JSON"));
     }
 
     #[test]
