@@ -145,7 +145,8 @@ pub fn combine(gen: &GenReport, sink: &SinkReport) -> Combined {
 /// What makes a generator's and a sink's reports look unrelated, or the
 /// sink's view of the run partial: more measured packets received than
 /// sent; flows received that the generator did not send; ESP on one side
-/// that the other could not have read; runs that do not overlap in time,
+/// that the other could not have read; decrypted packets the sink's SA
+/// policies do not admit; runs that do not overlap in time,
 /// or a sink that started after the measured part began or stopped before
 /// the generator ended (wall clocks; skipped for reports without them).
 /// One sentence each; empty when nothing looks wrong.
@@ -170,6 +171,11 @@ pub fn warnings(gen: &GenReport, sink: &SinkReport) -> Vec<String> {
     }
     if sink.esp && sink.esp_decrypted == 0 && sink.esp_failures.get("no_sa").is_some_and(|&n| n > 0) {
         w.push("none of the ESP the sink received is for an inbound SA of its --esp-config (no_sa): the config of another peer?".into());
+    }
+    if let Some(&n) = sink.esp_failures.get("inner_policy_mismatch").filter(|&&n| n > 0) {
+        w.push(format!(
+            "the sink decrypted {n} packets whose inner flow the SA's inbound policies in its --esp-config do not admit (inner_policy_mismatch, RFC 4301 §5.2): counted as lost, as the peer gateway would drop them; the generator's addresses or ports are outside that policy"
+        ));
     }
     if gen.started_unix_s > 0.0 && sink.started_unix_s > 0.0 {
         let measured_from = gen.started_unix_s + gen.warmup_s;
@@ -323,6 +329,10 @@ mod tests {
         sink.esp_failures.insert("no_sa".into(), 9);
         sink.packets = 0;
         assert!(has(&warnings(&gen, &sink), "no_sa"));
+        // Decrypted, but outside the SA's policy: said why they count as lost.
+        assert!(!has(&warnings(&gen, &sink), "inner_policy_mismatch"));
+        sink.esp_failures.insert("inner_policy_mismatch".into(), 1000);
+        assert!(has(&warnings(&gen, &sink), "the sink decrypted 1000 packets whose inner flow the SA's inbound policies"));
 
         // Time: a sink of another run, before or after; a late start; an early stop.
         let (gen, mut sink) = pair();

@@ -194,8 +194,10 @@ def test_esp_sink_applies_the_inbound_policy_check(testbed, artifacts):
     assert s["esp_failures"] == {"inner_policy_mismatch": g["tx_packets"]}, s["esp_failures"]
     assert (s["esp_decrypted"], s["packets"], s["warmup_packets"]) == (0, 0, 0), s
     assert s["lost"] == g["measured_tx_packets"], s
-    # The generator said so before sending.
+    # The generator said so before sending; `report` says why all is lost.
     assert "inbound policy check will drop them" in (artifacts / "gen.stdout").read_text()
+    r = L.run([binary, "report", "--gen", artifacts / "gen.json", "--sink", artifacts / "sink.json"])
+    assert "inner_policy_mismatch" in r.stderr and "100.0000" in r.stdout, (r.stdout, r.stderr)
 
 
 def test_queues_past_the_interface_and_a_running_holder_are_refused_at_once(testbed, artifacts):
