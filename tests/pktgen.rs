@@ -5,7 +5,7 @@
 //! with configs/ep1.toml's inbound SAs (the interop of the ESP itself with
 //! scapy is in tests/e2e/test_pktgen.py). No timing is asserted.
 
-use secgw::io::mem;
+use secgw::io::{mem, PktBuf};
 use secgw::pktgen::build::{FlowSpec, PacketBuilder, Size};
 use secgw::pktgen::gen::{self, GenConfig, GenReport};
 use secgw::pktgen::payload::{Payload, FLAG_MEASURED};
@@ -18,8 +18,12 @@ use std::time::Duration;
 const FLOWS: u32 = 3;
 
 fn generate(size: Size, queues: u16, esp: Option<&mut EspTx>) -> (GenReport, Vec<Vec<u8>>) {
+    generate_flows(generate_spec(), size, queues, esp)
+}
+
+fn generate_flows(spec: &FlowSpec, size: Size, queues: u16, esp: Option<&mut EspTx>) -> (GenReport, Vec<Vec<u8>>) {
     let cfg = GenConfig {
-        builder: PacketBuilder::new(*generate_spec(), size).unwrap(),
+        builder: PacketBuilder::new(*spec, size).unwrap(),
         rate_pps: 40_000,
         duration: Duration::from_millis(100),
         warmup: Duration::from_millis(25),
@@ -149,6 +153,67 @@ fn esp_sealed_by_ep0_is_opened_by_ep1_with_nothing_lost() {
     assert_eq!(s.esp_failures.get("no_sa"), Some(&3));
 }
 
+/// Hands `frames` to `s` through [`sink::Sink::burst`] in bursts of 32.
+fn burst_all(s: &mut sink::Sink, frames: &[Vec<u8>], rx: &mut EspRx) {
+    let mut bufs: Vec<PktBuf> = (0..32).map(|_| PktBuf::new()).collect();
+    let mut spare: Vec<PktBuf> = (0..32).map(|_| PktBuf::new()).collect();
+    let mut work = sink::Work::default();
+    for chunk in frames.chunks(32) {
+        for (b, f) in bufs.iter_mut().zip(chunk) {
+            assert!(b.copy_from(f));
+        }
+        s.burst(&mut bufs, chunk.len(), secgw::pktgen::now_ns(), Some(&mut *rx), &mut spare, &mut work);
+        assert_eq!(spare.len(), 32, "every buffer came back");
+    }
+}
+
+#[test]
+fn the_decrypting_sink_drops_what_the_peers_inbound_policy_check_drops() {
+    // ep1.toml admits on SA 1001 only 192.0.2.0/24 → 198.51.100.0/24 (RFC
+    // 4301 §5.2); ep0.toml's SA 1001 seals whatever it is given.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    let mut tx = EspTx::from_config(&root.join("ep0.toml"), 1001, 1).unwrap();
+    let (inside, in_frames) = generate(Size::Fixed(200), 1, Some(&mut tx));
+    let outside_spec = FlowSpec { dst: "203.0.113.9".parse().unwrap(), ..*generate_spec() };
+    assert_eq!(tx.flows_outside_policy(&outside_spec).len(), FLOWS as usize, "ep0's own SPD would not send these in SA 1001 either");
+    // Sequence numbers go on from the first stream's: no replay.
+    let (outside, out_frames) = generate_flows(&outside_spec, Size::Fixed(200), 1, Some(&mut tx));
+    assert!(inside.esp_errors == 0 && outside.esp_errors == 0 && outside.tx_packets > 100);
+
+    let mut rx = EspRx::from_config(&root.join("ep1.toml")).unwrap();
+    let mut s = sink::Sink::new(FLOWS);
+    burst_all(&mut s, &in_frames, &mut rx);
+    let r = s.report(Some(&inside));
+    assert_eq!((r.esp_decrypted, r.esp_failed, r.packets, r.lost), (inside.tx_packets, 0, inside.measured_tx_packets, 0), "{:?}", r.esp_failures);
+
+    // The second stream decrypts, but its inner packets are outside the
+    // SA's policy: counted as the gateway's drop reason, not delivered.
+    burst_all(&mut s, &out_frames, &mut rx);
+    let r = s.report(Some(&inside));
+    assert_eq!(r.esp_failures.get("inner_policy_mismatch"), Some(&outside.tx_packets), "{:?}", r.esp_failures);
+    assert_eq!(r.esp_failures.len(), 1, "{:?}", r.esp_failures);
+    assert_eq!((r.esp_decrypted, r.esp_failed), (inside.tx_packets, outside.tx_packets));
+    assert_eq!((r.packets, r.warmup_packets, r.other_frames), (inside.measured_tx_packets, inside.tx_packets - inside.measured_tx_packets, 0));
+    assert_eq!(r.rx_frames, inside.tx_packets + outside.tx_packets);
+
+    // An inbound SA that no inbound policy names admits nothing (as in the
+    // gateway): ep1.toml without its policies.
+    let text = std::fs::read_to_string(root.join("ep1.toml")).unwrap();
+    let cut = text.find("[[policy]]").unwrap();
+    let rest = &text[cut..];
+    let routes = &rest[rest.find("[[route]]").unwrap()..];
+    let dir = std::env::temp_dir().join(format!("pktgen-nopolicy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bare = dir.join("ep1.toml");
+    std::fs::write(&bare, format!("{}{routes}", &text[..cut])).unwrap();
+    let mut rx = EspRx::from_config(&bare).unwrap();
+    let mut s = sink::Sink::new(FLOWS);
+    burst_all(&mut s, &in_frames[..40], &mut rx);
+    let r = s.report(None);
+    assert_eq!((r.esp_decrypted, r.esp_failures.get("inner_policy_mismatch"), r.packets), (0, Some(&40), 0));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn esp_config_errors_are_reported() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
@@ -177,6 +242,11 @@ fn nothing_received_and_clock_oddities_are_reported_honestly() {
     assert_eq!((empty.expected, empty.loss_pct, empty.latency_us.max), (0, None, None));
     let json = serde_json::to_value(&empty).unwrap();
     assert!(json["loss_pct"].is_null() && json["latency_us"]["p50"].is_null(), "{json}");
+    // Text: "n/a" for the missing loss figure, never "n/a%"; a known one
+    // with its percent sign.
+    let text = empty.text();
+    assert!(text.contains("lost 0 (n/a, from sequence numbers)") && !text.contains("n/a%"), "{text}");
+    assert!(s.text().contains(&format!("lost {} (100.0000%, from generator)", g.measured_tx_packets)), "{}", s.text());
 
     // A measured packet stamped in the future (another host's clock): counted
     // apart, not timed as 0; one stamped 5 s ago: a real latency.
@@ -246,6 +316,10 @@ fn command_line_mistakes_are_refused_up_front_with_the_option_named() {
     assert!(!ok && e.contains("--src-mac") && e.contains("broadcast address cannot be a source MAC"), "{e}");
     let (ok, e) = gen(&["--src-mac", "01:00:5e:00:00:01"]);
     assert!(!ok && e.contains("multicast address cannot be a source MAC"), "{e}");
+    let (ok, e) = gen(&["--src-mac", "00:00:00:00:00:00"]);
+    assert!(!ok && e.contains("--src-mac") && e.contains("all-zero address cannot be a source MAC"), "{e}");
+    let (ok, e) = cli(&["forward", "--in", "no-such-if0", "--out", "no-such-if1", "--dst-mac", "02:00:00:00:00:01", "--src-mac", "00:00:00:00:00:00"]);
+    assert!(!ok && e.contains("--src-mac") && e.contains("all-zero address"), "{e}");
     let (ok, e) = gen(&["--json", "/no-such-dir/gen.json"]);
     assert!(!ok && e.contains("--json /no-such-dir/gen.json: directory /no-such-dir does not exist"), "{e}");
     // Hex SPIs as in the config; an inbound SA is called one.
@@ -258,4 +332,28 @@ fn command_line_mistakes_are_refused_up_front_with_the_option_named() {
     assert!(!ok && e.contains("are the same interface"), "{e}");
     let (ok, e) = cli(&["report", "--gen", "x.json", "--sink", "y.json", "--json", "/no-such-dir/r.json"]);
     assert!(!ok && e.contains("directory /no-such-dir does not exist"), "{e}");
+    // --json naming an existing directory: refused before anything runs
+    // (before the interface is even looked up), by every command.
+    let is_dir = "--json configs: is a directory";
+    let (ok, e) = gen(&["--json", "configs"]);
+    assert!(!ok && e.contains(is_dir) && !e.contains("no-such-if0"), "{e}");
+    let (ok, e) = cli(&["sink", "--iface", "no-such-if0", "--duration", "1", "--json", "configs"]);
+    assert!(!ok && e.contains(is_dir) && !e.contains("no-such-if0"), "{e}");
+    let (ok, e) = cli(&["forward", "--in", "no-such-if0", "--out", "no-such-if1", "--dst-mac", "02:00:00:00:00:01", "--src-mac", "02:00:00:00:00:02", "--json", "configs"]);
+    assert!(!ok && e.contains(is_dir) && !e.contains("no-such-if0"), "{e}");
+    let (ok, e) = cli(&["report", "--gen", "x.json", "--sink", "y.json", "--json", "configs/"]);
+    assert!(!ok && e.contains("--json configs/: is a directory") && !e.contains("x.json"), "{e}");
+
+    // report with the generator's and the sink's JSON swapped: said so.
+    let dir = std::env::temp_dir().join(format!("pktgen-swapped-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (g, s) = (dir.join("gen.json"), dir.join("sink.json"));
+    std::fs::write(&g, serde_json::to_string(&GenReport::default()).unwrap()).unwrap();
+    std::fs::write(&s, serde_json::to_string(&SinkReport::default()).unwrap()).unwrap();
+    let (g, s) = (g.to_str().unwrap(), s.to_str().unwrap());
+    let (ok, e) = cli(&["report", "--gen", s, "--sink", g]);
+    assert!(!ok && e.contains(&format!("--gen {s} is a sink's report")) && e.contains("--gen and --sink swapped?") && !e.contains("missing field"), "{e}");
+    let (ok, e) = cli(&["report", "--gen", g, "--sink", s]);
+    assert!(ok, "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -193,13 +193,16 @@ fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     Ok(mac)
 }
 
-/// A source MAC: [`parse_mac`], and unicast (the I/G bit, bit 0 of the
-/// first octet, clear: a multicast or broadcast source is invalid, IEEE 802
-/// §8.2).
+/// A source MAC: [`parse_mac`], unicast (the I/G bit, bit 0 of the first
+/// octet, clear: a multicast or broadcast source is invalid, IEEE 802
+/// §8.2) and not all zeros (no station's address).
 fn parse_unicast_mac(s: &str) -> Result<[u8; 6], String> {
     let mac = parse_mac(s)?;
     if mac[0] & 1 != 0 {
         return Err(format!("{s}: a {} address cannot be a source MAC", if mac == [0xff; 6] { "broadcast" } else { "multicast" }));
+    }
+    if mac == [0; 6] {
+        return Err(format!("{s}: the all-zero address cannot be a source MAC"));
     }
     Ok(mac)
 }
@@ -214,10 +217,14 @@ fn parse_ring_size(s: &str) -> Result<u32, String> {
     Ok(n)
 }
 
-/// Refuses an output file whose directory does not exist, before anything
-/// runs (rather than after a whole measurement).
+/// Refuses an output file that is an existing directory, or whose
+/// directory does not exist, before anything runs (rather than after a
+/// whole measurement, whose results would be lost).
 fn check_out(opt: &str, path: Option<&Path>) -> anyhow::Result<()> {
     let Some(p) = path else { return Ok(()) };
+    if p.is_dir() {
+        bail!("{opt} {}: is a directory (name a file to write)", p.display());
+    }
     let dir = match p.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -280,9 +287,11 @@ fn write_json<T: serde::Serialize>(path: &Path, v: &T) -> anyhow::Result<()> {
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+/// Reads the report of kind `want` given to option `opt` ([`report::parse`]:
+/// a report of another kind is named for what it is).
+fn read_report<T: serde::de::DeserializeOwned>(opt: &str, path: &Path, want: report::ReportKind) -> anyhow::Result<T> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("{opt}: reading {}", path.display()))?;
+    report::parse(opt, path, &text, want).map_err(anyhow::Error::msg)
 }
 
 fn port_rx_dropped(ports: &[AfXdpPort]) -> u64 {
@@ -378,7 +387,7 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
                         tracing::warn!(path = %p.display(), "no generator report written since the sink started: loss counted from sequence numbers");
                         None
                     } else {
-                        match read_json::<GenReport>(&p) {
+                        match read_report::<GenReport>("--gen-json", &p, report::ReportKind::Gen) {
                             Ok(g) => Some(g),
                             Err(e) => {
                                 tracing::warn!("{e:#}: loss counted from sequence numbers");
@@ -391,7 +400,7 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
             };
             let mut r: SinkReport = s.report(gen.as_ref());
             r.port_rx_dropped = rx_dropped;
-            print_sink(&r);
+            print!("{}", r.text());
             if let Some(p) = json {
                 write_json(&p, &r)?;
             }
@@ -418,8 +427,8 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
         }
         Cmd::Report { gen, sink, json } => {
             check_out("--json", json.as_deref())?;
-            let g: GenReport = read_json(&gen)?;
-            let s: SinkReport = read_json(&sink)?;
+            let g: GenReport = read_report("--gen", &gen, report::ReportKind::Gen)?;
+            let s: SinkReport = read_report("--sink", &sink, report::ReportKind::Sink)?;
             let c = report::combine(&g, &s);
             for w in &c.warnings {
                 tracing::warn!("{w}");
@@ -432,38 +441,6 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-fn print_sink(r: &SinkReport) {
-    let us = |l: &sink::Latency, v: Option<f64>| sink::show_us(v, l.samples);
-    let l = &r.latency_us;
-    println!(
-        "sink: {} measured packets in {:.3} s: {:.0} pps, {:.4} Gbit/s; lost {} ({}%, from {}), reordered {}, duplicates {}; latency us p50 {} p99 {} max {}",
-        r.packets,
-        r.measured_s,
-        r.rate_pps,
-        r.gbps,
-        r.lost,
-        sink::show_pct(r.loss_pct),
-        r.loss_from,
-        r.reordered,
-        r.duplicates,
-        us(l, l.p50),
-        us(l, l.p99),
-        us(l, l.max)
-    );
-    println!(
-        "      frames {} (other {}, warm-up {}, flow out of range {}), esp decrypted {} failed {} {:?}, kernel rx drops {}, timestamps from the future {}, latencies over the cap {}",
-        r.rx_frames, r.other_frames, r.warmup_packets, r.flow_out_of_range, r.esp_decrypted, r.esp_failed, r.esp_failures, r.port_rx_dropped, r.future_timestamps, l.overflow
-    );
-    println!("{:>6} {:>12} {:>14} {:>10} {:>9} {:>9} {:>10} {:>10} {:>10}", "flow", "packets", "bytes", "lost", "reorder", "dup", "p50_us", "p99_us", "max_us");
-    for f in &r.flows {
-        let l = &f.latency_us;
-        println!(
-            "{:>6} {:>12} {:>14} {:>10} {:>9} {:>9} {:>10} {:>10} {:>10}",
-            f.flow, f.packets, f.bytes, f.lost, f.reordered, f.duplicates, us(l, l.p50), us(l, l.p99), us(l, l.max)
-        );
-    }
 }
 
 fn main() -> ExitCode {

@@ -5,8 +5,12 @@
 //! the extra queues stay idle); each burst goes to one queue, the queues
 //! taking turns, and within a queue the flows take turns packet by packet.
 //! Sequence numbers count per flow from 0 across warm-up and measurement;
-//! a packet is *measured* (payload flag bit 0) when it is built after the
-//! warm-up. The transmit timestamp is read per packet just before it is
+//! a packet is *measured* (payload flag bit 0) when it is due after the
+//! warm-up: with `--rate`, by its slot in the pacing schedule
+//! ([`super::pace`]: packet *k* due at `start + k / rate`), so a run that
+//! keeps up sends exactly rate × duration measured packets (when that is
+//! whole; else one of the two nearest); at full speed (`--rate 0`), when it is built
+//! after the warm-up. The transmit timestamp is read per packet just before it is
 //! built (and, in ESP mode, sealed: the timestamp is inside the
 //! ciphertext).
 //!
@@ -27,6 +31,10 @@ use crate::wire::ethernet;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// How long after the end of the run frames due before it are still sent
+/// or retried on a full tx ring.
+const OVERRUN_NS: u64 = 1_000_000_000;
 
 /// What to send.
 #[derive(Debug, Clone)]
@@ -62,11 +70,13 @@ pub struct GenReport {
     pub tx_packets: u64,
     /// Their bytes.
     pub tx_bytes: u64,
-    /// Frames sent after the warm-up.
+    /// Measured frames sent (due after the warm-up: see the module docs).
     pub measured_tx_packets: u64,
     /// Their bytes.
     pub measured_tx_bytes: u64,
-    /// Seconds from the end of the warm-up to the last frame sent.
+    /// Seconds from the end of the warm-up to the end of the run, or to
+    /// the last measured frame sent if that was later (the generator fell
+    /// behind), or to the last one before a stop (SIGINT/SIGTERM).
     pub duration_s: f64,
     /// Achieved rate over `duration_s`, packets per second.
     pub rate_pps: f64,
@@ -136,17 +146,30 @@ pub fn run<P: TxRoom>(ports: &mut [P], cfg: &GenConfig, mut esp: Option<&mut Esp
     report.started_unix_s = unix_now_s();
     let m0 = t0 + cfg.warmup.as_nanos() as u64;
     let end = m0 + cfg.duration.as_nanos() as u64;
-    let mut bucket = TokenBucket::new(cfg.rate_pps, t0);
+    let mut bucket = TokenBucket::new(cfg.rate_pps, t0, end);
+    // Paced: packets are measured by their slot in the schedule, so a run
+    // that keeps up sends exactly rate × duration measured packets.
+    let first_measured = bucket.due_before(m0);
     let mut k = 0u64;
     let mut q = 0usize;
     let mut last_tx = m0;
+    let mut stopped = false;
     loop {
         let now = now_ns();
-        if now >= end || stop.load(Ordering::Relaxed) {
+        if stop.load(Ordering::Relaxed) {
+            stopped = true;
+            break;
+        }
+        // Past the end: what the bucket still holds (due before the end)
+        // is sent, for up to OVERRUN_NS of retries on a full ring.
+        if bucket.done(now) || now >= end + OVERRUN_NS {
             break;
         }
         let want = bucket.take(now, BURST);
         if want == 0 {
+            if now >= end {
+                break;
+            }
             for p in ports.iter_mut() {
                 p.poll();
             }
@@ -177,7 +200,7 @@ pub fn run<P: TxRoom>(ports: &mut [P], cfg: &GenConfig, mut esp: Option<&mut Esp
             let flow = q as u32 + nq as u32 * *c;
             *c = (*c + 1) % per_queue[q];
             let tx_ns = now_ns();
-            let measured = tx_ns >= m0;
+            let measured = first_measured.map_or(tx_ns >= m0, |f| k >= f);
             let p = Payload { flow, seq: next_seq[flow as usize], tx_ns, flags: if measured { FLAG_MEASURED } else { 0 } };
             next_seq[flow as usize] += 1;
             cfg.builder.build(&mut b, k, &p);
@@ -231,7 +254,7 @@ pub fn run<P: TxRoom>(ports: &mut [P], cfg: &GenConfig, mut esp: Option<&mut Esp
         let mut sent = port.tx_burst(&out);
         while sent < out.len() {
             report.tx_ring_full += 1;
-            if stop.load(Ordering::Relaxed) || now_ns() >= end + 1_000_000_000 {
+            if stop.load(Ordering::Relaxed) || now_ns() >= end + OVERRUN_NS {
                 break;
             }
             port.poll();
@@ -270,7 +293,10 @@ pub fn run<P: TxRoom>(ports: &mut [P], cfg: &GenConfig, mut esp: Option<&mut Esp
         }
         std::thread::sleep(Duration::from_micros(100));
     }
-    report.duration_s = last_tx.saturating_sub(m0) as f64 / 1e9;
+    // The measured part lasted until its end, or its last frame if later
+    // (behind the schedule), or the stop.
+    let measured_end = if stopped { last_tx } else { last_tx.max(end) };
+    report.duration_s = measured_end.saturating_sub(m0) as f64 / 1e9;
     if report.duration_s > 0.0 {
         report.rate_pps = report.measured_tx_packets as f64 / report.duration_s;
     }

@@ -7,7 +7,11 @@
 //! its process exits, so a tool started right after the previous one (a
 //! sink per bench trial) can find the queue still bound and get `EBUSY`
 //! from `bind(2)`. [`BIND_BACKOFF`] waits about 2 s in all before the error
-//! is returned, naming the interface and queue.
+//! is returned, naming the interface and queue. An interface whose lock a
+//! live process holds (secgw or secgw-pktgen: its pid is in the lock) is
+//! refused at once, naming that process by its command name: it is
+//! running, not exiting. `--queues` past the interface's queue count is
+//! refused before any bind ([`check_queues`]).
 
 use super::PktgenError;
 use crate::io::af_xdp::{AfXdpConfig, AfXdpPort};
@@ -42,9 +46,29 @@ pub fn is_busy(e: &IoError) -> bool {
     }
 }
 
+/// The pid a busy interface lock names ("… in use by another secgw
+/// process (pid N)", [`AfXdpPort::open`]'s message: the lock is shared by
+/// secgw and secgw-pktgen), if `e` is that error and names one.
+fn lock_holder(e: &IoError) -> Option<u32> {
+    let IoError::Setup { what, .. } = e else { return None };
+    let rest = &what[what.find("in use by another secgw process (pid ")? + "in use by another secgw process (pid ".len()..];
+    rest[..rest.find(')')?].parse().ok()
+}
+
+/// What process `pid` is: its command name (`/proc/PID/comm`, at most 15
+/// characters), `None` when it cannot be read (the process has gone).
+pub fn process_name(pid: u32) -> Option<String> {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(comm.trim_end().to_string())
+}
+
 /// Calls `attempt` until it succeeds, fails other than busy ([`is_busy`]),
-/// or `backoff` is used up, calling `sleep` with each wait in between.
-/// Errors: the last error ([`PktgenError::Io`]) when not busy; when still
+/// or `backoff` is used up, calling `sleep` with each wait in between. An
+/// interface lock held by a live process (its pid in the lock, its
+/// `/proc/PID/comm` readable) is not waited for: that process is running,
+/// not exiting. Errors: the last error ([`PktgenError::Io`]) when not busy;
+/// a lock held by a live process at once, [`PktgenError::Invalid`] naming
+/// `iface`, `queue` and the holder by its command name and pid; when still
 /// busy at the end, [`PktgenError::Invalid`] naming `iface` and `queue`,
 /// the time waited and the last error.
 pub fn retry_busy<T>(iface: &str, queue: u32, backoff: &[Duration], mut sleep: impl FnMut(Duration), mut attempt: impl FnMut() -> Result<T, IoError>) -> Result<T, PktgenError> {
@@ -53,7 +77,11 @@ pub fn retry_busy<T>(iface: &str, queue: u32, backoff: &[Duration], mut sleep: i
     loop {
         match attempt() {
             Ok(t) => return Ok(t),
-            Err(e) if is_busy(&e) => match waits.next() {
+            Err(e) if is_busy(&e) => {
+                if let Some((pid, name)) = lock_holder(&e).and_then(|pid| Some((pid, process_name(pid)?))) {
+                    return Err(PktgenError::Invalid(format!("{iface} queue {queue}: the interface is in use by {name} (pid {pid}), a running process: stop it first, or use another interface")));
+                }
+                match waits.next() {
                 Some(&d) => {
                     tracing::debug!(%iface, queue, "queue busy, retrying in {d:?}: {e}");
                     sleep(d);
@@ -65,20 +93,54 @@ pub fn retry_busy<T>(iface: &str, queue: u32, backoff: &[Duration], mut sleep: i
                         waited.as_secs_f64()
                     )))
                 }
-            },
+                }
+            }
             Err(e) => return Err(e.into()),
         }
     }
 }
 
+/// Queues of interface `name` an AF_XDP socket can bind: the smaller of
+/// its receive and transmit queue counts (the `rx-N` and `tx-N` entries of
+/// `/sys/class/net/NAME/queues`, the caller's network namespace; the
+/// kernel's `xsk_bind` refuses a queue id at or past either with
+/// `EINVAL`). Errors: the directory cannot be read (the message names it).
+pub fn queue_count(name: &str) -> Result<u32, String> {
+    let path = format!("/sys/class/net/{name}/queues");
+    let (mut rx, mut tx) = (0u32, 0u32);
+    for e in std::fs::read_dir(&path).map_err(|e| format!("reading {path}: {e}"))? {
+        let e = e.map_err(|e| format!("reading {path}: {e}"))?;
+        let n = e.file_name();
+        let n = n.to_string_lossy();
+        rx += u32::from(n.starts_with("rx-"));
+        tx += u32::from(n.starts_with("tx-"));
+    }
+    Ok(rx.min(tx))
+}
+
+/// Refuses `--queues queues` on `iface` when it has fewer queues than that
+/// (`have`: [`queue_count`]; when it could not be read, nothing is refused
+/// here and the bind says what is wrong). Errors: [`PktgenError::Invalid`]
+/// naming the option, the interface and its queue count.
+pub fn check_queues(iface: &str, queues: u32, have: Result<u32, String>) -> Result<(), PktgenError> {
+    match have {
+        Ok(n) if queues > n => Err(PktgenError::Invalid(format!(
+            "--queues {queues}: {iface} has {n} queue{} (/sys/class/net/{iface}/queues), so at most --queues {n}",
+            if n == 1 { "" } else { "s" }
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Opens AF_XDP ports on queues `0..queues` of `iface` with the settings of
 /// `template` (its queue is replaced), port ids from `first_id`, each bind
-/// retried over [`BIND_BACKOFF`] while busy. Errors: `queues` is 0, or as
-/// [`retry_busy`].
+/// retried over [`BIND_BACKOFF`] while busy. Errors: `queues` is 0 or more
+/// than the interface has ([`check_queues`]), or as [`retry_busy`].
 pub fn open(iface: &str, queues: u32, template: &AfXdpConfig, first_id: u16) -> Result<Vec<AfXdpPort>, PktgenError> {
     if queues == 0 {
         return Err(PktgenError::Invalid("--queues must be at least 1".into()));
     }
+    check_queues(iface, queues, queue_count(iface))?;
     (0..queues)
         .map(|q| {
             let mut c = template.clone();
@@ -169,9 +231,13 @@ mod tests {
         let e = retry_busy::<()>("sink0", 1, &BIND_BACKOFF, |d| slept += d, || Err(busy())).unwrap_err().to_string();
         assert!((Duration::from_millis(1900)..=Duration::from_millis(2500)).contains(&slept), "{slept:?}");
         assert!(e.contains("sink0 queue 1") && e.contains("another AF_XDP socket") && e.contains("os error 16"), "{e}");
-        // The lock of a secgw process still exiting is busy too.
-        let locked = IoError::Setup { interface: "x".into(), queue: 0, what: "interface x is in use by another secgw process (pid 5)".into() };
-        assert!(is_busy(&locked));
+        // The lock of a process that has gone (no /proc entry: pids stay
+        // below 2^22) is busy too: retried.
+        let gone = || IoError::Setup { interface: "x".into(), queue: 0, what: "interface x is in use by another secgw process (pid 4000000000)".into() };
+        assert!(is_busy(&gone()));
+        let mut slept = Duration::ZERO;
+        let e = retry_busy::<()>("x", 0, &BIND_BACKOFF, |d| slept += d, || Err(gone())).unwrap_err().to_string();
+        assert!(slept >= Duration::from_millis(1900) && e.contains("still busy"), "{slept:?} {e}");
         // Anything else fails at once.
         let mut calls = 0;
         let e = retry_busy::<()>("x", 0, &BIND_BACKOFF, |_| panic!("no sleep"), || {
@@ -181,6 +247,40 @@ mod tests {
         assert_eq!(calls, 1);
         assert!(e.unwrap_err().to_string().contains("not found"));
         assert!(!is_busy(&IoError::Setup { interface: "x".into(), queue: 0, what: "ring_size 3 is not a power of two".into() }));
+    }
+
+    #[test]
+    fn a_lock_held_by_a_running_process_fails_at_once_naming_it() {
+        // This test process holds the lock: it is running, so no wait, and
+        // it is named by its command name, not as "another secgw process".
+        let me = std::process::id();
+        let comm = std::fs::read_to_string("/proc/self/comm").unwrap().trim_end().to_string();
+        let what = format!("interface sink0 is in use by another secgw process (pid {me})");
+        let mut calls = 0;
+        let e = retry_busy::<()>("sink0", 0, &BIND_BACKOFF, |_| panic!("no wait for a running holder"), || {
+            calls += 1;
+            Err(IoError::Setup { interface: "sink0".into(), queue: 0, what: what.clone() })
+        })
+        .unwrap_err()
+        .to_string();
+        assert_eq!(calls, 1);
+        assert!(e.contains(&format!("sink0 queue 0: the interface is in use by {comm} (pid {me}), a running process")), "{e}");
+        assert!(!e.contains("secgw process"), "{e}");
+        assert_eq!(process_name(me), Some(comm));
+        assert_eq!(process_name(4_000_000_000), None);
+    }
+
+    #[test]
+    fn more_queues_than_the_interface_has_are_refused_up_front() {
+        // "lo" exists in every namespace, with one queue each way.
+        assert_eq!(queue_count("lo"), Ok(1));
+        assert!(queue_count("no-such-if0").unwrap_err().contains("/sys/class/net/no-such-if0/queues"));
+        let e = check_queues("lo", 2, queue_count("lo")).unwrap_err().to_string();
+        assert_eq!(e, "--queues 2: lo has 1 queue (/sys/class/net/lo/queues), so at most --queues 1");
+        assert!(check_queues("lo", 1, Ok(1)).is_ok());
+        assert!(check_queues("gen0", 4, Ok(2)).unwrap_err().to_string().contains("gen0 has 2 queues"));
+        // Unreadable: left to the bind.
+        assert!(check_queues("x", 64, Err("gone".into())).is_ok());
     }
 
     #[test]

@@ -52,6 +52,69 @@ pub struct Combined {
     pub warnings: Vec<String>,
 }
 
+/// The kinds of JSON report secgw-pktgen writes, told apart by fields
+/// only that kind has (so a file handed to the wrong option is named for
+/// what it is rather than by a missing field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportKind {
+    /// `gen --json` ([`GenReport`]: `measured_tx_packets`, `target_rate_pps`).
+    Gen,
+    /// `sink --json` ([`SinkReport`]: `rx_frames`, `esp_failures`).
+    Sink,
+    /// `report --json` ([`Combined`]: `mpps`, `rx_packets`).
+    Combined,
+    /// `forward --json` (`runts`).
+    Forward,
+}
+
+impl ReportKind {
+    /// The kind of the JSON value `v`; `None` when it is none of them.
+    pub fn of(v: &serde_json::Value) -> Option<ReportKind> {
+        let has = |k: &str| v.get(k).is_some();
+        if has("measured_tx_packets") && has("target_rate_pps") {
+            Some(ReportKind::Gen)
+        } else if has("rx_frames") && has("esp_failures") {
+            Some(ReportKind::Sink)
+        } else if has("mpps") && has("rx_packets") {
+            Some(ReportKind::Combined)
+        } else if has("runts") {
+            Some(ReportKind::Forward)
+        } else {
+            None
+        }
+    }
+
+    /// What it is, in words ("a sink's report (sink --json)").
+    pub fn describe(self) -> &'static str {
+        match self {
+            ReportKind::Gen => "a generator's report (gen --json)",
+            ReportKind::Sink => "a sink's report (sink --json)",
+            ReportKind::Combined => "a combined report (report --json)",
+            ReportKind::Forward => "a forwarder's report (forward --json)",
+        }
+    }
+}
+
+/// Reads a report of kind `want` (a [`GenReport`] or [`SinkReport`]) from
+/// `text`, the contents of the file `path` given to option `opt`. Errors
+/// (naming the option and the file): not JSON; another kind of report
+/// ([`ReportKind`]: says which, e.g. `--gen` and `--sink` swapped); a
+/// missing or malformed field (serde's message).
+pub fn parse<T: serde::de::DeserializeOwned>(opt: &str, path: &std::path::Path, text: &str, want: ReportKind) -> Result<T, String> {
+    let at = format!("{opt} {}", path.display());
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("{at}: not JSON: {e}"))?;
+    match ReportKind::of(&v) {
+        Some(k) if k != want => {
+            let hint = match (want, k) {
+                (ReportKind::Gen, ReportKind::Sink) | (ReportKind::Sink, ReportKind::Gen) => ": --gen and --sink swapped?",
+                _ => "",
+            };
+            Err(format!("{at} is {}, not {}{hint}", k.describe(), want.describe()))
+        }
+        _ => serde_json::from_value(v).map_err(|e| format!("{at}: not {}: {e}", want.describe())),
+    }
+}
+
 /// Combines the two reports.
 pub fn combine(gen: &GenReport, sink: &SinkReport) -> Combined {
     // Measured packets of flows beyond the sink's --max-flows arrived too
@@ -82,7 +145,8 @@ pub fn combine(gen: &GenReport, sink: &SinkReport) -> Combined {
 /// What makes a generator's and a sink's reports look unrelated, or the
 /// sink's view of the run partial: more measured packets received than
 /// sent; flows received that the generator did not send; ESP on one side
-/// that the other could not have read; runs that do not overlap in time,
+/// that the other could not have read; decrypted packets the sink's SA
+/// policies do not admit; runs that do not overlap in time,
 /// or a sink that started after the measured part began or stopped before
 /// the generator ended (wall clocks; skipped for reports without them).
 /// One sentence each; empty when nothing looks wrong.
@@ -107,6 +171,11 @@ pub fn warnings(gen: &GenReport, sink: &SinkReport) -> Vec<String> {
     }
     if sink.esp && sink.esp_decrypted == 0 && sink.esp_failures.get("no_sa").is_some_and(|&n| n > 0) {
         w.push("none of the ESP the sink received is for an inbound SA of its --esp-config (no_sa): the config of another peer?".into());
+    }
+    if let Some(&n) = sink.esp_failures.get("inner_policy_mismatch").filter(|&&n| n > 0) {
+        w.push(format!(
+            "the sink decrypted {n} packets whose inner flow the SA's inbound policies in its --esp-config do not admit (inner_policy_mismatch, RFC 4301 §5.2): counted as lost, as the peer gateway would drop them; the generator's addresses or ports are outside that policy"
+        ));
     }
     if gen.started_unix_s > 0.0 && sink.started_unix_s > 0.0 {
         let measured_from = gen.started_unix_s + gen.warmup_s;
@@ -200,6 +269,29 @@ mod tests {
     }
 
     #[test]
+    fn a_report_of_the_other_kind_is_named_for_what_it_is() {
+        let (gen, sink) = pair();
+        let (g, s) = (serde_json::to_string(&gen).unwrap(), serde_json::to_string(&sink).unwrap());
+        let p = std::path::Path::new;
+        // Swapped: each is called what it is, not "missing field tx_packets".
+        let e = parse::<GenReport>("--gen", p("sink.json"), &s, ReportKind::Gen).unwrap_err();
+        assert_eq!(e, "--gen sink.json is a sink's report (sink --json), not a generator's report (gen --json): --gen and --sink swapped?");
+        let e = parse::<SinkReport>("--sink", p("gen.json"), &g, ReportKind::Sink).unwrap_err();
+        assert_eq!(e, "--sink gen.json is a generator's report (gen --json), not a sink's report (sink --json): --gen and --sink swapped?");
+        let c = serde_json::to_string(&combine(&gen, &sink)).unwrap();
+        let e = parse::<GenReport>("--gen", p("r.json"), &c, ReportKind::Gen).unwrap_err();
+        assert!(e.starts_with("--gen r.json is a combined report (report --json), not a generator's"), "{e}");
+        let fwd = serde_json::to_string(&crate::pktgen::forward::ForwardReport::default()).unwrap();
+        assert!(parse::<SinkReport>("--sink", p("f.json"), &fwd, ReportKind::Sink).unwrap_err().contains("is a forwarder's report"));
+        // The right files read as before; other mistakes keep serde's words.
+        assert_eq!(parse::<GenReport>("--gen", p("gen.json"), &g, ReportKind::Gen).unwrap().measured_tx_packets, 1000);
+        assert_eq!(parse::<SinkReport>("--sink", p("sink.json"), &s, ReportKind::Sink).unwrap(), sink);
+        let e = parse::<GenReport>("--gen", p("x.json"), "{\"tx_packets\": 1}", ReportKind::Gen).unwrap_err();
+        assert!(e.starts_with("--gen x.json: not a generator's report (gen --json): missing field"), "{e}");
+        assert!(parse::<GenReport>("--gen", p("x.json"), "nope", ReportKind::Gen).unwrap_err().starts_with("--gen x.json: not JSON"));
+    }
+
+    #[test]
     fn reports_of_one_run_have_no_warning() {
         let (gen, sink) = pair();
         assert_eq!(combine(&gen, &sink).warnings, Vec::<String>::new());
@@ -237,6 +329,10 @@ mod tests {
         sink.esp_failures.insert("no_sa".into(), 9);
         sink.packets = 0;
         assert!(has(&warnings(&gen, &sink), "no_sa"));
+        // Decrypted, but outside the SA's policy: said why they count as lost.
+        assert!(!has(&warnings(&gen, &sink), "inner_policy_mismatch"));
+        sink.esp_failures.insert("inner_policy_mismatch".into(), 1000);
+        assert!(has(&warnings(&gen, &sink), "the sink decrypted 1000 packets whose inner flow the SA's inbound policies"));
 
         // Time: a sink of another run, before or after; a late start; an early stop.
         let (gen, mut sink) = pair();

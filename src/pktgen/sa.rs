@@ -11,8 +11,9 @@ use crate::config::{self, model};
 use crate::control::tables;
 use crate::crypto::soft::{SoftDevice, SoftQueuePair};
 use crate::crypto::{CryptoDevice, QpConf};
-use crate::esp::{InboundSa, InboundState, OutboundSa, OutboundState, SaLife};
+use crate::esp::{InboundState, OutboundSa, OutboundState, SaLife};
 use crate::io::PktBuf;
+use crate::policy::sad::InboundEntry;
 use crate::policy::spd::{FlowKey, Spd, SpdAction, SpdEntry};
 use std::net::IpAddr;
 use std::path::Path;
@@ -114,25 +115,36 @@ impl EspTx {
 /// The inbound SAs of a config, their replay windows and a queue pair to
 /// open with.
 pub struct EspRx {
-    /// SAs and their states, in config order.
-    pub sas: Vec<(InboundSa, InboundState)>,
+    /// SAs with the selectors of the config's inbound policies that name
+    /// them (as the gateway builds them: [`tables::inbound_entry`]; the
+    /// decapsulated packet must match one, RFC 4301 §5.2), and their
+    /// states, in config order.
+    pub sas: Vec<(InboundEntry, InboundState)>,
     /// Queue pair of a one-queue-pair software device.
     pub qp: SoftQueuePair<PktBuf>,
     _dev: SoftDevice,
 }
 
 impl EspRx {
-    /// Loads `path` and builds every inbound SA. Errors: the config does
-    /// not load, has no inbound SA, or a session cannot be made.
+    /// Loads `path` and builds every inbound SA with the selectors of the
+    /// inbound policies that protect with it (an SA that no policy names
+    /// admits nothing, as in the gateway). Errors: the config does not
+    /// load, has no inbound SA, or a session cannot be made.
     pub fn from_config(path: &Path) -> Result<EspRx, PktgenError> {
         let cfg = load(path)?;
         let dev = SoftDevice::new(1);
         let mut sas = Vec::new();
         for c in cfg.sas.iter().filter(|s| s.direction == model::Direction::Inbound) {
             let session = tables::session(&dev, c).map_err(|e| PktgenError::Config(e.to_string()))?;
-            let sa = tables::inbound_entry(c, session, 0, 0, Arc::new(SaLife::default()), Vec::new()).sa;
-            let st = InboundState::new(&sa);
-            sas.push((sa, st));
+            let selectors = cfg
+                .policies
+                .iter()
+                .filter(|p| p.direction == model::Direction::Inbound && p.action == model::Action::Protect(c.spi))
+                .map(tables::selector)
+                .collect();
+            let e = tables::inbound_entry(c, session, 0, 0, Arc::new(SaLife::default()), selectors);
+            let st = InboundState::new(&e.sa);
+            sas.push((e, st));
         }
         if sas.is_empty() {
             return Err(PktgenError::Config(format!("{}: no inbound SA", path.display())));
@@ -146,6 +158,6 @@ impl EspRx {
     /// the SPI alone. Linear in the SAs (a sink has a few).
     #[inline]
     pub fn find(&self, spi: u32, dst: IpAddr) -> Option<usize> {
-        self.sas.iter().position(|(sa, _)| sa.spi == spi && (sa.transport || sa.tunnel_dst == dst))
+        self.sas.iter().position(|(e, _)| e.sa.spi == spi && (e.sa.transport || e.sa.tunnel_dst == dst))
     }
 }

@@ -7,9 +7,13 @@
 //! `other_frames` and otherwise ignored. In ESP mode an IPv4/IPv6 ESP frame
 //! whose (SPI, destination) names an inbound SA of the config is opened
 //! with [`crate::esp::inbound`] (anti-replay window included, as a gateway
-//! would) and its inner packet read the same way; a frame that fails (or
-//! names no SA of the config: `no_sa`) is counted by the gateway's drop
-//! reason name (`esp_failures`), not read.
+//! would), its inner packet checked against the SA's selectors as the
+//! gateway's inbound policy check does (RFC 4301 §5.2, with the same
+//! [`crate::policy::sad::InboundEntry::admits`]) and then read the same
+//! way; a frame that fails (or names no SA of the config: `no_sa`; or
+//! whose inner packet the SA's policies do not admit:
+//! `inner_policy_mismatch`) is counted by the gateway's drop reason name
+//! (`esp_failures`), not read.
 //! Latency is the receive time (one [`super::now_ns`] per burst) minus the
 //! payload's transmit time; a transmit time after the receive time is
 //! counted in `future_timestamps` and not timed.
@@ -24,6 +28,7 @@ use crate::crypto::QueuePair;
 use crate::dataplane::counters::DropReason;
 use crate::esp;
 use crate::io::{PktBuf, Port};
+use crate::policy::spd::FlowKey;
 use crate::wire::{ethernet, ipv4, ipv6, udp};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -108,7 +113,7 @@ pub struct Sink {
     pub flow_out_of_range: u64,
     /// Of those, the measured ones (sent after the warm-up).
     pub flow_out_of_range_measured: u64,
-    /// ESP frames opened and read.
+    /// ESP frames opened whose inner packet the SA's policies admit (then read).
     pub esp_decrypted: u64,
     /// ESP frames that failed, by drop reason.
     esp_failed: [u64; DropReason::ALL.len()],
@@ -203,8 +208,8 @@ impl Sink {
                     };
                     let mut buf = std::mem::replace(b, fresh);
                     buf.trim_to(ethernet::HEADER_LEN + total);
-                    let (sa, st) = &rx.sas[i];
-                    match esp::inbound::prepare(sa, st, buf, ethernet::HEADER_LEN + esp_offset) {
+                    let (e, st) = &rx.sas[i];
+                    match esp::inbound::prepare(&e.sa, st, buf, ethernet::HEADER_LEN + esp_offset) {
                         Ok(op) => {
                             work.sa[work.ops.len()] = i;
                             work.tos[work.ops.len()] = tos;
@@ -230,13 +235,22 @@ impl Sink {
         }
         rx.qp.dequeue_burst(&mut work.done, BURST);
         for (j, op) in work.done.drain(..).enumerate() {
-            let st = &mut rx.sas[work.sa[j]].1;
+            let (entry, st) = &mut rx.sas[work.sa[j]];
             match esp::inbound::finish(st, op, work.tos[j]) {
                 Ok(buf) => {
-                    self.esp_decrypted += 1;
-                    match classify_ip(buf.frame().get(ethernet::HEADER_LEN..).unwrap_or(&[]), false) {
-                        Kind::Ours(p) => self.ours(&p, work.len[j], now),
-                        _ => self.other_frames += 1,
+                    // The gateway's inbound policy check (RFC 4301 §5.2):
+                    // the inner packet must match one of the SA's selectors.
+                    let inner = buf.frame().get(ethernet::HEADER_LEN..).unwrap_or(&[]);
+                    match FlowKey::of_ip(inner) {
+                        Err(_) => self.esp_failed[DropReason::BadInner as usize] += 1,
+                        Ok(k) if !entry.admits(&k) => self.esp_failed[DropReason::InnerPolicyMismatch as usize] += 1,
+                        Ok(_) => {
+                            self.esp_decrypted += 1;
+                            match classify_ip(inner, false) {
+                                Kind::Ours(p) => self.ours(&p, work.len[j], now),
+                                _ => self.other_frames += 1,
+                            }
+                        }
                     }
                     spare.push(buf);
                 }
@@ -451,9 +465,12 @@ pub struct SinkReport {
     /// duplicate or reorder detection); `report` counts them as received.
     #[serde(default)]
     pub flow_out_of_range_measured: u64,
-    /// ESP frames opened.
+    /// ESP frames opened whose inner packet the SA's inbound policies
+    /// admit (RFC 4301 §5.2): what the peer gateway would deliver.
     pub esp_decrypted: u64,
-    /// ESP frames that failed to open.
+    /// ESP frames that failed to open, or whose inner packet the SA's
+    /// policies do not admit (`inner_policy_mismatch`): what the peer
+    /// gateway would drop.
     pub esp_failed: u64,
     /// Failures by drop reason name (as the gateway names them).
     pub esp_failures: BTreeMap<String, u64>,
@@ -488,6 +505,59 @@ pub struct SinkReport {
     pub port_rx_dropped: u64,
     /// Per flow (flows with any packet or expectation).
     pub flows: Vec<FlowReport>,
+}
+
+impl SinkReport {
+    /// The report as the sink prints it: a summary line (rates, loss as
+    /// `{:.4}%`, or `n/a` when nothing was expected, latency), a line of
+    /// frame and ESP counts, and a table row per flow; each line ends in a
+    /// newline.
+    pub fn text(&self) -> String {
+        use std::fmt::Write;
+        let us = |l: &Latency, v: Option<f64>| show_us(v, l.samples);
+        let l = &self.latency_us;
+        let loss = self.loss_pct.map_or_else(|| "n/a".to_string(), |x| format!("{x:.4}%"));
+        let mut t = String::new();
+        // Writing to a String cannot fail.
+        let _ = writeln!(
+            t,
+            "sink: {} measured packets in {:.3} s: {:.0} pps, {:.4} Gbit/s; lost {} ({loss}, from {}), reordered {}, duplicates {}; latency us p50 {} p99 {} max {}",
+            self.packets,
+            self.measured_s,
+            self.rate_pps,
+            self.gbps,
+            self.lost,
+            self.loss_from,
+            self.reordered,
+            self.duplicates,
+            us(l, l.p50),
+            us(l, l.p99),
+            us(l, l.max)
+        );
+        let _ = writeln!(
+            t,
+            "      frames {} (other {}, warm-up {}, flow out of range {}), esp decrypted {} failed {} {:?}, kernel rx drops {}, timestamps from the future {}, latencies over the cap {}",
+            self.rx_frames,
+            self.other_frames,
+            self.warmup_packets,
+            self.flow_out_of_range,
+            self.esp_decrypted,
+            self.esp_failed,
+            self.esp_failures,
+            self.port_rx_dropped,
+            self.future_timestamps,
+            l.overflow
+        );
+        let row = |t: &mut String, c: [&dyn std::fmt::Display; 9]| {
+            let _ = writeln!(t, "{:>6} {:>12} {:>14} {:>10} {:>9} {:>9} {:>10} {:>10} {:>10}", c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8]);
+        };
+        row(&mut t, ["flow", "packets", "bytes", "lost", "reorder", "dup", "p50_us", "p99_us", "max_us"].each_ref().map(|h| h as &dyn std::fmt::Display));
+        for f in &self.flows {
+            let l = &f.latency_us;
+            row(&mut t, [&f.flow, &f.packets, &f.bytes, &f.lost, &f.reordered, &f.duplicates, &us(l, l.p50), &us(l, l.p99), &us(l, l.max)]);
+        }
+        t
+    }
 }
 
 /// Runs the sink on `ports` for `cfg.duration + cfg.grace` (or until

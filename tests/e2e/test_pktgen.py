@@ -8,6 +8,11 @@
   everything, nothing lost at the sink, no drop at gw1;
 - ESP mode of the sink (topology (a)): hostA → gw0 → a sink on gw1-out that
   decrypts with ep1.toml's inbound SAs;
+- the decrypting sink applies gw1's inbound policy check: inner flows
+  outside ep1.toml's policy for SA 1001 are inner_policy_mismatch, not
+  received;
+- `--queues` past the veth's 2 queues, and a second sink on an interface a
+  running sink holds, are refused at once, the holder named;
 - frames checked by implementations we did not write: a tcpdump capture of
   generated frames read by scapy (Ethernet/IPv4/UDP with valid checksums,
   our payload), and in ESP mode decrypted by scapy with the config's key.
@@ -79,11 +84,11 @@ class Sink:
 
 
 def gen(binary, nsname, iface, workdir: Path, src_mac, dst_mac, flows=4, size="512", rate=RATE,
-        duration=DURATION, warmup=WARMUP, extra=()) -> dict:
+        duration=DURATION, warmup=WARMUP, extra=(), dst=L.B_IP) -> dict:
     out = workdir / "gen.json"
     out.unlink(missing_ok=True)
     p = L.run(L.ns_cmd(nsname, binary, "gen", "--iface", iface, "--src-mac", src_mac, "--dst-mac", dst_mac,
-                       "--src", L.A_IP, "--dst", L.B_IP, "--flows", flows, "--size", size, "--rate", rate,
+                       "--src", L.A_IP, "--dst", dst, "--flows", flows, "--size", size, "--rate", rate,
                        "--duration", duration, "--warmup", warmup, "--json", out, *extra),
               timeout=duration + warmup + 30)
     (workdir / "gen.stdout").write_text(p.stdout + p.stderr)
@@ -171,6 +176,51 @@ def test_esp_sink_after_gw0(testbed, artifacts):
     finally:
         rc = gw0.stop()
     assert rc == 0, gw0.logs()
+
+
+def test_esp_sink_applies_the_inbound_policy_check(testbed, artifacts):
+    """ESP from gw0-out straight to a decrypting sink on gw1-out: inner flows
+    that ep1.toml's inbound policy for SA 1001 does not admit (destination
+    outside 198.51.100.0/24) decrypt, but are counted as gw1 would drop
+    them (inner_policy_mismatch), never as received."""
+    binary = pktgen(testbed)
+    sink = Sink(binary, "gw1", "gw1-out", artifacts, duration=0.3 + 0.5 + 2.0,
+                gen_json=artifacts / "gen.json", extra=["--esp-config", L.CONFIG_DIR / "ep1.toml"])
+    g = gen(binary, "gw0", "gw0-out", artifacts, L.GW0_OUT_MAC, L.GW1_OUT_MAC, flows=2, size="200", rate=2000,
+            duration=0.5, warmup=0.3, dst="203.0.113.9",
+            extra=["--esp-config", L.CONFIG_DIR / "ep0.toml", "--esp-spi", 1001])
+    s = sink.result()
+    assert g["esp_errors"] == 0 and g["tx_packets"] > 100, g
+    assert s["esp_failures"] == {"inner_policy_mismatch": g["tx_packets"]}, s["esp_failures"]
+    assert (s["esp_decrypted"], s["packets"], s["warmup_packets"]) == (0, 0, 0), s
+    assert s["lost"] == g["measured_tx_packets"], s
+    # The generator said so before sending; `report` says why all is lost.
+    assert "inbound policy check will drop them" in (artifacts / "gen.stdout").read_text()
+    r = L.run([binary, "report", "--gen", artifacts / "gen.json", "--sink", artifacts / "sink.json"])
+    assert "inner_policy_mismatch" in r.stderr and "100.0000" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_queues_past_the_interface_and_a_running_holder_are_refused_at_once(testbed, artifacts):
+    binary = pktgen(testbed)
+    # The testbed's veths have 2 queues.
+    t = time.monotonic()
+    p = L.run(L.ns_cmd("hostB", binary, "sink", "--iface", "b0", "--duration", 1, "--queues", 3), check=False)
+    assert p.returncode != 0 and "--queues 3: b0 has 2 queues" in p.stderr, p.stderr
+    assert "os error" not in p.stderr, p.stderr
+    # A running sink holds b0: a second one is refused at once, naming it.
+    sink = Sink(binary, "hostB", "b0", artifacts, duration=4, gen_json=None)
+    try:
+        t = time.monotonic()
+        p = L.run(L.ns_cmd("hostB", binary, "sink", "--iface", "b0", "--duration", 1, "--json", artifacts / "second.json"),
+                  check=False, timeout=30)
+        took = time.monotonic() - t
+        assert p.returncode != 0, p.stderr
+        assert f"in use by secgw-pktgen (pid {sink.proc.pid})" in p.stderr, p.stderr
+        assert "secgw process" not in p.stderr, p.stderr
+        # No ~2 s of retries for a holder that is running (was: 2 s).
+        assert took < 1.5, f"took {took:.2f} s: {p.stderr}"
+    finally:
+        sink.result()
 
 
 def _payload_fields(udp_payload: bytes):

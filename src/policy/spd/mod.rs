@@ -27,6 +27,7 @@ mod trie;
 #[cfg(test)]
 mod tests;
 
+use crate::wire::{ipv4, ipv6, WireError};
 use std::net::IpAddr;
 use trie::{Forest, Key, NONE};
 
@@ -57,6 +58,25 @@ pub fn addr_bits(ip: IpAddr) -> (bool, u128) {
 }
 
 impl FlowKey {
+    /// The selector fields of the IP packet `ip` (IPv4, or IPv6 when the
+    /// version nibble is 6), read through the checked `wire` views: the
+    /// addresses, the protocol (IPv6: the upper-layer protocol after the
+    /// extension headers) and the TCP/UDP ports of a first fragment, else
+    /// OPAQUE (RFC 4301 §4.4.1.1). This is the key an inner packet is
+    /// checked with against its SA's selectors after decapsulation (RFC
+    /// 4301 §5.2). Errors: the header (or an IPv6 extension header) does
+    /// not parse, as the `wire` view says.
+    pub fn of_ip(ip: &[u8]) -> Result<FlowKey, WireError> {
+        if ip.first().is_some_and(|v| v >> 4 == 6) {
+            let p = ipv6::Ipv6Packet::new_checked(ip)?;
+            let up = p.upper_layer()?;
+            Ok(FlowKey { src: IpAddr::V6(p.src()), dst: IpAddr::V6(p.dst()), protocol: up.protocol, ports: p.ports(&up) })
+        } else {
+            let p = ipv4::Ipv4Packet::new_checked(ip)?;
+            Ok(FlowKey { src: IpAddr::V4(p.src()), dst: IpAddr::V4(p.dst()), protocol: p.protocol(), ports: p.ports() })
+        }
+    }
+
     /// (is IPv6, source bits, destination bits), or `None` when the two
     /// addresses are of different families (never matches anything).
     #[inline]

@@ -343,3 +343,29 @@ mod against_linear {
         }
     }
 }
+
+#[test]
+fn flow_keys_of_packets_built_by_etherparse() {
+    use etherparse::{IpNumber, Ipv4Header, PacketBuilder};
+    let ip = |b: etherparse::PacketBuilderStep<etherparse::UdpHeader>, payload: &[u8]| {
+        let mut v = Vec::new();
+        b.write(&mut v, payload).unwrap();
+        v
+    };
+    let v4 = ip(PacketBuilder::ipv4([192, 0, 2, 10], [198, 51, 100, 10], 64).udp(40001, 5001), &[1, 2, 3]);
+    assert_eq!(FlowKey::of_ip(&v4), Ok(flow("192.0.2.10", "198.51.100.10", 17, Some((40001, 5001)))));
+    let v6 = ip(PacketBuilder::ipv6([0x20, 1, 0xd, 0xb8, 0, 0xa, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10], [0x20, 1, 0xd, 0xb8, 0, 0xb, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10], 64).udp(7, 9), &[0; 8]);
+    assert_eq!(FlowKey::of_ip(&v6), Ok(flow("2001:db8:a::10", "2001:db8:b::10", 17, Some((7, 9)))));
+    // A later IPv4 fragment carries no ports: OPAQUE (RFC 4301 §4.4.1.1).
+    let mut h = Ipv4Header::new(8, 64, IpNumber::UDP, [192, 0, 2, 10], [198, 51, 100, 10]).unwrap();
+    h.fragment_offset = etherparse::IpFragOffset::try_new(100).unwrap();
+    h.header_checksum = h.calc_header_checksum();
+    let mut frag = h.to_bytes().to_vec();
+    frag.extend_from_slice(&[0x9c, 0x41, 0x13, 0x89, 0, 8, 0, 0]);
+    assert_eq!(FlowKey::of_ip(&frag), Ok(flow("192.0.2.10", "198.51.100.10", 17, None)));
+    // Not a packet: the wire view's error, never a key.
+    let mut bad = v4.clone();
+    bad[10] ^= 0xff;
+    assert!(matches!(FlowKey::of_ip(&bad), Err(WireError::BadField { field: "header checksum", .. })));
+    assert!(FlowKey::of_ip(&v6[..30]).is_err() && FlowKey::of_ip(&[]).is_err());
+}
