@@ -355,5 +355,66 @@ fn command_line_mistakes_are_refused_up_front_with_the_option_named() {
     assert!(!ok && e.contains(&format!("--gen {s} is a sink's report")) && e.contains("--gen and --sink swapped?") && !e.contains("missing field"), "{e}");
     let (ok, e) = cli(&["report", "--gen", g, "--sink", s]);
     assert!(ok, "{e}");
+    // A --json that is a symlink is written through (the link stays a
+    // link, its target gets the report), never replaced by a file (nor
+    // would `/dev/null` be); one that cannot be written is refused at
+    // start.
+    let (link, target) = (dir.join("link.json"), dir.join("target.json"));
+    std::fs::write(&target, "").unwrap();
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let (ok, e) = cli(&["report", "--gen", g, "--sink", s, "--json", link.to_str().unwrap()]);
+    assert!(ok, "{e}");
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link was replaced");
+    assert!(std::fs::read_to_string(&target).unwrap().contains("\"loss_pct\""), "the target got the report");
+    let (ok, e) = cli(&["report", "--gen", g, "--sink", s, "--json", "/proc/r.json"]);
+    assert!(!ok && e.contains("--json /proc/r.json: cannot write /proc/r.json.tmp"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `text` (a config) with SA `spi` switched to transport mode (its
+/// `tunnel_src`/`tunnel_dst` lines dropped), written to `dir/name`.
+fn with_transport_sa(dir: &Path, name: &str, spi: u32) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("configs").join(name)).unwrap();
+    let head = format!("spi = {spi}\n");
+    let start = text.find(&head).unwrap();
+    let end = text[start..].find("[[").map_or(text.len(), |e| start + e);
+    let block: String = text[start..end].replace("mode = \"tunnel\"", "mode = \"transport\"").split_inclusive('\n').filter(|l| !l.starts_with("tunnel_")).collect();
+    let p = dir.join(name);
+    std::fs::write(&p, format!("{}{block}{}", &text[..start], &text[end..])).unwrap();
+    p
+}
+
+/// The sink opens what the peer gateway opens, and refuses what it
+/// refuses: a transport-mode SA is finished as transport mode (its inner
+/// packet read, not refused as `bad_next_header`), and a tunnel SA takes
+/// only packets from its `tunnel_src` (from any other source: `no_sa`,
+/// as in the gateway, even with the right key).
+#[test]
+fn the_decrypting_sink_opens_transport_sas_and_checks_the_tunnel_source() {
+    let dir = std::env::temp_dir().join(format!("pktgen-modes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut tx = EspTx::from_config(&with_transport_sa(&dir, "ep0.toml", 1001), 1001, 1).unwrap();
+    let (g, frames) = generate(Size::Fixed(200), 1, Some(&mut tx));
+    // Transport mode: the generator's own addresses outside, ESP after them.
+    assert_eq!((&frames[0][14 + 12..14 + 20], frames[0][14 + 9]), (&[192, 0, 2, 10, 198, 51, 100, 10][..], 50));
+    let mut rx = EspRx::from_config(&with_transport_sa(&dir, "ep1.toml", 1001)).unwrap();
+    let s = receive(&frames, FLOWS, Some(&mut rx), &g);
+    assert_eq!((s.esp_decrypted, s.esp_failed, s.lost, s.packets), (g.tx_packets, 0, 0, g.measured_tx_packets), "{:?}", s.esp_failures);
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // Tunnel mode, SA 1001 of ep1.toml (tunnel_src 203.0.113.1): the same
+    // ESP from 203.0.113.4 (outer header checksum fixed) is not its.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    let mut tx = EspTx::from_config(&root.join("ep0.toml"), 1001, 1).unwrap();
+    let (g, mut frames) = generate(Size::Fixed(200), 1, Some(&mut tx));
+    for f in &mut frames {
+        let ip = &mut f[14..34];
+        ip[12..16].copy_from_slice(&[203, 0, 113, 4]);
+        ip[10..12].fill(0);
+        let h = etherparse::Ipv4HeaderSlice::from_slice(ip).unwrap().to_header();
+        ip[10..12].copy_from_slice(&h.calc_header_checksum().to_be_bytes());
+    }
+    let mut rx = EspRx::from_config(&root.join("ep1.toml")).unwrap();
+    let s = receive(&frames, FLOWS, Some(&mut rx), &g);
+    assert_eq!((s.esp_decrypted, s.esp_failures.get("no_sa")), (0, Some(&g.tx_packets)), "{:?}", s.esp_failures);
 }

@@ -232,6 +232,14 @@ fn check_out(opt: &str, path: Option<&Path>) -> anyhow::Result<()> {
     if !dir.is_dir() {
         bail!("{opt} {}: directory {} does not exist", p.display(), dir.display());
     }
+    // A regular file (or a new one) is written through a temporary file
+    // beside it (`write_json`): make sure that can be created now, not
+    // after the run.
+    if !std::fs::symlink_metadata(p).is_ok_and(|m| !m.file_type().is_file()) {
+        let tmp = p.with_extension("json.tmp");
+        std::fs::File::create(&tmp).with_context(|| format!("{opt} {}: cannot write {}", p.display(), tmp.display()))?;
+        let _ = std::fs::remove_file(&tmp);
+    }
     Ok(())
 }
 
@@ -280,8 +288,13 @@ fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
 
 fn write_json<T: serde::Serialize>(path: &Path, v: &T) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(v)?;
-    // Written whole under a temporary name, then renamed: a reader polling
-    // for the file never sees half of it.
+    // A symlink, device or FIFO (`/dev/null`, `/dev/stdout`, a pipe) is
+    // written through, never replaced by the rename below.
+    if std::fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_file()) {
+        return std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()));
+    }
+    // A regular file is written whole under a temporary name, then renamed:
+    // a reader polling for the file never sees half of it.
     let tmp = path.with_extension("json.tmp");
     std::fs::write(&tmp, text + "\n").with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))

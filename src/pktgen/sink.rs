@@ -5,9 +5,11 @@
 //! checksum, not a fragment) or IPv6 (UDP right after the fixed header) +
 //! UDP + a payload starting with the magic. Everything else is counted in
 //! `other_frames` and otherwise ignored. In ESP mode an IPv4/IPv6 ESP frame
-//! whose (SPI, destination) names an inbound SA of the config is opened
-//! with [`crate::esp::inbound`] (anti-replay window included, as a gateway
-//! would), its inner packet checked against the SA's selectors as the
+//! whose (SPI, destination) names an inbound SA of the config (a tunnel
+//! SA only from its `tunnel_src`, as in the gateway) is opened with
+//! [`crate::esp::inbound`] (anti-replay window included, as a gateway
+//! would; a transport-mode SA finished by [`crate::esp::transport`]), its
+//! inner packet checked against the SA's selectors as the
 //! gateway's inbound policy check does (RFC 4301 §5.2, with the same
 //! [`crate::policy::sad::InboundEntry::admits`]) and then read the same
 //! way; a frame that fails (or names no SA of the config: `no_sa`; or
@@ -53,24 +55,24 @@ pub struct SinkConfig {
 /// What a frame turned out to be.
 enum Kind {
     Ours(Payload),
-    Esp { esp_offset: usize, total: usize, spi: u32, dst: IpAddr, tos: u8 },
+    Esp { esp_offset: usize, total: usize, spi: u32, src: IpAddr, dst: IpAddr, tos: u8 },
     Other,
 }
 
 /// Reads an IP packet at `ip` (IPv4 or IPv6 by its version nibble).
 #[inline]
 fn classify_ip(ip: &[u8], want_esp: bool) -> Kind {
-    let (proto, l4, total, dst, tos, hl) = match ip.first().map(|v| v >> 4) {
+    let (proto, l4, total, src, dst, tos, hl) = match ip.first().map(|v| v >> 4) {
         Some(4) => {
             let Ok(p) = ipv4::Ipv4Packet::new_checked(ip) else { return Kind::Other };
             if p.is_fragment() {
                 return Kind::Other;
             }
-            (p.protocol(), p.payload(), p.total_len(), IpAddr::V4(p.dst()), p.tos(), p.header_len())
+            (p.protocol(), p.payload(), p.total_len(), IpAddr::V4(p.src()), IpAddr::V4(p.dst()), p.tos(), p.header_len())
         }
         Some(6) => {
             let Ok(p) = ipv6::Ipv6Packet::new_checked(ip) else { return Kind::Other };
-            (p.next_header(), p.payload(), p.total_len(), IpAddr::V6(p.dst()), p.traffic_class(), ipv6::HEADER_LEN)
+            (p.next_header(), p.payload(), p.total_len(), IpAddr::V6(p.src()), IpAddr::V6(p.dst()), p.traffic_class(), ipv6::HEADER_LEN)
         }
         _ => return Kind::Other,
     };
@@ -84,7 +86,7 @@ fn classify_ip(ip: &[u8], want_esp: bool) -> Kind {
         }
         ipv4::PROTO_ESP if want_esp && l4.len() >= 8 => {
             let spi = u32::from_be_bytes([l4[0], l4[1], l4[2], l4[3]]);
-            Kind::Esp { esp_offset: hl, total, spi, dst, tos }
+            Kind::Esp { esp_offset: hl, total, spi, src, dst, tos }
         }
         _ => Kind::Other,
     }
@@ -197,8 +199,10 @@ impl Sink {
             match classify(b.frame(), true) {
                 Kind::Ours(p) => self.ours(&p, len, now),
                 Kind::Other => self.other_frames += 1,
-                Kind::Esp { esp_offset, total, spi, dst, tos } => {
-                    let Some(i) = rx.find(spi, dst) else {
+                Kind::Esp { esp_offset, total, spi, src, dst, tos } => {
+                    // As the gateway: a tunnel SA takes only packets from
+                    // its tunnel_src (else `no_sa`).
+                    let Some(i) = rx.find(spi, dst).filter(|&i| rx.sas[i].0.sa.transport || rx.sas[i].0.sa.tunnel_src == src) else {
                         self.esp_failed[DropReason::NoSa as usize] += 1;
                         continue;
                     };
@@ -236,7 +240,8 @@ impl Sink {
         rx.qp.dequeue_burst(&mut work.done, BURST);
         for (j, op) in work.done.drain(..).enumerate() {
             let (entry, st) = &mut rx.sas[work.sa[j]];
-            match esp::inbound::finish(st, op, work.tos[j]) {
+            let done = if entry.sa.transport { esp::transport::inbound_finish(st, op) } else { esp::inbound::finish(st, op, work.tos[j]) };
+            match done {
                 Ok(buf) => {
                     // The gateway's inbound policy check (RFC 4301 §5.2):
                     // the inner packet must match one of the SA's selectors.
