@@ -1283,3 +1283,15 @@ fn pad_align_values_direction_and_block_size() {
     let inb = "tunnel_dst = \"203.0.113.1\"";
     assert_one(&edit(inb, &format!("{inb}\npad_align = 16")), "pad_align", 12, "sa[1].pad_align", "pad_align applies to outbound SAs only");
 }
+
+/// A misspelt `mode` on an SA written for transport mode (no tunnel
+/// addresses) is reported as the mode it is, alone: not as the
+/// `tunnel_src` a tunnel-mode SA would need (which hid the real mistake).
+#[test]
+fn misspelt_mode_is_named_not_a_missing_tunnel_address() {
+    for bad in ["\"Transport\"", "\"trnsport\"", "5"] {
+        let text = edit("tunnel_src = \"203.0.113.1\"\ntunnel_dst = \"203.0.113.2\"", &format!("mode = {bad}"));
+        let err = error(&text).to_string();
+        assert!(err.contains("sa[0].mode") && !err.contains("tunnel_src") && !err.contains("tunnel_dst"), "{bad}: {err}");
+    }
+}

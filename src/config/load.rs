@@ -1446,8 +1446,11 @@ impl Checker<'_> {
                     .and_then(|v| ck.parsed(v, &tab.field(key), |s| unicast(parse_ip(s)?)))
             };
             let unspecified = Some(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
-            let tunnel_src = if transport { unspecified } else { ip(ck, &s.tunnel_src, "tunnel_src") };
-            let tunnel_dst = if transport { unspecified } else { ip(ck, &s.tunnel_dst, "tunnel_dst") };
+            // An unknown `mode` is its own error: not followed by "missing
+            // tunnel_src" for a transport SA whose mode was misspelt.
+            let no_tunnel = mode != Some(SaMode::Tunnel);
+            let tunnel_src = if no_tunnel { unspecified } else { ip(ck, &s.tunnel_src, "tunnel_src") };
+            let tunnel_dst = if no_tunnel { unspecified } else { ip(ck, &s.tunnel_dst, "tunnel_dst") };
             if let (Some(a), Some(b), Some(v)) = (tunnel_src, tunnel_dst, &s.tunnel_dst) {
                 if a.is_ipv6() != b.is_ipv6() && !transport {
                     // RFC 4303 §3.1.2: one outer header, so one family.
