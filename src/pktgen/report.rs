@@ -177,6 +177,12 @@ pub fn warnings(gen: &GenReport, sink: &SinkReport) -> Vec<String> {
             "the sink decrypted {n} packets whose inner flow the SA's inbound policies in its --esp-config do not admit (inner_policy_mismatch, RFC 4301 §5.2): counted as lost, as the peer gateway would drop them; the generator's addresses or ports are outside that policy"
         ));
     }
+    // Any other reason the sink could not open ESP (a wrong key, a mode
+    // or algorithm that differs from the sender's, replays), named.
+    let other: Vec<String> = sink.esp_failures.iter().filter(|(r, &n)| n > 0 && *r != "no_sa" && *r != "inner_policy_mismatch").map(|(r, n)| format!("{r} {n}")).collect();
+    if !other.is_empty() {
+        w.push(format!("the sink failed to open ESP packets ({}): counted as lost; does its --esp-config hold the sender's keys, algorithm and mode?", other.join(", ")));
+    }
     if gen.started_unix_s > 0.0 && sink.started_unix_s > 0.0 {
         let measured_from = gen.started_unix_s + gen.warmup_s;
         if sink.started_unix_s > gen.ended_unix_s {
@@ -333,6 +339,10 @@ mod tests {
         assert!(!has(&warnings(&gen, &sink), "inner_policy_mismatch"));
         sink.esp_failures.insert("inner_policy_mismatch".into(), 1000);
         assert!(has(&warnings(&gen, &sink), "the sink decrypted 1000 packets whose inner flow the SA's inbound policies"));
+        // Failures of other kinds are named too (not only no_sa).
+        assert!(!has(&warnings(&gen, &sink), "failed to open"));
+        sink.esp_failures.insert("auth_failed".into(), 7);
+        assert!(has(&warnings(&gen, &sink), "the sink failed to open ESP packets (auth_failed 7)"));
 
         // Time: a sink of another run, before or after; a late start; an early stop.
         let (gen, mut sink) = pair();
