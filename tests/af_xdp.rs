@@ -693,9 +693,13 @@ fn second_process_on_a_held_interface_is_refused_untouched() {
     }
     let status = child.0.wait().expect("wait child");
     let result = result.unwrap_or_else(|| panic!("child reported nothing ({status})"));
+    // The holder named by its command name (this test binary), not as
+    // "another secgw process" (secgw-pktgen takes the same lock).
+    let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
     let want = format!(
-        "interface {} is in use by another secgw process (pid {})",
+        "interface {} is in use by {} (pid {})",
         ns.a,
+        comm.trim_end(),
         std::process::id()
     );
     assert!(result.contains(&want), "child: {result}\nwanted: {want}");

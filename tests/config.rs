@@ -944,6 +944,25 @@ fn policy_defaults_take_the_other_sides_family() {
 }
 
 #[test]
+fn summary_shows_outer_df_and_ttl_only_for_outbound_tunnel_sas() {
+    let s = config::summary(&config::parse(BASE, Path::new(FILE)).unwrap());
+    let row = |s: &str, spi: &str| s.lines().find(|l| l.contains(spi)).unwrap_or_else(|| panic!("no {spi} row: {s}")).to_owned();
+    let r = row(&s, "SPI 1001");
+    assert!(r.contains("df copy") && r.contains("ttl 64 (default)"), "outbound tunnel SA: {r}");
+    // An inbound SA builds no outer header.
+    let r = row(&s, "SPI 1002");
+    assert!(r.contains("df -") && r.contains("ttl -"), "inbound SA: {r}");
+    // A transport-mode SA keeps the packet's own IP header: there is no
+    // outer header whose DF or TTL the SA would set.
+    let t = BASE.replacen("tunnel_src = \"203.0.113.1\"\ntunnel_dst = \"203.0.113.2\"", "mode = \"transport\"", 1);
+    assert!(t.contains("mode = \"transport\""));
+    let cfg = config::parse(&t, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}"));
+    let s = config::summary(&cfg);
+    let r = row(&s, "SPI 1001");
+    assert!(r.contains("transport") && r.contains("df -") && r.contains("ttl -"), "outbound transport SA: {r}");
+}
+
+#[test]
 fn nat_t_transport_sa_is_ipv4_only() {
     let nat_t_transport = |text: &str, src: &str, dst: &str| {
         text.replacen(&format!("tunnel_src = \"{src}\"\ntunnel_dst = \"{dst}\""), "mode = \"transport\"\nudp_encap = true", 1)

@@ -330,6 +330,13 @@ fn command_line_mistakes_are_refused_up_front_with_the_option_named() {
     assert!(!ok && e.contains("\"no-such-if0\" not found") && !e.contains("esp-spi"), "{e}");
     let (ok, e) = cli(&["forward", "--in", "no-such-if0", "--out", "no-such-if0", "--dst-mac", "02:00:00:00:00:01"]);
     assert!(!ok && e.contains("are the same interface"), "{e}");
+    // The sink tracks flows 0..N: N = 0 would track none.
+    let (ok, e) = cli(&["sink", "--iface", "no-such-if0", "--duration", "1", "--max-flows", "0"]);
+    assert!(!ok && e.contains("--max-flows") && e.contains("0 is not in 1.."), "{e}");
+    // A core that is not there: named with the cores that are, before the
+    // interface is looked up.
+    let (ok, e) = gen(&["--core", "999"]);
+    assert!(!ok && e.contains("--core 999: cannot pin to that core (cores this process may run on: 0") && !e.contains("no-such-if0"), "{e}");
     let (ok, e) = cli(&["report", "--gen", "x.json", "--sink", "y.json", "--json", "/no-such-dir/r.json"]);
     assert!(!ok && e.contains("directory /no-such-dir does not exist"), "{e}");
     // --json naming an existing directory: refused before anything runs

@@ -119,8 +119,8 @@ enum Cmd {
         /// Milliseconds of grace after the duration.
         #[arg(long, default_value_t = 200)]
         grace_ms: u64,
-        /// Flows 0..N are tracked (others are counted as out of range).
-        #[arg(long, default_value_t = 1024)]
+        /// Flows 0..N are tracked (others are counted as out of range); at least 1.
+        #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
         max_flows: u32,
         /// Microseconds to sleep after an empty poll (0 = busy poll).
         #[arg(long, default_value_t = 0)]
@@ -272,7 +272,8 @@ fn open(iface: &str, xdp: &Xdp, first_id: u16) -> anyhow::Result<Vec<AfXdpPort>>
 fn pin(core: Option<usize>) -> anyhow::Result<()> {
     if let Some(id) = core {
         if !core_affinity::set_for_current(core_affinity::CoreId { id }) {
-            bail!("cannot pin to core {id}");
+            let online: Vec<String> = core_affinity::get_core_ids().unwrap_or_default().iter().map(|c| c.id.to_string()).collect();
+            bail!("--core {id}: cannot pin to that core (cores this process may run on: {})", if online.is_empty() { "unknown".to_owned() } else { online.join(", ") });
         }
     }
     Ok(())

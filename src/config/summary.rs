@@ -136,17 +136,22 @@ pub fn summary(cfg: &Config) -> String {
                 (Direction::Inbound, 0) => "window off".to_owned(),
                 (Direction::Inbound, w) => format!("window {w}"),
             };
+            // DF and TTL are fields of the outer header an outbound
+            // tunnel-mode SA builds: an inbound SA builds none, a
+            // transport-mode SA keeps the packet's own header, an IPv6
+            // outer header has no DF.
+            let outer = sa.direction == Direction::Outbound && sa.mode == SaMode::Tunnel;
             let df = match sa.df {
-                _ if sa.mode == SaMode::Tunnel && sa.tunnel_dst.is_ipv6() => "df -",
+                _ if !outer || sa.tunnel_dst.is_ipv6() => "df -",
                 DfMode::Copy => "df copy",
                 DfMode::Set => "df set",
                 DfMode::Clear => "df clear",
             };
-            let ttl = sa
-                .outer_ttl
-                .map_or(format!("ttl {} (default)", g.outer_ttl), |t| {
-                    format!("ttl {t}")
-                });
+            let ttl = match sa.outer_ttl {
+                _ if !outer => "ttl -".to_owned(),
+                None => format!("ttl {} (default)", g.outer_ttl),
+                Some(t) => format!("ttl {t}"),
+            };
             let worker = sa
                 .worker
                 .map_or("worker auto".to_owned(), |w| format!("worker {w}"));

@@ -1113,13 +1113,15 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         let one = |l: &Live, state: &str| {
             let c = &l.life.counters;
             let state = if state == "active" && l.life.expired() { "expired" } else { state };
+            let tunnel = l.sa.mode == model::SaMode::Tunnel;
             json!({
                 "spi": l.sa.spi,
                 "direction": dir_name(l.sa.direction),
                 "mode": match l.sa.mode { model::SaMode::Tunnel => "tunnel", model::SaMode::Transport => "transport" },
                 "algorithm": l.sa.algorithm.name(),
-                "tunnel_src": l.sa.tunnel_src.to_string(),
-                "tunnel_dst": l.sa.tunnel_dst.to_string(),
+                // Transport mode has no tunnel endpoints: null, not 0.0.0.0.
+                "tunnel_src": tunnel.then(|| l.sa.tunnel_src.to_string()),
+                "tunnel_dst": tunnel.then(|| l.sa.tunnel_dst.to_string()),
                 "worker": l.owner,
                 "esn": l.sa.esn,
                 "udp_encap": l.sa.udp_encap,

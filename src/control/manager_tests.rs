@@ -532,3 +532,23 @@ fn rekeying_one_of_two_inbound_sas_sharing_an_spi_leaves_the_other_its_policies(
     let actions: Vec<String> = fx.m.list_policies()["policies"].as_array().unwrap().iter().map(|p| p["action"].as_str().unwrap().to_string()).collect();
     assert!(actions.contains(&"protect 1002".to_string()) && actions.contains(&"protect 3002".to_string()), "{actions:?}");
 }
+
+#[test]
+fn sa_list_gives_tunnel_endpoints_for_tunnel_sas_and_null_for_transport_sas() {
+    let transport = "[[sa]]\nspi = 3001\ndirection = \"outbound\"\nmode = \"transport\"\nalgorithm = \"aes-128-gcm\"\n\
+                     key = \"24d84805d9cc35adcdc5696f6ed3dab836df80aa\"\n";
+    let cfg = load("list-transport", &config_text("backend = \"software\"", transport));
+    let s = soft();
+    let fx = fixture(&cfg, &s);
+    let list = fx.m.list_sas(Instant::now());
+    let sas = list["sas"].as_array().expect("sas array");
+    let by_spi = |spi: u64| sas.iter().find(|s| s["spi"] == spi).unwrap_or_else(|| panic!("SPI {spi} in {list}"));
+    assert_eq!((by_spi(1001)["tunnel_src"].as_str(), by_spi(1001)["tunnel_dst"].as_str()), (Some("203.0.113.1"), Some("203.0.113.2")));
+    let t = by_spi(3001);
+    assert_eq!(t["mode"], "transport");
+    // Not "0.0.0.0": a transport-mode SA has no tunnel endpoints.
+    assert!(t["tunnel_src"].is_null() && t["tunnel_dst"].is_null(), "{t}");
+    let table = crate::control::client::render_sa_table(&list).unwrap();
+    let row = table.lines().find(|l| l.contains("3001")).expect("row of SPI 3001");
+    assert!(!row.contains("0.0.0.0") && row.contains(" - "), "{row}");
+}

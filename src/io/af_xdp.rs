@@ -380,9 +380,10 @@ impl AfXdpPort {
     ///
     /// # Errors
     /// [`IoError::NoInterface`] if the interface does not exist;
-    /// [`IoError::Setup`] if another process holds the interface ("interface
-    /// X is in use by another secgw process (pid N)"; nothing on the
-    /// interface is touched), if another tool's XDP program is attached
+    /// [`IoError::Busy`] if another process (secgw or secgw-pktgen) holds
+    /// the interface ("interface X is in use by secgw-pktgen (pid N)";
+    /// nothing on the interface is touched);
+    /// [`IoError::Setup`] if another tool's XDP program is attached
     /// (the message names it; it is left attached), for a bad size in
     /// `cfg`, a lock file that cannot be created, a stale program that
     /// cannot be detached, or a UMEM/socket creation failure (the queue is
@@ -438,11 +439,7 @@ impl AfXdpPort {
         let mut lock = None;
         if !live {
             lock = Some(IfLock::acquire(key).map_err(|e| match e {
-                LockError::Busy(pid) => setup(format!(
-                    "interface {} is in use by another secgw process (pid {})",
-                    cfg.interface,
-                    pid.map_or_else(|| "unknown".to_string(), |p| p.to_string())
-                )),
+                LockError::Busy(pid) => IoError::Busy { interface: cfg.interface.clone(), pid, holder: pid.and_then(super::process_name) },
                 LockError::Os(what) => setup(format!("interface lock: {what}")),
             })?);
             remove_stale_program(ifindex, &cfg.interface).map_err(setup)?;

@@ -217,9 +217,40 @@ pub enum IoError {
         /// What failed.
         what: String,
     },
+    /// Another process holds the interface's lock (secgw and
+    /// secgw-pktgen share it, one AF_XDP user per interface): nothing on
+    /// the interface was touched.
+    #[error("interface {interface} is in use by {}", holder_text(*.pid, .holder.as_deref()))]
+    Busy {
+        /// Interface name.
+        interface: String,
+        /// The holder's pid, as its lock file names it.
+        pid: Option<u32>,
+        /// The holder's command name (`/proc/PID/comm`) when the error was
+        /// made; `None` when the lock names no pid or that process has gone
+        /// (it may be exiting).
+        holder: Option<String>,
+    },
     /// Any other OS error.
     #[error("{0}")]
     Os(#[from] std::io::Error),
+}
+
+/// "secgw-pktgen (pid 7)", "pid 7 (no longer running)" or "another process
+/// (no pid in its lock)": who holds an interface, for [`IoError::Busy`].
+fn holder_text(pid: Option<u32>, holder: Option<&str>) -> String {
+    match (pid, holder) {
+        (Some(p), Some(name)) => format!("{name} (pid {p})"),
+        (Some(p), None) => format!("pid {p} (no longer running: it may be exiting)"),
+        (None, _) => "another process (no pid in its lock)".to_owned(),
+    }
+}
+
+/// What process `pid` is: its command name (`/proc/PID/comm`, at most 15
+/// characters), `None` when it cannot be read (the process has gone).
+pub fn process_name(pid: u32) -> Option<String> {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(comm.trim_end().to_string())
 }
 
 /// A port: bursts of frames in and out. Owned by one worker (`Send`, not

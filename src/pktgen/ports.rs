@@ -35,31 +35,15 @@ pub const BIND_BACKOFF: [Duration; 10] = [
 
 /// True when `e` says the queue or interface is held by another socket or
 /// process, which may let go of it shortly: the socket's bind failed with
-/// `EBUSY` (os error 16), or another secgw process holds the interface's
-/// lock. `IoError` carries the OS error as text only, hence the match on
-/// the message.
+/// `EBUSY` (os error 16, carried as text in `IoError::Setup`), or another
+/// process holds the interface's lock ([`IoError::Busy`]).
 pub fn is_busy(e: &IoError) -> bool {
     match e {
-        IoError::Setup { what, .. } => what.contains("(os error 16)") || what.contains("in use by another secgw process"),
+        IoError::Setup { what, .. } => what.contains("(os error 16)"),
+        IoError::Busy { .. } => true,
         IoError::Os(o) => o.raw_os_error() == Some(libc::EBUSY),
         IoError::NoInterface(_) => false,
     }
-}
-
-/// The pid a busy interface lock names ("… in use by another secgw
-/// process (pid N)", [`AfXdpPort::open`]'s message: the lock is shared by
-/// secgw and secgw-pktgen), if `e` is that error and names one.
-fn lock_holder(e: &IoError) -> Option<u32> {
-    let IoError::Setup { what, .. } = e else { return None };
-    let rest = &what[what.find("in use by another secgw process (pid ")? + "in use by another secgw process (pid ".len()..];
-    rest[..rest.find(')')?].parse().ok()
-}
-
-/// What process `pid` is: its command name (`/proc/PID/comm`, at most 15
-/// characters), `None` when it cannot be read (the process has gone).
-pub fn process_name(pid: u32) -> Option<String> {
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-    Some(comm.trim_end().to_string())
 }
 
 /// Calls `attempt` until it succeeds, fails other than busy ([`is_busy`]),
@@ -78,7 +62,7 @@ pub fn retry_busy<T>(iface: &str, queue: u32, backoff: &[Duration], mut sleep: i
         match attempt() {
             Ok(t) => return Ok(t),
             Err(e) if is_busy(&e) => {
-                if let Some((pid, name)) = lock_holder(&e).and_then(|pid| Some((pid, process_name(pid)?))) {
+                if let IoError::Busy { pid: Some(pid), holder: Some(name), .. } = &e {
                     return Err(PktgenError::Invalid(format!("{iface} queue {queue}: the interface is in use by {name} (pid {pid}), a running process: stop it first, or use another interface")));
                 }
                 match waits.next() {
@@ -202,6 +186,7 @@ pub fn mtu_warning(iface: &str, ip_len: usize, inner: Option<usize>, mtu: Result
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::io::process_name;
 
     fn busy() -> IoError {
         IoError::Setup {
@@ -233,7 +218,7 @@ mod tests {
         assert!(e.contains("sink0 queue 1") && e.contains("another AF_XDP socket") && e.contains("os error 16"), "{e}");
         // The lock of a process that has gone (no /proc entry: pids stay
         // below 2^22) is busy too: retried.
-        let gone = || IoError::Setup { interface: "x".into(), queue: 0, what: "interface x is in use by another secgw process (pid 4000000000)".into() };
+        let gone = || IoError::Busy { interface: "x".into(), pid: Some(4_000_000_000), holder: None };
         assert!(is_busy(&gone()));
         let mut slept = Duration::ZERO;
         let e = retry_busy::<()>("x", 0, &BIND_BACKOFF, |d| slept += d, || Err(gone())).unwrap_err().to_string();
@@ -255,11 +240,10 @@ mod tests {
         // it is named by its command name, not as "another secgw process".
         let me = std::process::id();
         let comm = std::fs::read_to_string("/proc/self/comm").unwrap().trim_end().to_string();
-        let what = format!("interface sink0 is in use by another secgw process (pid {me})");
         let mut calls = 0;
         let e = retry_busy::<()>("sink0", 0, &BIND_BACKOFF, |_| panic!("no wait for a running holder"), || {
             calls += 1;
-            Err(IoError::Setup { interface: "sink0".into(), queue: 0, what: what.clone() })
+            Err(IoError::Busy { interface: "sink0".into(), pid: Some(me), holder: process_name(me) })
         })
         .unwrap_err()
         .to_string();
