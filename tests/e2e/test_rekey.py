@@ -318,8 +318,14 @@ def test_rekey_without_loss(backend, rekey_configs, start_gws, artifacts, testbe
             time.sleep(max(0.0, t_round + PERIOD_S - time.monotonic()))
         t_rekeys = time.monotonic() - t0
         assert send_f.poll() is None and send_r.poll() is None, "a sender ended before the last round: lengthen the stream"
-        assert max(gaps) < GRACE_MS / 1000 / 2, \
-            f"receiver -> sender rekey took up to {max(gaps) * 1000:.0f} ms, too close to the grace of {GRACE_MS} ms"
+        # The scenario holds only if each sender switched within the
+        # receiver's grace (the old inbound SA still accepted): past it the
+        # old SA's packets would be lost for a reason of this harness's
+        # timing (the ctl calls of a loaded machine), not of the gateway.
+        # The gateway's own check is the zero loss below. (Was: half the
+        # grace, which failed under CI load at ~500 ms.)
+        assert max(gaps) < GRACE_MS / 1000, \
+            f"receiver -> sender rekey took up to {max(gaps) * 1000:.0f} ms, past the grace of {GRACE_MS} ms: the harness was too slow to test make-before-break"
 
         snd_f = result(send_f, "forward sender", duration + 60)
         snd_r = result(send_r, "reverse sender", duration + 60)
