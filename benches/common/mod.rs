@@ -60,11 +60,12 @@ impl Line {
     }
 }
 
-/// (label, ours, reference, units per iteration, unit name) rows.
+/// (label, ours (the sum of these lines' times), reference, units per
+/// iteration, unit name) rows.
 pub struct Ratios {
     title: String,
     since: SystemTime,
-    rows: Vec<(String, Line, Line, f64, &'static str)>,
+    rows: Vec<(String, Vec<Line>, Line, f64, &'static str)>,
 }
 
 impl Ratios {
@@ -75,7 +76,14 @@ impl Ratios {
 
     /// Adds a row: `per_iter` units (bytes or packets) per iteration of both lines.
     pub fn row(&mut self, label: impl Into<String>, ours: Line, reference: Line, per_iter: f64, unit: &'static str) {
-        self.rows.push((label.into(), ours, reference, per_iter, unit));
+        self.rows.push((label.into(), vec![ours], reference, per_iter, unit));
+    }
+
+    /// Adds a row whose "ours" time is the sum of the times of `parts`
+    /// (e.g. a bound: what two measured stages cost together, with nothing
+    /// else added).
+    pub fn row_sum(&mut self, label: impl Into<String>, parts: Vec<Line>, reference: Line, per_iter: f64, unit: &'static str) {
+        self.rows.push((label.into(), parts, reference, per_iter, unit));
     }
 
     /// Prints `label | ours | reference | ours/reference` (throughput ratio =
@@ -85,7 +93,8 @@ impl Ratios {
         println!("| case | ours ns/iter | reference ns/iter | ours | reference | ratio |");
         println!("|---|---:|---:|---:|---:|---:|");
         for (label, ours, reference, per_iter, unit) in &self.rows {
-            match (ours.mean_ns(self.since), reference.mean_ns(self.since)) {
+            let ours: Option<f64> = ours.iter().map(|l| l.mean_ns(self.since)).sum();
+            match (ours, reference.mean_ns(self.since)) {
                 (Some(o), Some(r)) => {
                     let rate = |ns: f64| per_iter / ns; // units per ns
                     let fmt = |ns: f64| match *unit {
