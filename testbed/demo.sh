@@ -21,7 +21,9 @@ if [ "$(id -u)" -ne 0 ]; then echo "demo.sh: run as root (network namespaces)" >
 if [ -z "${SECGW_BIN:-}" ]; then
     echo "== cargo build --release"
     cargo build --release
-    export SECGW_BIN="$REPO/target/release/secgw"
+    # cargo's target directory: CARGO_TARGET_DIR (relative to the repository), else target/.
+    case "${CARGO_TARGET_DIR:-target}" in /*) TARGET="$CARGO_TARGET_DIR" ;; *) TARGET="$REPO/${CARGO_TARGET_DIR:-target}" ;; esac
+    export SECGW_BIN="$TARGET/release/secgw"
 fi
 CONFIG_DIR="${SECGW_CONFIG_DIR:-$REPO/configs}"
 

@@ -44,7 +44,9 @@
 TESTBED_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$TESTBED_DIR/.." && pwd)"
 SECGW_NS_PREFIX="${SECGW_NS_PREFIX:-}"
-SECGW_BIN="${SECGW_BIN:-$REPO_ROOT/target/release/secgw}"
+# cargo's target directory: CARGO_TARGET_DIR (relative to the repository), else target/.
+case "${CARGO_TARGET_DIR:-target}" in /*) CARGO_TARGET="$CARGO_TARGET_DIR" ;; *) CARGO_TARGET="$REPO_ROOT/${CARGO_TARGET_DIR:-target}" ;; esac
+SECGW_BIN="${SECGW_BIN:-$CARGO_TARGET/release/secgw}"
 SECGW_RUN_DIR="${SECGW_RUN_DIR:-/tmp/secgw-testbed${SECGW_NS_PREFIX:+-$SECGW_NS_PREFIX}}"
 SECGW_READY_TIMEOUT="${SECGW_READY_TIMEOUT:-20}"
 # Queues per veth: one AF_XDP socket per worker and port queue (multi-worker configs need 2).

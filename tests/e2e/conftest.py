@@ -16,7 +16,7 @@
 
 Environment: SECGW_BIN (binary to test, e.g. testbed/refgw.py, the Python
 reference double), SECGW_CONFIG_DIR (default configs/), SECGW_NS_PREFIX
-(namespace name prefix), SECGW_E2E_ARTIFACTS (default target/e2e: logs, pcaps,
+(namespace name prefix), SECGW_E2E_ARTIFACTS (default target/e2e, under CARGO_TARGET_DIR when set: logs, pcaps,
 stats of each test), SECGW_E2E_PPS (stream rate, default 5000).
 """
 from __future__ import annotations
@@ -42,11 +42,11 @@ def _binary() -> str:
     env = os.environ.get("SECGW_BIN")
     if env:
         return env
-    binary = L.REPO / "target" / "release" / "secgw"
+    binary = L.TARGET / "release" / "secgw"
     if os.environ.get("SECGW_E2E_BUILD", "1") != "0":
         cargo = shutil.which("cargo")
         if cargo is None:
-            pytest.fail("cargo not found: cannot build target/release/secgw (or set SECGW_BIN)")
+            pytest.fail(f"cargo not found: cannot build {binary} (or set SECGW_BIN)")
         p = subprocess.run([cargo, "build", "--release"], cwd=L.REPO, capture_output=True, text=True)
         if p.returncode != 0:
             pytest.fail(f"cargo build --release failed:\n{p.stderr[-4000:]}")

@@ -34,7 +34,10 @@ REPO = Path(__file__).resolve().parents[2]
 TESTBED = REPO / "testbed"
 NS_PREFIX = os.environ.get("SECGW_NS_PREFIX", "")
 CONFIG_DIR = Path(os.environ.get("SECGW_CONFIG_DIR", REPO / "configs"))
-ARTIFACTS = Path(os.environ.get("SECGW_E2E_ARTIFACTS", REPO / "target" / "e2e"))
+# cargo's target directory: CARGO_TARGET_DIR (relative to the repository,
+# where the tests run cargo), else target/.
+TARGET = REPO / os.environ.get("CARGO_TARGET_DIR", "target")
+ARTIFACTS = Path(os.environ.get("SECGW_E2E_ARTIFACTS", TARGET / "e2e"))
 
 # Topology constants (testbed/lib.sh).
 A_IP, B_IP = "192.0.2.10", "198.51.100.10"

@@ -43,7 +43,7 @@ def pktgen(testbed) -> str:
     # Beside the gateway under test, else the repository's build (when the
     # gateway is testbed/refgw.py, the Python double).
     tries = [env] if env else [str(Path(testbed["binary"]).parent / "secgw-pktgen"),
-                               str(L.REPO / "target" / "release" / "secgw-pktgen")]
+                               str(L.TARGET / "release" / "secgw-pktgen")]
     for p in tries:
         if os.path.isfile(p) and os.access(p, os.X_OK):
             return p
