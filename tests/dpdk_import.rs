@@ -416,3 +416,35 @@ fn options_only_for_cfg() {
     let e = config::load_any(&toml, &opts()).unwrap_err().to_string();
     assert!(e.contains("for a DPDK .cfg file"), "{e}");
 }
+
+/// The port of each tunnel SA's own address is the one its peer routes
+/// by, longest prefix first, with a repeated prefix replacing the first,
+/// over many `rt` and `sa` lines (the import indexes routes by prefix).
+#[test]
+fn own_addresses_follow_the_longest_route_to_each_peer() {
+    const N: usize = 2000;
+    let mut text = String::from("rt ipv4 dst 10.2.0.0/16 port 1\n");
+    for i in 0..N {
+        let (hi, lo) = (i / 250, i % 250 + 1);
+        text += &GOOD_SA.replace("sa out 5 ", &format!("sa out {} ", 100 + i)).replace("src 10.0.0.1 dst 10.0.0.2", &format!("src 10.1.{hi}.{lo} dst 10.2.{hi}.{lo}"));
+        text.push('\n');
+        // Every third peer: a /32 by port 1 first, replaced by port 0.
+        if i % 3 == 0 {
+            text += &format!("rt ipv4 dst 10.2.{hi}.{lo}/32 port 1\nrt ipv4 dst 10.2.{hi}.{lo}/32 port 0\n");
+        }
+    }
+    text += "sp ipv4 out esp protect 100 pri 1 dst 192.168.1.0/24 sport 0:65535 dport 0:65535\n";
+    text += "rt ipv4 dst 192.168.1.0/24 port 2\n";
+    // Ports 0 and 1 unprotected (the SAs' peers), 2 protected.
+    let o = ImportOptions { port_mask: Some(7), unprotected_mask: Some(3), ..Default::default() };
+    let (cfg, notices) = dpdk::parse(&text, Path::new("many.cfg"), &o).unwrap_or_else(|e| panic!("{e}"));
+    let on = |port: usize| -> std::collections::BTreeSet<IpAddr> { cfg.ports[port].addresses.iter().map(|a| a.0).collect() };
+    let (p0, p1) = (on(0), on(1));
+    for i in 0..N {
+        let own = ip(&format!("10.1.{}.{}", i / 250, i % 250 + 1));
+        let (want, other) = if i % 3 == 0 { (&p0, &p1) } else { (&p1, &p0) };
+        assert!(want.contains(&own) && !other.contains(&own), "SA {}: {own} on the wrong port", 100 + i);
+    }
+    let replaced = notices.iter().filter(|n| n.keyword == "rt" && n.message.contains("repeats the one at line")).count();
+    assert_eq!(replaced, N.div_ceil(3), "one notice per repeated prefix");
+}

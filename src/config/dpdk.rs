@@ -1087,10 +1087,6 @@ fn mac_str(m: &Mac) -> String {
     m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
-fn contains(p: (IpAddr, u8), ip: IpAddr) -> bool {
-    p.0.is_ipv6() == ip.is_ipv6() && crate::policy::spd::Prefix::new(ip, p.1).addr() == p.0
-}
-
 /// Converts `.cfg` text to a complete, commented TOML config (not yet
 /// validated: [`parse`] does that). `source` names the file in messages
 /// and gives the gateway its name (the file stem).
@@ -1158,20 +1154,33 @@ pub fn convert(text: &str, source: &Path, opts: &ImportOptions) -> Result<Import
         }
     }
     // Routes: rte_lpm semantics (a repeated prefix replaces), ports in use only.
+    // Indexed by prefix (was a scan per line and per SA: quadratic in
+    // files of thousands of rt and sa lines).
     let mut routes: Vec<Rt> = Vec::new();
+    let mut at: HashMap<(IpAddr, u8), usize> = HashMap::new();
     for r in rts {
         if !ids.contains(&r.port) {
             warn(&mut p, r.line, "rt", format!("route to {}/{} leaves by port {}, which is not in the port mask (-p): left out", r.prefix.0, r.prefix.1, r.port));
             continue;
         }
-        if let Some(old) = routes.iter_mut().find(|o| o.prefix == r.prefix) {
-            warn(&mut p, r.line, "rt", format!("route to {}/{} repeats the one at line {}; as in rte_lpm, this one replaces it", r.prefix.0, r.prefix.1, old.line));
-            *old = r;
+        if let Some(&i) = at.get(&r.prefix) {
+            warn(&mut p, r.line, "rt", format!("route to {}/{} repeats the one at line {}; as in rte_lpm, this one replaces it", r.prefix.0, r.prefix.1, routes[i].line));
+            routes[i] = r;
         } else {
+            at.insert(r.prefix, routes.len());
             routes.push(r);
         }
     }
-    let route_to = |ip: IpAddr| routes.iter().filter(|r| contains(r.prefix, ip)).max_by_key(|r| r.prefix.1).map(|r| r.port);
+    // Longest-prefix match: one probe per prefix length in use, longest first.
+    let mut lens: Vec<(bool, u8)> = at.keys().map(|(a, len)| (a.is_ipv6(), *len)).collect();
+    lens.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    lens.dedup();
+    let route_to = |ip: IpAddr| {
+        lens.iter()
+            .filter(|(v6, _)| *v6 == ip.is_ipv6())
+            .find_map(|&(_, len)| at.get(&(crate::policy::spd::Prefix::new(ip, len).addr(), len)))
+            .map(|&i| routes[i].port)
+    };
 
     // Own addresses and inferred roles from the tunnel SAs.
     let mut addrs: BTreeMap<u16, Vec<(IpAddr, usize, u32)>> = BTreeMap::new();
