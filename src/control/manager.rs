@@ -133,14 +133,15 @@ fn port_changes(old: &[model::Port], new: &[model::Port]) -> Vec<String> {
             out.push(format!("port {} removed", o.name));
             continue;
         };
-        let fields: [(&str, String, String); 7] = [
+        let fields: [(&str, String, String); 8] = [
             ("interface", o.interface.clone(), n.interface.clone()),
             ("role", format!("{:?}", o.role), format!("{:?}", n.role)),
-            ("mac", format!("{:?}", o.mac), format!("{:?}", n.mac)),
-            ("addresses", format!("{:?}", o.addresses), format!("{:?}", n.addresses)),
+            ("mac", mac_text(o.mac), mac_text(n.mac)),
+            ("addresses", addresses_text(&o.addresses), addresses_text(&n.addresses)),
             ("queue", o.queue.to_string(), n.queue.to_string()),
             ("mtu", o.mtu.to_string(), n.mtu.to_string()),
             ("xdp_mode", format!("{:?}", o.xdp_mode), format!("{:?}", n.xdp_mode)),
+            ("peer_mac", mac_text(o.peer_mac), mac_text(n.peer_mac)),
         ];
         for (f, a, b) in fields {
             if a != b {
@@ -149,11 +150,27 @@ fn port_changes(old: &[model::Port], new: &[model::Port]) -> Vec<String> {
         }
     }
     out.extend(new.iter().filter(|n| !old.iter().any(|o| o.name == n.name)).map(|n| format!("port {} added", n.name)));
-    if out.is_empty() && old != new {
-        // Same ports and fields, another order.
+    if out.is_empty() && !old.iter().map(|p| &p.name).eq(new.iter().map(|p| &p.name)) {
+        // Same ports and fields, another order (port ids follow it).
         out.push("port order".into());
     }
     out
+}
+
+/// "02:00:00:00:00:01", or "none".
+fn mac_text(m: Option<model::Mac>) -> String {
+    m.map_or_else(|| "none".into(), |m| crate::wire::ethernet::fmt_mac(&m))
+}
+
+/// A port's addresses as the gateway uses them: the IPv4 ones in order,
+/// then the IPv6 ones in order ("192.0.2.1/24, 2001:db8::1/64"; "none").
+/// Only the order within a family matters (the first of a family is the
+/// source of the port's ICMP errors, `v4_source`/`v6_source` take the
+/// first that fits), so a file that interleaves the families differently
+/// (a DPDK `.cfg` lists them in SA order) changes nothing.
+fn addresses_text(a: &[(IpAddr, u8)]) -> String {
+    let text: Vec<String> = a.iter().filter(|x| x.0.is_ipv4()).chain(a.iter().filter(|x| x.0.is_ipv6())).map(|(ip, len)| format!("{ip}/{len}")).collect();
+    if text.is_empty() { "none".into() } else { text.join(", ") }
 }
 
 fn unix_now() -> f64 {
@@ -912,7 +929,14 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             fixed.push("control.socket");
         }
         if !fixed.is_empty() {
-            let detail = if ports.is_empty() { String::new() } else { format!(" ({})", ports.join("; ")) };
+            let detail = if ports.is_empty() {
+                String::new()
+            } else if self.cfg.dpdk_import.is_some() {
+                // The user wrote no [[port]]: say where a .cfg's ports come from.
+                format!(" ({}; a .cfg's ports come from -p/-u/--port/--eth-dest and its addresses from the tunnel SAs' own addresses)", ports.join("; "))
+            } else {
+                format!(" ({})", ports.join("; "))
+            };
             return Err(err(MgrErrorKind::Invalid, format!("{}: {} changed{detail}; these take effect on restart only (nothing applied)", new.source.display(), fixed.join(", "))));
         }
         let wanted: HashMap<SaKey, &model::Sa> = new.sas.iter().map(|s| (key_of(s), s)).collect();

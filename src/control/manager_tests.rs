@@ -355,6 +355,24 @@ fn port_changes_name_the_port_and_the_field() {
     );
     let swapped = vec![old[1].clone(), old[0].clone()];
     assert_eq!(port_changes(&old, &swapped), ["port order"]);
+    // Addresses: the families interleaved differently is no change (a
+    // .cfg lists them in SA order); another order within a family is
+    // (the first is the ICMP source), shown as address/length.
+    let v4 = |s: &str| (s.parse::<IpAddr>().unwrap(), 24u8);
+    let mut a = old.clone();
+    a[1].addresses = vec![v4("203.0.113.1"), ("2001:db8::1".parse().unwrap(), 64), v4("198.51.100.1")];
+    let mut b = a.clone();
+    b[1].addresses = vec![("2001:db8::1".parse().unwrap(), 64), v4("203.0.113.1"), v4("198.51.100.1")];
+    assert!(port_changes(&a, &b).is_empty(), "{:?}", port_changes(&a, &b));
+    b[1].addresses.swap(1, 2);
+    assert_eq!(
+        port_changes(&a, &b),
+        [format!("port {}: addresses 203.0.113.1/24, 198.51.100.1/24, 2001:db8::1/64 → 198.51.100.1/24, 203.0.113.1/24, 2001:db8::1/64", old[1].name)]
+    );
+    // A field outside the list above is named, not called "port order".
+    let mut c = old.clone();
+    c[0].peer_mac = Some([2, 0, 0, 0, 0, 9]);
+    assert_eq!(port_changes(&old, &c), [format!("port {}: peer_mac none → 02:00:00:00:00:09", old[0].name)]);
 }
 
 #[test]
