@@ -604,6 +604,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         if let Some((what, hint)) = self.keys(sa.spi, d).find_map(|k| model::spi_clash(d, sa.spi, sa.sad_dst(), k.2)) {
             return Err(err(MgrErrorKind::Exists, format!("an {what} is installed already{hint}")));
         }
+        self.retiring_clash(sa.spi, d, sa.sad_dst(), now)?;
         if self.limit > 0 && self.per_qp[owner] >= self.limit {
             return Err(err(
                 MgrErrorKind::Busy,
@@ -753,6 +754,27 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         }
     }
 
+    /// `Exists` when a retiring SA still in its grace (inbound: still
+    /// matched by SPI and destination; outbound: its SPI still on the wire
+    /// to the peer) has the SPI a new SA (`spi`, `d`, `dst` as
+    /// [`model::Sa::sad_dst`]) would take: the new one would shadow it
+    /// and the peer's packets on the old key would fail their ICV.
+    fn retiring_clash(&self, spi: u32, d: Direction, dst: Option<IpAddr>, now: Instant) -> Result<(), MgrError> {
+        let clash = self.retiring.iter().find_map(|r| match r.stage {
+            Stage::Grace(until) if until > now && r.direction == d && r.live.sa.spi == spi => {
+                model::spi_clash(d, spi, dst, r.live.sa.sad_dst()).map(|(what, _)| (what, until - now))
+            }
+            _ => None,
+        });
+        match clash {
+            Some((what, left)) => Err(err(
+                MgrErrorKind::Exists,
+                format!("a retiring {what} is still accepted for {} ms (the rekey grace): try again after it", left.as_millis().max(1)),
+            )),
+            None => Ok(()),
+        }
+    }
+
     fn retire(&mut self, live: Live, direction: Direction, stage: Stage, detached: bool, why: &'static str) {
         self.retiring.push(Retiring { live, direction, stage, detached, why });
     }
@@ -811,10 +833,15 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         if let Some((what, hint)) = self.keys(new_spi, d).find_map(|k| model::spi_clash(d, new_spi, old_key.2, k.2)) {
             return Err(err(MgrErrorKind::Exists, format!("an {what} is installed already{hint}")));
         }
+        self.retiring_clash(new_spi, d, old_key.2, now)?;
         let old = &self.live[&old_key];
         let mut sa = old.sa.clone();
         let owner = old.owner;
         sa.spi = new_spi;
+        // A new SA: its counter starts again (RFC 4303 §3.3.3), whatever
+        // `first_seq` the old one was configured with (a rekey is how an
+        // SA whose sequence numbers ran out is replaced).
+        sa.first_seq = 1;
         let want = sa.algorithm.key_len() + sa.algorithm.salt_len();
         if key.len() != want {
             return Err(err(MgrErrorKind::Invalid, format!("{}: key material is {} bytes, expected {want}", sa.algorithm.name(), key.len())));
@@ -880,7 +907,15 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
                 self.refresh_inbound(k);
             }
         }
-        let until = now + if d == Direction::Inbound { self.grace } else { OUTBOUND_GRACE };
+        // Limit 1: the old session is no longer attached, so the old SA
+        // could only fail (`session_not_attached`): it leaves the tables
+        // at once (its SPI is `no_sa` from the next snapshot), and the
+        // answer says there is no grace.
+        let until = if detached_old {
+            now
+        } else {
+            now + if d == Direction::Inbound { self.grace } else { OUTBOUND_GRACE }
+        };
         let msg = format!("SA {spi} {}{} rekeyed to SPI {new_spi}", dir_name(d), dst_note(old_key.2));
         self.event("rekeyed", old_key, msg, Some(&old.life));
         if let Some(e) = self.events.last_mut() {

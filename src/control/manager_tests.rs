@@ -250,6 +250,14 @@ fn rekey_inbound_keeps_both_spis_during_the_grace_then_only_the_new() {
     let t = fx.snap();
     let e = t.sad.inbound_at(t.sad.inbound_lookup(1202, OURS).unwrap()).unwrap();
     assert_eq!(e.selectors.len(), 1, "the new SA has the policy's selectors");
+    // While the old SPI is still accepted, no new SA may take it (it
+    // would shadow the retiring one: the peer's packets on the old key
+    // would fail their ICV): neither an add nor a rekey back to it.
+    let later = now + Duration::from_millis(4000);
+    let e = fx.m.add(&sa(1002, "inbound", OUT_KEY), later).unwrap_err();
+    assert!(e.kind == MgrErrorKind::Exists && e.message.contains("retiring inbound SA with SPI 1002") && e.message.contains("1000 ms"), "{e}");
+    let e = fx.m.rekey(1202, None, None, 1002, hex::decode(IN_KEY).unwrap(), None, later).unwrap_err();
+    assert!(e.kind == MgrErrorKind::Exists && e.message.contains("retiring"), "{e}");
     fx.m.tick(now + Duration::from_millis(4900));
     fx.m.publish();
     assert!(fx.in_resolves(1002));
@@ -258,6 +266,22 @@ fn rekey_inbound_keeps_both_spis_during_the_grace_then_only_the_new() {
     assert!(!fx.in_resolves(1002) && fx.in_resolves(1202), "only the new after");
     let ev = fx.m.take_events();
     assert!(ev.iter().any(|e| e.kind == "rekeyed" && e.spi == 1002 && e.new_spi == Some(1202)));
+    // Past the grace the SPI is free again.
+    fx.m.rekey(1202, None, None, 1002, hex::decode(IN_KEY).unwrap(), None, now + Duration::from_secs(6)).unwrap();
+}
+
+#[test]
+fn a_rekeyed_sa_starts_its_sequence_numbers_at_one() {
+    // An SA configured to start late (or run out: that is when a rekey
+    // replaces it): the new SA is new, its counter starts again.
+    let cfg = load("rk-seq", &config_text("backend = \"software\"", "").replacen("spi = 1001\n", "spi = 1001\nfirst_seq = 4294967293\n", 1));
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let first = |fx: &Fixture<'_, SoftDevice>, spi: u32| fx.snap().sad.outbound_sas().find(|(_, s)| s.spi == spi).map(|(_, s)| s.first_seq);
+    assert_eq!(first(&fx, 1001), Some(4294967293));
+    fx.m.rekey(1001, None, None, 1201, hex::decode(OUT_KEY).unwrap(), None, Instant::now()).unwrap();
+    fx.m.publish();
+    assert_eq!(first(&fx, 1201), Some(1));
 }
 
 #[test]
@@ -279,6 +303,25 @@ fn limit_one_rekey_stops_sets_up_and_restarts_the_queue_pair_after_publish() {
     // A second SA does not fit: Busy.
     let e = fx.m.add(&sa(3001, "outbound", OUT_KEY), Instant::now()).unwrap_err();
     assert_eq!(e.kind, MgrErrorKind::Busy, "{e}");
+}
+
+#[test]
+fn limit_one_inbound_rekey_gives_no_grace_and_says_so() {
+    // The old session is detached when the new one is set up: the old SPI
+    // could only fail as session_not_attached, so it leaves at once
+    // (no_sa) and the answer's old_valid_ms is 0, not the configured grace.
+    let text = config_text(&desc_cfg(1), "").replace(&sa(1001, "outbound", OUT_KEY), "").replace(&policy("outbound", "192.0.2.0/24", "198.51.100.0/24", 1001), "");
+    let cfg = load("lim1-in", &text);
+    let d = desc(1);
+    let mut fx = fixture(&cfg, &d);
+    fx.m.set_grace(Duration::from_secs(5));
+    let now = Instant::now();
+    let r = fx.m.rekey(1002, None, None, 1102, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
+    assert_eq!(r["old_valid_ms"], 0, "{r}");
+    fx.m.publish();
+    fx.m.tick(now);
+    fx.m.publish();
+    assert!(fx.in_resolves(1102) && !fx.in_resolves(1002), "the old SPI is not matched");
 }
 
 #[test]
