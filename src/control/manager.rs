@@ -975,6 +975,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             return Err(err(MgrErrorKind::Invalid, format!("{}: {} changed{detail}; these take effect on restart only (nothing applied)", new.source.display(), fixed.join(", "))));
         }
         let wanted: HashMap<SaKey, &model::Sa> = new.sas.iter().map(|s| (key_of(s), s)).collect();
+        self.reload_fits(&new, now)?;
         let (mut added, mut removed, mut replaced) = (0, 0, 0);
         let gone: Vec<SaKey> = self.live.keys().filter(|k| !wanted.contains_key(k)).copied().collect();
         for k in gone {
@@ -1022,6 +1023,52 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         self.dirty = true;
         self.tick_retiring(now);
         Ok(json!({ "added": added, "removed": removed, "replaced": replaced, "sas": self.live.len(), "policies": self.policies.len() }))
+    }
+
+    /// What [`Self::reload`] checks before it changes anything (all or
+    /// nothing): every SA to add or replace has a worker, its SPI is not
+    /// held by a retiring SA still in its grace, and on a device with a
+    /// per-queue-pair session limit each queue pair has room for the
+    /// sessions the reload attaches, counting those of removed and replaced
+    /// SAs, which stay attached until their ops drain (make-before-break).
+    /// Errors: `Invalid` (a pin past `gateway.workers`), `Exists`, `Busy`
+    /// naming the queue pair and what to do.
+    fn reload_fits(&self, new: &Config, now: Instant) -> Result<(), MgrError> {
+        let mut extra = vec![0usize; self.nworkers];
+        for sa in &new.sas {
+            let k = key_of(sa);
+            let owner = match self.live.get(&k) {
+                Some(l) if l.sa == *sa => continue,
+                Some(l) => l.owner,
+                None => {
+                    self.retiring_clash(k.0, k.1, k.2, now)?;
+                    match sa.worker {
+                        Some(_) => self.pick_owner(sa)?,
+                        // As `pick_owner` will choose, counting this reload's sessions.
+                        None => (0..self.nworkers).min_by_key(|&w| self.per_qp[w] + extra[w]).unwrap_or(0),
+                    }
+                }
+            };
+            if let Some(e) = extra.get_mut(owner) {
+                *e += 1;
+            }
+        }
+        if self.limit == 0 {
+            return Ok(());
+        }
+        for (w, &n) in extra.iter().enumerate() {
+            let held = self.per_qp[w];
+            if held + n > self.limit {
+                return Err(err(
+                    MgrErrorKind::Busy,
+                    format!(
+                        "the reload attaches {n} more session(s) to queue pair {w}, which holds {held} of its limit (max_sessions_per_qp = {}): nothing applied. Sessions of removed or replaced SAs stay attached until their ops drain; delete (sa del) or rekey the SAs that go first, then reload",
+                        self.limit
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Time limits, flags → events, and SAs on their way out: call often

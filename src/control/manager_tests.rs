@@ -384,6 +384,33 @@ fn reload_applies_changed_removed_added_sas_and_refuses_a_port_change() {
 }
 
 #[test]
+fn a_reload_that_does_not_fit_the_queue_pairs_changes_nothing() {
+    // Limit 1, the outbound SA only; rekeyed away from the file's SPI:
+    // the reload would remove 2001 and add 1001 on the same queue pair,
+    // whose one session 2001 keeps until its ops drain. Refused before
+    // anything changes (was: `busy`, with 2001 already removed and its
+    // policy naming nothing).
+    let text = config_text(&desc_cfg(1), "").replace(&sa(1002, "inbound", IN_KEY), "").replace(&policy("inbound", "198.51.100.0/24", "192.0.2.0/24", 1002), "");
+    let path = write_config("reload-lim1", &text);
+    let cfg = crate::config::load(&path).unwrap();
+    let d = desc(1);
+    let mut fx = fixture(&cfg, &d);
+    let now = Instant::now();
+    fx.m.rekey(1001, None, None, 2001, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
+    fx.m.publish();
+    fx.m.tick(now);
+    fx.m.publish();
+    let v = fx.snap().version;
+    let e = fx.m.reload(now).unwrap_err();
+    assert_eq!(e.kind, MgrErrorKind::Busy, "{e}");
+    assert!(e.message.contains("queue pair 0") && e.message.contains("nothing applied"), "{e}");
+    fx.m.publish();
+    assert_eq!(fx.snap().version, v, "nothing published");
+    assert!(fx.out_slot(2001).is_some(), "SA 2001 still there");
+    assert_eq!(protect_slots(&fx.snap().spd_out), vec![fx.out_slot(2001).unwrap()], "the policy still protects with 2001");
+}
+
+#[test]
 fn port_changes_name_the_port_and_the_field() {
     let cfg = crate::config::load(&write_config("ports", &config_text("backend = \"software\"", ""))).unwrap();
     let old = cfg.ports.clone();
