@@ -747,7 +747,7 @@ const DIRECTIONS: &[(&str, Direction)] = &[
 
 impl Checker<'_> {
     fn problem(&mut self, span: &Range<usize>, field: &str, message: impl Into<String>) {
-        let (line, column) = line_col(self.text, span.start);
+        let (line, column) = self.line_col(span.start);
         self.problems.push(Problem {
             file: self.source.to_path_buf(),
             line,
@@ -759,6 +759,18 @@ impl Checker<'_> {
 
     fn line_of(&self, span: &Range<usize>) -> usize {
         self.line_starts.partition_point(|&s| s <= span.start)
+    }
+
+    /// [`line_col`] by the line index: linear in the line's length, not in
+    /// the offset (a file of thousands of faulty tables was quadratic).
+    fn line_col(&self, offset: usize) -> (usize, usize) {
+        let mut offset = offset.min(self.text.len());
+        while !self.text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let line = self.line_starts.partition_point(|&s| s <= offset);
+        let start = self.line_starts.get(line.wrapping_sub(1)).copied().unwrap_or(0);
+        (line, self.text[start..offset].chars().count() + 1)
     }
 
     fn required<'f>(&mut self, f: &'f Field, tab: &Tab, key: &str) -> Option<&'f Spanned<Raw>> {
@@ -2314,6 +2326,7 @@ mod tests {
         let ck = Checker::new(text, Path::new("t.toml"));
         for off in (0..=text.len() + 2).filter(|&o| o > text.len() || text.is_char_boundary(o)) {
             assert_eq!(ck.line_of(&(off..off)), line_col(text, off).0, "offset {off}");
+            assert_eq!(ck.line_col(off), line_col(text, off), "offset {off}");
         }
     }
 
