@@ -118,6 +118,7 @@ fn inbound_sa(dev: &SoftDevice, alg: Algorithm) -> InboundSa {
         tunnel_dst: "203.0.113.2".parse().unwrap(),
         esn: false,
         replay_window: 0,
+        first_seq: 1,
         owner: 0,
     }
 }

@@ -1197,9 +1197,12 @@ fn first_seq_ranges_esn_and_direction() {
     assert_one(&with("first_seq = \"-1\""), "first_seq", 12, f, "found \"-1\"");
     assert_one(&with("first_seq = -1"), "first_seq", 12, f, "found integer -1");
     assert_one(&with("first_seq = true"), "first_seq", 12, f, "expected an integer in 1..=4294967295, found boolean true");
-    // Inbound: the receiver's window takes what arrives; there is no counter to start.
+    // Inbound: the peer's first sequence number (where the replay window
+    // starts), the same ranges.
     let inb = "tunnel_dst = \"203.0.113.1\"";
-    assert_one(&edit(inb, &format!("{inb}\nfirst_seq = 5")), "first_seq", 12, "sa[1].first_seq", "first_seq applies to outbound SAs only");
+    let cfg = config::parse(&edit(inb, &format!("{inb}\nesn = true\nfirst_seq = 5000000000")), Path::new(FILE)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((cfg.sas[1].direction, cfg.sas[1].first_seq), (config::Direction::Inbound, 5_000_000_000));
+    assert_one(&edit(inb, &format!("{inb}\nfirst_seq = 4294967296")), "first_seq", 12, "sa[1].first_seq", "expected an integer in 1..=4294967295");
 }
 
 /// Packet limits an outbound SA without ESN never reaches (its sequence

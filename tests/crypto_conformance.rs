@@ -418,6 +418,7 @@ fn every_algorithm_esp_round_trip<D: Dut>(dev: &D) -> Vec<(Algorithm, usize, Vec
                 tunnel_dst: "0.0.0.0".parse().unwrap(),
                 esn,
                 replay_window: 64,
+                first_seq: 1,
                 owner: 0,
             };
             let mut st = InboundState::new(&sa);
@@ -494,6 +495,7 @@ fn every_algorithm_rejects_tampering<D: Dut>(dev: &D) {
             tunnel_dst: "0.0.0.0".parse().unwrap(),
             esn: false,
             replay_window: 64,
+            first_seq: 1,
             owner: 0,
         };
         let st = InboundState::new(&sa);

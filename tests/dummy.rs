@@ -80,6 +80,7 @@ fn prepare_dummy_every_algorithm_family_and_encapsulation() {
                     tunnel_dst: dst,
                     esn: false,
                     replay_window: 64,
+                    first_seq: 1,
                     owner: 0,
                 };
                 let mut st = OutboundState { seq: 41, ..Default::default() };

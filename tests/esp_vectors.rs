@@ -75,6 +75,7 @@ fn inbound_opens_every_vector_and_rejects_tampering() {
             tunnel_dst: "0.0.0.0".parse().unwrap(),
             esn: v.esn,
             replay_window: 64,
+            first_seq: 1,
             owner: 0,
         };
         let seq = v.seq64();
@@ -158,6 +159,7 @@ fn inbound_opens_cbc_chacha_and_gmac_packets_and_rejects_tampering() {
             tunnel_dst: "0.0.0.0".parse().unwrap(),
             esn: false,
             replay_window: 64,
+            first_seq: 1,
             owner: 0,
         };
         // Flip a bit of: nothing, the ICV, the last encrypted byte, the
@@ -224,6 +226,7 @@ fn cbc_ciphertext_not_whole_blocks_is_bad_length() {
         tunnel_dst: "0.0.0.0".parse().unwrap(),
         esn: false,
         replay_window: 64,
+        first_seq: 1,
         owner: 0,
     };
     let st = InboundState::new(&sa);
@@ -279,6 +282,7 @@ fn esn_high_bits_are_in_the_hmac_input() {
         tunnel_dst: "0.0.0.0".parse().unwrap(),
         esn: true,
         replay_window: 64,
+        first_seq: 1,
         owner: 0,
     };
     // The receiver infers seq_hi 3 (right) or 2 (its window is a whole

@@ -31,6 +31,11 @@ const SIZES: [u64; 4] = [32, 64, 1024, 4096];
 
 /// gw1 (configs/ep1.toml) with inbound SA 1001's window = `window`, ESN `esn`.
 fn gw1(window: u64, esn: bool) -> Gw {
+    gw1_with(window, esn, "")
+}
+
+/// [`gw1`] with `extra` lines in SA 1001 (e.g. `first_seq = N`).
+fn gw1_with(window: u64, esn: bool, extra: &str) -> Gw {
     let text = std::fs::read_to_string(format!("{}/configs/ep1.toml", env!("CARGO_MANIFEST_DIR"))).unwrap();
     let mut out = String::new();
     for (i, block) in text.split("[[sa]]").enumerate() {
@@ -39,7 +44,7 @@ fn gw1(window: u64, esn: bool) -> Gw {
         }
         if block.contains("spi = 1001\n") {
             assert!(block.contains("replay_window = 64\n"));
-            out.push_str(&block.replacen("replay_window = 64\n", &format!("replay_window = {window}\nesn = {esn}\n"), 1));
+            out.push_str(&block.replacen("replay_window = 64\n", &format!("replay_window = {window}\nesn = {esn}\n{extra}"), 1));
         } else {
             out.push_str(block);
         }
@@ -152,6 +157,36 @@ fn window_cases(rx: &mut Rx, w: u64, base: u64) {
     assert_eq!(rx.send(top + 10 * w), OK, "w {w}: the real far-ahead packet (its sequence number was not burnt)");
     assert_eq!(rx.send(top), rx.too_old(), "w {w}: now left of the moved window");
     assert_eq!(rx.send(top + 10 * w - (w - 1)), OK, "w {w}: left edge of the moved window");
+}
+
+/// A peer whose ESN counter starts past 2^32 (DPDK `esn N`, config
+/// `first_seq = N` on both ends): with the inbound SA's `first_seq` the
+/// receiver infers the high half from the start; without it, it takes the
+/// high half for 0 and every packet fails its ICV (nothing is delivered
+/// until a packet happens to land in the first epoch).
+#[test]
+fn inbound_first_seq_starts_the_window_at_the_peers_first_number() {
+    let first: u64 = 5_000_000_000; // high half 1
+    let mut rx = Rx { gw: gw1_with(64, true, &format!("first_seq = {first}\n")), key: Vec::new(), esn: true };
+    rx.key = rx.gw.sa_key(1001, true);
+    assert_eq!(rx.gw.cfg.sas.iter().find(|s| s.spi == 1001 && s.replay_window == 64).map(|s| s.first_seq), Some(first));
+    assert_eq!(rx.send(first), OK, "the peer's first packet");
+    assert_eq!(rx.send(first + 1), OK);
+    assert_eq!(rx.send(first), REPLAY, "duplicate");
+    assert_eq!(rx.send(first + 70), OK, "ahead");
+    // Before first_seq, within the window of the start: new, accepted.
+    let mut rx2 = Rx { gw: gw1_with(64, true, &format!("first_seq = {first}\n")), key: Vec::new(), esn: true };
+    rx2.key = rx2.gw.sa_key(1001, true);
+    assert_eq!(rx2.send(first - 10), OK, "inside the window below first_seq");
+    // Without first_seq: the high half is taken for 0.
+    let mut rx = Rx::new(64, true);
+    assert_eq!(rx.send(first), AUTH, "the high half inferred as 0");
+    // Without ESN the window starts there too: far below it is too old.
+    let first32: u64 = 4_000_000_000;
+    let mut rx = Rx { gw: gw1_with(64, false, &format!("first_seq = {first32}\n")), key: Vec::new(), esn: false };
+    rx.key = rx.gw.sa_key(1001, true);
+    assert_eq!(rx.send(first32), OK);
+    assert_eq!(rx.send(first32 - 1000), REPLAY, "left of the window that starts at first_seq");
 }
 
 #[test]

@@ -133,6 +133,7 @@ fn inbound_sa(dev: &SoftDevice, c: &Case) -> InboundSa {
         tunnel_dst: "::".parse().unwrap(),
         esn: false,
         replay_window: 64,
+        first_seq: 1,
         owner: 0,
     }
 }

@@ -57,7 +57,8 @@
 //!   `udp-encap` is RFC 3948 with ports 4500/4500 (DPDK allows it only with
 //!   offload types; secgw does it in software).
 //! * **ESN.** `esn N` with N > 0 turns extended sequence numbers on
-//!   (rte_security `esn.value` = N); an outbound SA starts at N.
+//!   (rte_security `esn.value` = N); an outbound SA starts at N, an inbound
+//!   SA's replay window starts just below N (`first_seq = N` both ways).
 //! * **Routes.** `rt … port N` is an on-link route out of port N (DPDK has
 //!   no next hops: the frame goes to the port's `neigh`/`--eth-dest` MAC,
 //!   secgw's `peer_mac`). A route repeated for one prefix replaces the
@@ -1302,11 +1303,11 @@ pub fn convert(text: &str, source: &Path, opts: &ImportOptions) -> Result<Import
         }
         if sa.esn > 0 {
             out.line(&format!("esn = true                # esn {}", sa.esn), Some((l, "esn")));
-            if sa.dir == Direction::Outbound {
-                // TOML integers stop at 2^63−1; larger first_seq values are strings.
-                let v = if sa.esn > i64::MAX as u64 { q(&sa.esn.to_string()) } else { sa.esn.to_string() };
-                out.line(&format!("first_seq = {v}"), Some((l, "esn")));
-            }
+            // Outbound: the counter's start; inbound: the peer's, where the
+            // replay window starts (as rte_ipsec's esn.value does).
+            // TOML integers stop at 2^63−1; larger first_seq values are strings.
+            let v = if sa.esn > i64::MAX as u64 { q(&sa.esn.to_string()) } else { sa.esn.to_string() };
+            out.line(&format!("first_seq = {v}"), Some((l, "esn")));
         }
         if sa.udp_encap {
             out.line("udp_encap = true          # RFC 3948, ports 4500/4500", Some((l, "udp-encap")));
@@ -1405,7 +1406,8 @@ mod tests {
         let (imp, cfg) = import(SAMPLE, Path::new("s.cfg"), &opts()).unwrap();
         assert!(imp.notices.iter().all(|n| n.kind == NoticeKind::Warning), "{:?}", imp.notices);
         let sa = &cfg.sas[1];
-        assert_eq!((sa.algorithm, sa.esn, sa.first_seq, sa.key.len()), (Algorithm::ChaCha20Poly1305, true, 1, 36));
+        // Inbound `esn 7`: the peer starts at 7, the window just below it.
+        assert_eq!((sa.algorithm, sa.esn, sa.first_seq, sa.key.len()), (Algorithm::ChaCha20Poly1305, true, 7, 36));
         assert_eq!(cfg.sas[0].first_seq, 1);
         let p = &cfg.policies[1];
         assert_eq!((p.protocol, p.dst_ports, p.src.1), (crate::config::Protocol::Number(6), (443, 443), 48));

@@ -123,10 +123,12 @@
 //! hard_bytes = 1200000000   #   a soft limit must be below its hard limit when both are given.
 //! soft_seconds = 3000       #   Soft: an event asks for a rekey; hard: the SA's packets are
 //! hard_seconds = 3600       #   dropped as `sa_expired` from then on. Both directions.
-//! first_seq = 1             # outbound only (an error on inbound): sequence number of the first
-//!                           #   packet, default 1; 1..=4294967295 without esn, 1..=2^64-1 with
-//!                           #   (above 2^63-1 as a string, decimal or "0x…"). Without esn the SA
-//!                           #   hard-expires after 2^32-1 instead of cycling (RFC 4303 §3.3.3)
+//! first_seq = 1             # sequence number of the first packet, default 1; 1..=4294967295
+//!                           #   without esn, 1..=2^64-1 with (above 2^63-1 as a string, decimal
+//!                           #   or "0x…"). Outbound: without esn the SA hard-expires after
+//!                           #   2^32-1 instead of cycling (RFC 4303 §3.3.3). Inbound: the peer's
+//!                           #   first_seq; the replay window starts just below it (with esn,
+//!                           #   the high 32 bits are inferred from there, RFC 4303 App. A2)
 //! worker = 0                # optional worker index < gateway.workers; default: balanced
 //!
 //! [[policy]]                # SPD entry; lower priority wins, ties by file order
@@ -1705,18 +1707,15 @@ impl Checker<'_> {
         Some(n)
     }
 
-    /// `first_seq` (outbound only): the sequence number of the SA's first
-    /// packet, 1..=2^32−1 without ESN, 1..=2^64−1 with (RFC 4303 §2.2,
-    /// §2.2.1); an integer, or a decimal or "0x" hex string for values
-    /// beyond TOML's 2^63−1. Default 1.
-    fn first_seq(&mut self, f: &Field, tab: &Tab, direction: Option<Direction>, esn: Option<bool>) -> Option<u64> {
+    /// `first_seq`: the sequence number of the SA's first packet,
+    /// 1..=2^32−1 without ESN, 1..=2^64−1 with (RFC 4303 §2.2, §2.2.1); an
+    /// integer, or a decimal or "0x" hex string for values beyond TOML's
+    /// 2^63−1. Default 1. Outbound: where the counter starts; inbound: the
+    /// peer's, where the anti-replay window starts (so the ESN high half
+    /// of a peer starting past 2^32 is inferred right, RFC 4303 App. A2).
+    fn first_seq(&mut self, f: &Field, tab: &Tab, _direction: Option<Direction>, esn: Option<bool>) -> Option<u64> {
         let Some(v) = f else { return Some(1) };
         let field = tab.field("first_seq");
-        if direction == Some(Direction::Inbound) {
-            let m = "first_seq applies to outbound SAs only (the sender's counter, RFC 4303 §3.3.3; a receiver takes what arrives); remove it";
-            self.problem(&v.span(), &field, m);
-            return None;
-        }
         let (max, why) = match esn {
             Some(true) => (u64::MAX, "with esn = true the counter has 64 bits, RFC 4303 §2.2.1"),
             Some(false) => (u32::MAX as u64, "without esn the counter has 32 bits and never cycles, RFC 4303 §3.3.3"),

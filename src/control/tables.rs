@@ -136,6 +136,7 @@ pub fn inbound_entry(sa: &model::Sa, session: Arc<Session>, owner: usize, id: u3
             tunnel_dst: sa.tunnel_dst,
             esn: sa.esn,
             replay_window: sa.replay_window,
+            first_seq: sa.first_seq,
             owner,
         },
         selectors,

@@ -41,6 +41,17 @@ impl ReplayWindow {
         ReplayWindow { size, top: 0, bits: vec![0u64; blocks].into_boxed_slice() }
     }
 
+    /// [`ReplayWindow::new`] for a peer whose first sequence number is
+    /// `first_seq` (1 = [`ReplayWindow::new`]): nothing received yet, the
+    /// right edge at `first_seq - 1`, so `first_seq` and what follows are
+    /// new, anything a window or more below it is too old, and with ESN the
+    /// high half is inferred from there (RFC 4303 Appendix A2).
+    pub fn starting_at(size: u32, first_seq: u64) -> ReplayWindow {
+        let mut w = ReplayWindow::new(size);
+        w.top = first_seq.saturating_sub(1);
+        w
+    }
+
     /// Window size in packets.
     pub fn size(&self) -> u64 {
         self.size

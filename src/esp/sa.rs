@@ -151,6 +151,11 @@ pub struct InboundSa {
     pub esn: bool,
     /// Anti-replay window in packets (0 = off).
     pub replay_window: u32,
+    /// The peer's first sequence number (config `first_seq` on an inbound
+    /// SA, DPDK's `esn N`), default 1: the window starts just below it, so
+    /// with ESN the high 32 bits of the first packets are inferred right
+    /// (RFC 4303 Appendix A2) however far past 2^32 the peer starts.
+    pub first_seq: u64,
     /// Worker that owns the SA's replay window.
     pub owner: usize,
 }
@@ -175,7 +180,7 @@ impl InboundState {
 
     /// Fresh state for `sa`. Allocates the bitmap: control path only.
     pub fn new(sa: &InboundSa) -> InboundState {
-        InboundState { window: ReplayWindow::new(sa.replay_window), id: sa.id, usage: Usage::default() }
+        InboundState { window: ReplayWindow::starting_at(sa.replay_window, sa.first_seq), id: sa.id, usage: Usage::default() }
     }
 }
 
