@@ -847,8 +847,17 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             return Err(err(MgrErrorKind::Invalid, format!("{}: key material is {} bytes, expected {want}", sa.algorithm.name(), key.len())));
         }
         sa.key = zeroize::Zeroizing::new(key);
-        if let Some(a) = auth_key {
-            sa.auth_key = zeroize::Zeroizing::new(a);
+        match auth_key {
+            Some(a) => sa.auth_key = zeroize::Zeroizing::new(a),
+            // Keeping the old integrity key under the new SPI would be a
+            // rekey of half the key material, silently.
+            None if sa.algorithm.auth_key_len() > 0 => {
+                return Err(err(
+                    MgrErrorKind::Invalid,
+                    format!("{} has a separate integrity key: give a new auth_key too (key file: key = \"hex\" and auth_key = \"hex\")", sa.algorithm.name()),
+                ))
+            }
+            None => {}
         }
         if sa.auth_key.len() != sa.algorithm.auth_key_len() {
             return Err(err(MgrErrorKind::Invalid, format!("{}: integrity key is {} bytes, expected {}", sa.algorithm.name(), sa.auth_key.len(), sa.algorithm.auth_key_len())));

@@ -271,6 +271,23 @@ fn rekey_inbound_keeps_both_spis_during_the_grace_then_only_the_new() {
 }
 
 #[test]
+fn a_rekey_of_an_sa_with_an_integrity_key_needs_a_new_one() {
+    let cfg = load("rk-auth", &config_text("backend = \"software\"", ""));
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let cbc = "[[sa]]\nspi = 3001\ndirection = \"outbound\"\nalgorithm = \"aes-128-cbc-hmac-sha256\"\n\
+               key = \"000102030405060708090a0b0c0d0e0f\"\nauth_key = \"000102030405060708090a0b0c0d0e0f000102030405060708090a0b0c0d0e0f\"\n\
+               tunnel_src = \"203.0.113.1\"\ntunnel_dst = \"203.0.113.2\"\n";
+    fx.m.add(cbc, Instant::now()).unwrap();
+    let key = vec![9u8; 16];
+    let e = fx.m.rekey(3001, None, None, 3002, key.clone(), None, Instant::now()).unwrap_err();
+    assert!(e.kind == MgrErrorKind::Invalid && e.message.contains("separate integrity key") && e.message.contains("auth_key"), "{e}");
+    fx.m.rekey(3001, None, None, 3002, key, Some(vec![8u8; 32]), Instant::now()).unwrap();
+    // An AEAD SA has none to give.
+    fx.m.rekey(1001, None, None, 1201, hex::decode(OUT_KEY).unwrap(), None, Instant::now()).unwrap();
+}
+
+#[test]
 fn a_rekeyed_sa_starts_its_sequence_numbers_at_one() {
     // An SA configured to start late (or run out: that is when a rekey
     // replaces it): the new SA is new, its counter starts again.
