@@ -608,7 +608,10 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         if self.limit > 0 && self.per_qp[owner] >= self.limit {
             return Err(err(
                 MgrErrorKind::Busy,
-                format!("queue pair {owner} holds {} sessions, its limit (max_sessions_per_qp = {})", self.per_qp[owner], self.limit),
+                format!(
+                    "queue pair {owner} holds {} sessions, its limit (max_sessions_per_qp = {}); a new SA (and a rekey, whose new session is attached beside the old one) needs room there: delete an SA of worker {owner}, or raise the limit",
+                    self.per_qp[owner], self.limit
+                ),
             ));
         }
         let slot = self.alloc_slot(d)?;
