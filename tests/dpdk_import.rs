@@ -448,3 +448,16 @@ fn own_addresses_follow_the_longest_route_to_each_peer() {
     let replaced = notices.iter().filter(|n| n.keyword == "rt" && n.message.contains("repeats the one at line")).count();
     assert_eq!(replaced, N.div_ceil(3), "one notice per repeated prefix");
 }
+
+/// A message that quotes another line (the SA a policy names, the first
+/// of two duplicates) quotes the `.cfg` line, not a line of the TOML the
+/// import made.
+#[test]
+fn lines_quoted_in_messages_are_cfg_lines() {
+    // Line 1: outbound SA 5; line 2: an inbound policy naming it.
+    let text = format!("{GOOD_SA}\nsp ipv4 in esp protect 5 pri 1 dst 192.168.1.0/24 sport 0:65535 dport 0:65535\nrt ipv4 dst 10.0.0.2/32 port 0\n");
+    let ps = problems(&text);
+    let p = ps.iter().find(|p| p.message.contains("SPI 5 is outbound")).unwrap_or_else(|| panic!("{ps:#?}"));
+    assert_eq!(p.line, 2, "{p:?}");
+    assert!(p.message.contains("(line 1)"), "the SA's own .cfg line: {}", p.message);
+}

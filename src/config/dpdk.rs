@@ -232,10 +232,35 @@ pub fn import(text: &str, source: &Path, opts: &ImportOptions) -> Result<(Import
 
 impl Imported {
     fn map_problem(&self, p: Problem, source: &Path) -> Problem {
+        let message = self.map_lines(&p.message);
         match self.origin.get(p.line.wrapping_sub(1)).cloned().flatten() {
-            Some((line, kw)) => Problem { file: source.to_path_buf(), line, column: 1, field: kw, message: format!("{} ({})", p.message, p.field) },
-            None => Problem { file: source.to_path_buf(), line: 0, column: 0, field: p.field, message: p.message },
+            Some((line, kw)) => Problem { file: source.to_path_buf(), line, column: 1, field: kw, message: format!("{message} ({})", p.field) },
+            None => Problem { file: source.to_path_buf(), line: 0, column: 0, field: p.field, message },
         }
+    }
+
+    /// `message` with each "line N" (a line of the converted TOML, as the
+    /// checks quote the other party of a duplicate or a clash) turned into
+    /// the `.cfg` line it came from; a line the import made itself (ports
+    /// from the options) has none and is said so.
+    fn map_lines(&self, message: &str) -> String {
+        let mut out = String::with_capacity(message.len());
+        let mut rest = message;
+        while let Some(at) = rest.find("line ") {
+            let after = &rest[at + 5..];
+            let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+            out.push_str(&rest[..at]);
+            match after[..digits].parse::<usize>().ok() {
+                Some(n) => match self.origin.get(n.wrapping_sub(1)).cloned().flatten() {
+                    Some((line, _)) => out.push_str(&format!("line {line}")),
+                    None => out.push_str("a line the import made (secgw import-dpdk shows it)"),
+                },
+                None => out.push_str("line "),
+            }
+            rest = &after[digits..];
+        }
+        out.push_str(rest);
+        out
     }
 }
 
