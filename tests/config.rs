@@ -1316,4 +1316,9 @@ fn misspelt_mode_is_named_not_a_missing_tunnel_address() {
         let err = error(&text).to_string();
         assert!(err.contains("sa[0].mode") && !err.contains("tunnel_src") && !err.contains("tunnel_dst"), "{bad}: {err}");
     }
+    // Nor on an SA written for tunnel mode: its addresses are not
+    // compared with placeholders ("found 0.0.0.0").
+    let text = edit("tunnel_src = \"203.0.113.1\"", "mode = \"tunel\"\ntunnel_src = \"203.0.113.1\"");
+    let err = error(&text).to_string();
+    assert!(err.contains("sa[0].mode") && !err.contains("tunnel_dst") && !err.contains("0.0.0.0"), "{err}");
 }

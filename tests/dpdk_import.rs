@@ -461,3 +461,15 @@ fn lines_quoted_in_messages_are_cfg_lines() {
     assert_eq!(p.line, 2, "{p:?}");
     assert!(p.message.contains("(line 1)"), "the SA's own .cfg line: {}", p.message);
 }
+
+/// Without -u, unprotected ports are inferred from the routes to tunnel
+/// SAs' peers; a file with none to infer from is told to give -u.
+#[test]
+fn no_unprotected_port_to_infer_asks_for_the_mask() {
+    let text = "sa out 5 aead_algo aes-128-gcm aead_key 0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0 mode transport\n\
+                sp ipv4 out esp protect 5 pri 1 dst 192.168.1.0/24 sport 0:65535 dport 0:65535\n\
+                rt ipv4 dst 192.168.1.0/24 port 0\n";
+    let o = ImportOptions { port_mask: Some(3), ..Default::default() };
+    let e = dpdk::parse(text, Path::new("t.cfg"), &o).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("-u") && e.contains("give -u MASK") && !e.contains("found 2 protected"), "{e}");
+}

@@ -1232,7 +1232,15 @@ pub fn convert(text: &str, source: &Path, opts: &ImportOptions) -> Result<Import
         Some(m) => ids.iter().copied().filter(|b| m >> b & 1 == 1).collect(),
         None => {
             let inferred: BTreeSet<u16> = ids.intersection(&peer_ports).copied().collect();
-            warn(&mut p, 0, "-u", format!("no -u mask: unprotected ports inferred from the routes to the SAs' peers: {:?}", inferred));
+            if inferred.is_empty() {
+                // Said here, where the cause is known (the checks after
+                // would only count protected and unprotected ports).
+                let m = "no -u mask, and no unprotected port could be inferred (only the routes to tunnel-mode SAs' peers tell; transport-mode SAs and unrouted peers do not): give -u MASK, the ports that face the ESP side";
+                p.problems.push(Problem { file: source.to_path_buf(), line: 0, column: 0, field: "-u".into(), message: m.into() });
+                return Err(ConfigError::Invalid(p.problems));
+            } else {
+                warn(&mut p, 0, "-u", format!("no -u mask: unprotected ports inferred from the routes to the SAs' peers: {:?}", inferred));
+            }
             inferred
         }
     };

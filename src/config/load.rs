@@ -1465,7 +1465,7 @@ impl Checker<'_> {
             let no_tunnel = mode != Some(SaMode::Tunnel);
             let tunnel_src = if no_tunnel { unspecified } else { ip(ck, &s.tunnel_src, "tunnel_src") };
             let tunnel_dst = if no_tunnel { unspecified } else { ip(ck, &s.tunnel_dst, "tunnel_dst") };
-            if let (Some(a), Some(b), Some(v)) = (tunnel_src, tunnel_dst, &s.tunnel_dst) {
+            if let (false, Some(a), Some(b), Some(v)) = (no_tunnel, tunnel_src, tunnel_dst, &s.tunnel_dst) {
                 if a.is_ipv6() != b.is_ipv6() && !transport {
                     // RFC 4303 §3.1.2: one outer header, so one family.
                     let m = format!("expected an {} address like tunnel_src ({a}), found {b}", family(a));
