@@ -1322,3 +1322,13 @@ fn misspelt_mode_is_named_not_a_missing_tunnel_address() {
     let err = error(&text).to_string();
     assert!(err.contains("sa[0].mode") && !err.contains("tunnel_dst") && !err.contains("0.0.0.0"), "{err}");
 }
+
+/// A core that is not on this machine is named with its field and the
+/// cores there are (`secgw check` and `run` both ask `worker_cores`).
+#[test]
+fn a_missing_core_names_the_field_and_the_cores_there_are() {
+    let cfg = config::parse(&BASE.replacen("workers = 1\n", "workers = 1\ncores = [999]\n", 1), Path::new(FILE)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cfg.gateway.cores, [999]);
+    let e = secgw::control::run::worker_cores(&cfg).unwrap_err().to_string();
+    assert!(e.contains("gateway.cores[0]: worker 0 is pinned to core 999, which does not exist here (cores: 0"), "{e}");
+}

@@ -85,10 +85,19 @@ pub fn run(cfg: &Config, opts: &RunOptions) -> Result<stats::Snapshot, ControlEr
 pub fn worker_cores(cfg: &Config) -> Result<Vec<usize>, ControlError> {
     let ids: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().iter().map(|c| c.id).collect();
     let cores: Vec<usize> = (0..cfg.gateway.workers).map(|w| cfg.gateway.cores.get(w).copied().unwrap_or(w)).collect();
+    let online = ids.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ");
     for (w, c) in cores.iter().enumerate() {
         if !ids.contains(c) {
+            let (field, what) = if w < cfg.gateway.cores.len() {
+                (format!("gateway.cores[{w}]"), format!("worker {w} is pinned to core {c}"))
+            } else {
+                (
+                    "gateway.workers".to_owned(),
+                    format!("gateway.workers = {} puts worker {w} on core {c} (gateway.cores names no core for it)", cfg.gateway.workers),
+                )
+            };
             return Err(ControlError::Unsupported(format!(
-                "{}: worker {w} wants core {c}, which does not exist here (cores: {ids:?}); set gateway.cores",
+                "{}: {field}: {what}, which does not exist here (cores: {online}); name existing cores in gateway.cores, or run fewer workers",
                 cfg.source.display()
             )));
         }
