@@ -250,3 +250,43 @@ fn random_sizes_at_mtu_576_are_all_accounted_for() {
     assert!(fragmented > 0 && whole > 0 && df_big > 0);
     let _ = std::fs::remove_file(path);
 }
+
+/// `df = "set"` on the SA: the outer IPv4 header may not be fragmented,
+/// so a DF-clear inner packet too big for the tunnel is fragmented before
+/// encryption (RFC 4459 §3), as for an IPv6 outer header: each fragment
+/// its own ESP packet with DF set, each decrypting at gw1 (was: encrypted,
+/// then dropped as mtu_exceeded after taking a sequence number and being
+/// counted as sent).
+#[test]
+fn df_set_fragments_the_inner_packet_before_encryption() {
+    let text = std::fs::read_to_string("configs/ep0.toml").unwrap();
+    let text = text.replacen("interface = \"gw0-out\"", "interface = \"gw0-out\"\nmtu = 1000", 1).replacen("spi = 1001\n", "spi = 1001\ndf = \"set\"\n", 1);
+    assert!(text.contains("df = \"set\""));
+    let path = std::env::temp_dir().join(format!("secgw-mtu-{}-dfset.toml", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let mut gw0 = Gw::from_config(path.to_str().unwrap());
+    let mut gw1 = Gw::from_config("configs/ep1.toml");
+    let mut f = from_host_a(1400);
+    clear_df(&mut f);
+    let out = gw0.push("inside", std::slice::from_ref(&f));
+    assert_eq!(out.len(), 2, "two ESP packets, one per inner fragment: {:?}", gw0.stats().drops);
+    for (p, e) in &out {
+        let ip = &e[14..];
+        assert_eq!(p, "outside");
+        assert!(ip.len() <= 1000);
+        assert_eq!(u16::from_be_bytes([ip[6], ip[7]]), 0x4000, "outer DF set, not a fragment");
+        assert_eq!(ip[9], 50);
+    }
+    assert_eq!(gw0.stats().drops.values().sum::<u64>(), 0);
+    let back = gw1.push("outside", &out.iter().map(|x| x.1.clone()).collect::<Vec<_>>());
+    assert_eq!(back.len(), 2, "both decrypt: {:?}", gw1.stats().drops);
+    // The inner fragments carry the packet: offsets 0 and the first's length.
+    let (a, b) = (&back[0].1[14..], &back[1].1[14..]);
+    assert_eq!(u16::from_be_bytes([a[6], a[7]]) & 0x2000, 0x2000, "first inner fragment: MF");
+    let first_len = u16::from_be_bytes([a[2], a[3]]) as usize - 20;
+    assert_eq!((u16::from_be_bytes([b[6], b[7]]) & 0x1fff) as usize * 8, first_len);
+    let mut payload = a[20..].to_vec();
+    payload.extend_from_slice(&b[20..]);
+    assert_eq!(&payload[8..], &f[14 + 28..], "payload intact across the fragments");
+    let _ = std::fs::remove_file(path);
+}

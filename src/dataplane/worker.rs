@@ -1147,6 +1147,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         //   packet is fragmented before encapsulation (RFC 4459 §3), each
         //   fragment its own ESP packet (the IPv6 outer header is never
         //   fragmented);
+        //   The same into an IPv4 outer header with `df = "set"` (its DF
+        //   forbids fragmenting the ESP packet);
         // * IPv4 inner without DF into an IPv4 outer header (or transport
         //   mode): the ESP packet is fragmented after encryption (`forward`).
         // The MTU in the errors is the largest inner packet that fits.
@@ -1174,7 +1176,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             if inner_df {
                 return self.frag_needed(t, port, buf, fits);
             }
-            if sa.tunnel_dst.is_ipv6() && !sa.transport {
+            // An outer header that may not be fragmented (IPv6, or IPv4
+            // with `df = "set"`): the inner packet is, before encryption.
+            if !sa.transport && (sa.tunnel_dst.is_ipv6() || sa.df == crate::esp::DfMode::Set) {
                 decrement_hops(&mut buf);
                 let owner = sa.owner;
                 return self.fragment(t, port, FragSink::Sa { sa: i, owner }, buf, fits);
