@@ -144,17 +144,26 @@ fn clear_df(f: &mut [u8]) {
     f[14 + 10..14 + 12].copy_from_slice(&ck.to_be_bytes());
 }
 
-#[test]
-fn df_clear_leaves_as_fragments_that_reassemble_and_decrypt() {
+/// gw0 (ep0.toml, wan MTU 1000, `sa_lines` added to SA 1001) and gw1
+/// (ep1.toml); a 1400-byte DF-clear packet from hostA pushed through gw0.
+/// Returns (gw0's temp config, gw0, gw1, the frame sent, what gw0 sent).
+fn df_clear_1400_at_mtu_1000(tag: &str, sa_lines: &str) -> (std::path::PathBuf, Gw, Gw, Vec<u8>, Vec<(String, Vec<u8>)>) {
     let text = std::fs::read_to_string("configs/ep0.toml").unwrap();
-    let text = text.replacen("interface = \"gw0-out\"", "interface = \"gw0-out\"\nmtu = 1000", 1);
-    let path = std::env::temp_dir().join(format!("secgw-mtu-{}-frag.toml", std::process::id()));
+    let text = text.replacen("interface = \"gw0-out\"", "interface = \"gw0-out\"\nmtu = 1000", 1).replacen("spi = 1001\n", &format!("spi = 1001\n{sa_lines}"), 1);
+    assert!(text.contains(sa_lines));
+    let path = std::env::temp_dir().join(format!("secgw-mtu-{}-{tag}.toml", std::process::id()));
     std::fs::write(&path, text).unwrap();
     let mut gw0 = Gw::from_config(path.to_str().unwrap());
-    let mut gw1 = Gw::from_config("configs/ep1.toml");
+    let gw1 = Gw::from_config("configs/ep1.toml");
     let mut f = from_host_a(1400);
     clear_df(&mut f);
     let out = gw0.push("inside", std::slice::from_ref(&f));
+    (path, gw0, gw1, f, out)
+}
+
+#[test]
+fn df_clear_leaves_as_fragments_that_reassemble_and_decrypt() {
+    let (path, gw0, mut gw1, f, out) = df_clear_1400_at_mtu_1000("frag", "");
     assert_eq!(out.len(), 2, "two fragments");
     assert!(out.iter().all(|(p, _)| p == "outside"));
     let (a, b) = (&out[0].1[14..], &out[1].1[14..]);
@@ -259,16 +268,7 @@ fn random_sizes_at_mtu_576_are_all_accounted_for() {
 /// counted as sent).
 #[test]
 fn df_set_fragments_the_inner_packet_before_encryption() {
-    let text = std::fs::read_to_string("configs/ep0.toml").unwrap();
-    let text = text.replacen("interface = \"gw0-out\"", "interface = \"gw0-out\"\nmtu = 1000", 1).replacen("spi = 1001\n", "spi = 1001\ndf = \"set\"\n", 1);
-    assert!(text.contains("df = \"set\""));
-    let path = std::env::temp_dir().join(format!("secgw-mtu-{}-dfset.toml", std::process::id()));
-    std::fs::write(&path, text).unwrap();
-    let mut gw0 = Gw::from_config(path.to_str().unwrap());
-    let mut gw1 = Gw::from_config("configs/ep1.toml");
-    let mut f = from_host_a(1400);
-    clear_df(&mut f);
-    let out = gw0.push("inside", std::slice::from_ref(&f));
+    let (path, gw0, mut gw1, f, out) = df_clear_1400_at_mtu_1000("dfset", "df = \"set\"\n");
     assert_eq!(out.len(), 2, "two ESP packets, one per inner fragment: {:?}", gw0.stats().drops);
     for (p, e) in &out {
         let ip = &e[14..];
