@@ -449,12 +449,31 @@ impl AfXdpPort {
             .ok_or_else(|| setup("frame_count is 0".into()))?;
         let (umem, mut descs) = Umem::new(umem_cfg, frame_count, false)
             .map_err(|e| setup(format!("UMEM: {}", err_chain(&e))))?;
-        // SAFETY: `umem` was created just above and is used by this socket
-        // only (not shared), so the shared-UMEM precondition of
-        // `Socket::new` (XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD when the pair is
-        // already bound from the same UMEM) does not apply.
-        let (tx, rx, fq_cq) = unsafe { Socket::new(sock_cfg, &umem, &if_name, cfg.queue) }
-            .map_err(|e| setup(format!("socket: {}", err_chain(&e))))?;
+        // A queue still bound by the socket of a process that just died
+        // (the kernel tears an XSK down after its owner's exit, not at
+        // once) refuses the bind with EBUSY for a moment: retried for up
+        // to a second. We hold the interface lock, so no live secgw or
+        // secgw-pktgen holds it (a socket of another program that takes no
+        // lock still gets the error, after the second).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        let (tx, rx, fq_cq) = loop {
+            // SAFETY: `umem` was created just above and is used by this
+            // socket only (not shared), so the shared-UMEM precondition of
+            // `Socket::new` (XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD when the pair
+            // is already bound from the same UMEM) does not apply; a failed
+            // attempt binds nothing, so trying again is the same call.
+            match unsafe { Socket::new(sock_cfg, &umem, &if_name, cfg.queue) } {
+                Ok(s) => break s,
+                Err(e) => {
+                    let text = err_chain(&e);
+                    if text.contains("(os error 16)") && std::time::Instant::now() < deadline {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        continue;
+                    }
+                    return Err(setup(format!("socket: {text}")));
+                }
+            }
+        };
         let (mut fq, cq) =
             fq_cq.ok_or_else(|| setup("libxdp returned no fill/completion ring".into()))?;
 
