@@ -585,15 +585,16 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     }
 
     /// The worker a new SA goes to: its pin, else the queue pair with the
-    /// fewest sessions that has room.
-    fn pick_owner(&self, sa: &model::Sa) -> Result<usize, MgrError> {
+    /// fewest sessions, counting `pending[w]` more on worker `w` (sessions
+    /// a caller is about to attach: [`Self::reload_fits`]; `&[]` for none).
+    fn pick_owner(&self, sa: &model::Sa, pending: &[usize]) -> Result<usize, MgrError> {
         if let Some(w) = sa.worker {
             if w >= self.nworkers {
                 return Err(err(MgrErrorKind::Invalid, format!("SA {}: pinned to worker {w}, but gateway.workers = {}", sa.spi, self.nworkers)));
             }
             return Ok(w);
         }
-        let w = (0..self.nworkers).min_by_key(|&w| self.per_qp[w]).unwrap_or(0);
+        let w = (0..self.nworkers).min_by_key(|&w| self.per_qp[w] + pending.get(w).copied().unwrap_or(0)).unwrap_or(0);
         Ok(w)
     }
 
@@ -694,7 +695,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         let mut done: Vec<SaKey> = Vec::with_capacity(frag.sas.len());
         for sa in frag.sas {
             let key = key_of(&sa);
-            let r = self.pick_owner(&sa).and_then(|w| self.install(sa, w, now));
+            let r = self.pick_owner(&sa, &[]).and_then(|w| self.install(sa, w, now));
             if let Err(e) = r {
                 for k in done {
                     self.remove_now(k);
@@ -836,7 +837,6 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         if let Some((what, hint)) = self.keys(new_spi, d).find_map(|k| model::spi_clash(d, new_spi, old_key.2, k.2)) {
             return Err(err(MgrErrorKind::Exists, format!("an {what} is installed already{hint}")));
         }
-        self.retiring_clash(new_spi, d, old_key.2, now)?;
         let old = &self.live[&old_key];
         let mut sa = old.sa.clone();
         let owner = old.owner;
@@ -868,6 +868,8 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         let mut detached_old = false;
         if self.limit == 1 {
             // One session per queue pair: stop → setup with the new one → start.
+            // (`install`, on the other path, checks this itself.)
+            self.retiring_clash(new_spi, d, old_key.2, now)?;
             let slot = self.alloc_slot(d)?;
             let session = tables::session(self.dev, &sa)?;
             self.dev.queue_pair_stop(owner as u16)?;
@@ -1015,7 +1017,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
                     replaced += 1;
                 }
                 None => {
-                    let w = self.pick_owner(sa)?;
+                    let w = self.pick_owner(sa, &[])?;
                     self.install(sa.clone(), w, now)?;
                     added += 1;
                 }
@@ -1054,11 +1056,8 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
                 Some(l) => l.owner,
                 None => {
                     self.retiring_clash(k.0, k.1, k.2, now)?;
-                    match sa.worker {
-                        Some(_) => self.pick_owner(sa)?,
-                        // As `pick_owner` will choose, counting this reload's sessions.
-                        None => (0..self.nworkers).min_by_key(|&w| self.per_qp[w] + extra[w]).unwrap_or(0),
-                    }
+                    // As the apply phase will choose, counting this reload's sessions.
+                    self.pick_owner(sa, &extra)?
                 }
             };
             if let Some(e) = extra.get_mut(owner) {
