@@ -144,10 +144,13 @@ fn clear_df(f: &mut [u8]) {
     f[14 + 10..14 + 12].copy_from_slice(&ck.to_be_bytes());
 }
 
+/// Frames a gateway sent: (port name, frame).
+type Sent = Vec<(String, Vec<u8>)>;
+
 /// gw0 (ep0.toml, wan MTU 1000, `sa_lines` added to SA 1001) and gw1
 /// (ep1.toml); a 1400-byte DF-clear packet from hostA pushed through gw0.
 /// Returns (gw0's temp config, gw0, gw1, the frame sent, what gw0 sent).
-fn df_clear_1400_at_mtu_1000(tag: &str, sa_lines: &str) -> (std::path::PathBuf, Gw, Gw, Vec<u8>, Vec<(String, Vec<u8>)>) {
+fn df_clear_1400_at_mtu_1000(tag: &str, sa_lines: &str) -> (std::path::PathBuf, Gw, Gw, Vec<u8>, Sent) {
     let text = std::fs::read_to_string("configs/ep0.toml").unwrap();
     let text = text.replacen("interface = \"gw0-out\"", "interface = \"gw0-out\"\nmtu = 1000", 1).replacen("spi = 1001\n", &format!("spi = 1001\n{sa_lines}"), 1);
     assert!(text.contains(sa_lines));
