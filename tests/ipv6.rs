@@ -735,3 +735,25 @@ fn ipv6_policy_outcomes() {
     assert_eq!(&out[0].1[..6], &mac(GW1_OUT_MAC));
     assert_eq!(out[0].1[14..], after_hops(&clear, 1)[..]);
 }
+
+/// A bypassed IPv6 packet too big for its egress port is never fragmented
+/// (RFC 8200 §5): Packet Too Big back to the source with the port's MTU
+/// (not a tunnel's), quoting the packet as received; one that fits is
+/// forwarded with its hop limit decremented.
+#[test]
+fn bypassed_ipv6_too_big_gets_packet_too_big_with_the_port_mtu() {
+    let bypass = "[[policy]]\ndirection = \"outbound\"\nsrc = \"2001:db8:a::/64\"\ndst = \"2001:db8:ff::/64\"\npriority = 1\naction = \"bypass\"\n\n[[policy]]";
+    let (mut gw0, _) = pair("aes-128-gcm", &[("[[policy]]", bypass)]);
+    let big = from_a(&udp6(A6, OUT1_6, 0, 64, 1, 2, &payload(1500 - 48 + 1, 1)));
+    let out = gw0.push("inside", std::slice::from_ref(&big));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, "inside");
+    assert_eq!(check_ptb(&out[0].1, &big), 1500, "the egress port's MTU");
+    let fits = udp6(A6, OUT1_6, 0, 64, 1, 2, &payload(1500 - 48, 2));
+    let out = gw0.push("inside", &[from_a(&fits)]);
+    assert_eq!((out.len(), out[0].0.as_str()), (1, "outside"));
+    assert_eq!(out[0].1[14..], after_hops(&fits, 1)[..]);
+    let s = gw0.stats();
+    assert_eq!((s.drops["mtu_exceeded"], s.icmp_sent), (1, 1));
+    assert_eq!(s.drops.values().sum::<u64>(), 1);
+}

@@ -293,3 +293,55 @@ fn df_set_fragments_the_inner_packet_before_encryption() {
     assert_eq!(&payload[8..], &f[14 + 28..], "payload intact across the fragments");
     let _ = std::fs::remove_file(path);
 }
+
+/// Bypassed traffic is routed like a router routes it (RFC 1812
+/// §4.2.2.5, RFC 1191 §3): configs/bench/bypass.toml with both ports at
+/// MTU 1000 and an inbound bypass policy. Too big with DF set, either
+/// direction: "fragmentation needed" advertising the egress port's MTU,
+/// from the receiving port's address, quoting the header as received
+/// (TTL 64, before the decrement); exactly the MTU passes; DF clear
+/// leaves as fragments, no error.
+#[test]
+fn bypassed_packets_too_big_get_frag_needed_with_the_port_mtu() {
+    let cfg = edited_config("bench/bypass.toml", "bypass-mtu", |t| {
+        assert_eq!(t.matches("mtu = 1600").count(), 2);
+        t.replace("mtu = 1600", "mtu = 1000")
+            + "\n[[policy]]\ndirection = \"inbound\"\nsrc = \"198.51.100.0/24\"\ndst = \"192.0.2.0/24\"\npriority = 10\naction = \"bypass\"\n"
+    });
+    let mut gw = Gw::from_config(&cfg);
+    let _ = std::fs::remove_file(&cfg);
+    // Outbound (inside → outside).
+    let big = from_host_a(1001);
+    let out = gw.push("inside", std::slice::from_ref(&big));
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].0, "inside");
+    assert_eq!(check_frag_needed(&out[0].1, &big), 1000, "the egress port's MTU");
+    let fits = from_host_a(1000);
+    let out = gw.push("inside", std::slice::from_ref(&fits));
+    assert_eq!((out.len(), out[0].0.as_str()), (1, "outside"));
+    assert_eq!(out[0].1[14 + 8], 63, "TTL decremented once");
+    let mut clear = from_host_a(1400);
+    clear_df(&mut clear);
+    let out = gw.push("inside", &[clear]);
+    assert_eq!(out.len(), 2, "DF clear: two fragments");
+    assert!(out.iter().all(|(p, f)| p == "outside" && f.len() - 14 <= 1000));
+    // Inbound (outside → inside): the error leaves by the outside port,
+    // from its address, to the sender.
+    let sink_mac = mac("02:00:00:00:0b:01");
+    let back = eth(mac("02:00:00:00:00:02"), sink_mac, 0x0800, &udp_packet(HOST_B, HOST_A, 0, 64, 5001, 40000, &[0x5a; 1001 - 28]));
+    let out = gw.push("outside", std::slice::from_ref(&back));
+    assert_eq!(out.len(), 1, "{out:?}");
+    let (port, icmp) = (&out[0].0, &out[0].1);
+    assert_eq!(port, "outside");
+    assert_eq!((&icmp[..6], &icmp[6..12]), (&sink_mac[..], &mac("02:00:00:00:00:02")[..]));
+    let ip = &icmp[14..];
+    assert_eq!((ip[9], ip[20], ip[21]), (1, 3, 4), "ICMP type 3 code 4");
+    assert_eq!(&ip[12..16], &[203, 0, 113, 1], "from the outside port's address");
+    assert_eq!(&ip[16..20], &HOST_B.octets());
+    assert_eq!(ip_checksum(&ip[20..]), 0, "ICMP checksum verifies");
+    assert_eq!(u16::from_be_bytes([ip[26], ip[27]]), 1000);
+    assert_eq!(&ip[28..], &back[14..14 + 28], "quotes the header as received + 8 bytes");
+    let s = gw.stats();
+    assert_eq!((s.drops["mtu_exceeded"], s.icmp_sent), (2, 2));
+    assert_eq!(s.drops.values().sum::<u64>(), 2);
+}

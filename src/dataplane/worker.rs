@@ -144,6 +144,21 @@ fn decrement_hops(buf: &mut PktBuf) {
     }
 }
 
+/// Whether the IPv4 header after the Ethernet header has DF set.
+#[inline]
+fn ipv4_df(buf: &PktBuf) -> bool {
+    buf.frame().get(ethernet::HEADER_LEN + ipv4::FLAGS_FRAG).is_some_and(|&b| u16::from(b) << 8 & ipv4::FLAG_DF != 0)
+}
+
+/// Where [`Worker::route`] sends a packet.
+#[derive(Clone, Copy)]
+enum NextHop {
+    /// Out of port `out` to `mac`.
+    Known { out: usize, mac: [u8; 6] },
+    /// Out of port `out` to next hop `nh`, whose MAC is being resolved.
+    Unresolved { out: usize, nh: IpAddr },
+}
+
 /// Where a fragment goes: straight to a port (Ethernet addresses given), or
 /// into an outbound SA (inner fragmentation before encapsulation, RFC 4459
 /// §3).
@@ -643,7 +658,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     }
 
     /// The packet in `buf` (received on `port`, DF set) is too big for its
-    /// tunnel: counts it under `mtu_exceeded` and turns the buffer into an
+    /// tunnel, or (bypassed) for its egress port: counts it under `mtu_exceeded` and turns the buffer into an
     /// ICMP "fragmentation needed" error (RFC 792 type 3 code 4, next-hop
     /// MTU `mtu` per RFC 1191) back to its source, from the first address
     /// of `port`, quoting its header and 8 bytes of payload. No error about
@@ -681,7 +696,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     }
 
     /// The IPv6 packet in `buf` (received on `port`) is too big for its
-    /// tunnel: counts it under `mtu_exceeded` and turns the buffer into an
+    /// tunnel, or (bypassed) for its egress port: counts it under `mtu_exceeded` and turns the buffer into an
     /// ICMPv6 Packet Too Big (RFC 4443 §3.2: type 2, code 0, MTU `mtu`)
     /// back to its source, from the first IPv6 address of `port`, quoting
     /// as much of the packet as fits in 1280 bytes. None for a multicast,
@@ -1129,8 +1144,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return self.drop_buf(port, DropReason::TtlExceeded, buf);
         }
         let SpdAction::Protect(slot) = action else {
-            decrement_hops(&mut buf);
-            return self.forward(t, port, buf, key.dst);
+            return self.bypass(t, port, buf, key.dst);
         };
         let Some(sa) = t.sad.outbound_at(slot) else {
             return self.drop_buf(port, DropReason::NoSa, buf);
@@ -1172,8 +1186,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             if inner_v6 {
                 return self.packet_too_big(t, port, buf, fits);
             }
-            let inner_df = buf.frame().get(ethernet::HEADER_LEN + ipv4::FLAGS_FRAG).is_some_and(|&b| u16::from(b) << 8 & ipv4::FLAG_DF != 0);
-            if inner_df {
+            if ipv4_df(&buf) {
                 return self.frag_needed(t, port, buf, fits);
             }
             // An outer header that may not be fragmented (IPv6, or IPv4
@@ -1200,7 +1213,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// headers, RFC 4303 §3.1.1 / RFC 8200 §4), `frag` whether the outer
     /// packet is a fragment (IPv4 MF/offset or an IPv6 Fragment header).
     #[allow(clippy::too_many_arguments)]
-    fn inbound(&mut self, t: &Tables, port: usize, mut buf: PktBuf, key: FlowKey, ttl: u8, hl: usize, frag: bool) {
+    fn inbound(&mut self, t: &Tables, port: usize, buf: PktBuf, key: FlowKey, ttl: u8, hl: usize, frag: bool) {
         let local = t.is_local(port, key.dst);
         let natt = key.protocol == ipv4::PROTO_UDP && key.ports.is_some_and(|(_, d)| t.is_natt_port(d));
         let esp_proto = key.protocol == ipv4::PROTO_ESP;
@@ -1279,8 +1292,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 if ttl <= 1 {
                     return self.drop_buf(port, DropReason::TtlExceeded, buf);
                 }
-                decrement_hops(&mut buf);
-                self.forward(t, port, buf, key.dst)
+                self.bypass(t, port, buf, key.dst)
             }
         }
     }
@@ -1376,31 +1388,81 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// version in the frame) and stages for tx. An IPv4 packet larger than
     /// the egress MTU is fragmented (DF clear) or dropped; an IPv6 one is
     /// dropped (`mtu_exceeded`: routers do not fragment IPv6, RFC 8200 §5;
-    /// tunnel traffic got its Packet Too Big before encapsulation).
+    /// tunnel and bypassed traffic got its ICMP error before, in
+    /// [`Self::outbound`] / [`Self::bypass`]; a decapsulated packet gets
+    /// none, README "Not yet").
     ///
     /// The destination MAC: a static neighbour entry, else one learned on
     /// the egress port, else the port's `peer_mac`, else the packet waits
     /// while the next hop is resolved (ARP / Neighbor Solicitation,
     /// `resolve.rs`).
     fn forward(&mut self, t: &Tables, rx_port: usize, buf: PktBuf, dst: IpAddr) {
+        match self.route(t, dst) {
+            Some(hop) => self.send_via(t, rx_port, buf, hop),
+            None => self.drop_buf(rx_port, DropReason::NoRoute, buf),
+        }
+    }
+
+    /// The egress of a packet to `dst`: port and next-hop MAC, or the next
+    /// hop still to be resolved; `None` without a route. The last known
+    /// hop is remembered for the rest of the poll (a run of one flow
+    /// routes once).
+    #[inline]
+    fn route(&mut self, t: &Tables, dst: IpAddr) -> Option<NextHop> {
         if let Some((d, out, mac)) = self.last_hop {
             if d == dst {
-                return self.transmit(t, rx_port, buf, out, mac);
+                return Some(NextHop::Known { out, mac });
             }
         }
-        let Some((out, nh)) = t.routes.lookup(dst) else {
-            return self.drop_buf(rx_port, DropReason::NoRoute, buf);
-        };
+        let (out, nh) = t.routes.lookup(dst)?;
         if out >= t.ports.len() {
-            return self.drop_buf(rx_port, DropReason::NoRoute, buf);
+            return None;
         }
-        match self.next_hop_mac(t, out, nh) {
+        Some(match self.next_hop_mac(t, out, nh) {
             Some(mac) => {
                 self.last_hop = Some((dst, out, mac));
-                self.transmit(t, rx_port, buf, out, mac)
+                NextHop::Known { out, mac }
             }
-            None => self.hold(t, rx_port, out, nh, buf),
+            None => NextHop::Unresolved { out, nh },
+        })
+    }
+
+    /// Sends `buf` to the egress [`Self::route`] found.
+    #[inline]
+    fn send_via(&mut self, t: &Tables, rx_port: usize, buf: PktBuf, hop: NextHop) {
+        match hop {
+            NextHop::Known { out, mac } => self.transmit(t, rx_port, buf, out, mac),
+            NextHop::Unresolved { out, nh } => self.hold(t, rx_port, out, nh, buf),
         }
+    }
+
+    /// A packet a BYPASS policy lets through, either direction (TTL / hop
+    /// limit already checked to be above 1): routed on `dst`, checked
+    /// against the egress port's MTU as a router does (RFC 1812 §4.2.2.5
+    /// / RFC 1191 §3, RFC 8200 §5), then decremented and sent. Too big
+    /// with DF set, or IPv6 (never fragmented on the way): dropped as
+    /// `mtu_exceeded` and an ICMP "fragmentation needed" / ICMPv6 Packet
+    /// Too Big advertising the egress MTU goes back to the source from the
+    /// port it came in on, quoting the header as received (before the
+    /// decrement), under the rules and rate limit of the tunnel's errors
+    /// ([`Self::frag_needed`], [`Self::packet_too_big`]). Too big with DF
+    /// clear: fragmented by [`Self::transmit`].
+    fn bypass(&mut self, t: &Tables, rx_port: usize, mut buf: PktBuf, dst: IpAddr) {
+        let Some(hop) = self.route(t, dst) else {
+            return self.drop_buf(rx_port, DropReason::NoRoute, buf);
+        };
+        let (NextHop::Known { out, .. } | NextHop::Unresolved { out, .. }) = hop;
+        let mtu = t.ports.get(out).map_or(usize::MAX, |p| p.mtu as usize);
+        if buf.len().saturating_sub(ethernet::HEADER_LEN) > mtu {
+            if is_ipv6(buf.frame()) {
+                return self.packet_too_big(t, rx_port, buf, mtu);
+            }
+            if ipv4_df(&buf) {
+                return self.frag_needed(t, rx_port, buf, mtu);
+            }
+        }
+        decrement_hops(&mut buf);
+        self.send_via(t, rx_port, buf, hop)
     }
 
     /// The second half of [`Self::forward`]: Ethernet header to `mac` and

@@ -131,6 +131,8 @@ pub type MultiGw = MemGateway;
 pub fn temp_config(prefix: &str, name: &str, text: &str) -> String {
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // `name` may be a path under configs/ ("bench/gw0.toml"): one file name.
+    let name = name.replace('/', "-");
     let path = std::env::temp_dir().join(format!("secgw-{prefix}-{}-{n}-{name}", std::process::id()));
     std::fs::write(&path, text).unwrap();
     path.to_str().unwrap().to_owned()
