@@ -186,6 +186,40 @@ fn key_of(sa: &model::Sa) -> SaKey {
     (sa.spi, sa.direction, sa.sad_dst())
 }
 
+/// The config fields of an SA that differ between `a` and `b` (names as
+/// in the file), for messages.
+fn sa_changes(a: &model::Sa, b: &model::Sa) -> Vec<&'static str> {
+    let mut c = Vec::new();
+    let mut note = |differs: bool, name: &'static str| {
+        if differs {
+            c.push(name);
+        }
+    };
+    note(a.mode != b.mode, "mode");
+    note(a.algorithm != b.algorithm, "algorithm");
+    note(a.icv_len != b.icv_len, "icv_len");
+    note(a.tunnel_src != b.tunnel_src, "tunnel_src");
+    note(a.tunnel_dst != b.tunnel_dst, "tunnel_dst");
+    note(a.replay_window != b.replay_window, "replay_window");
+    note(a.outer_ttl != b.outer_ttl, "outer_ttl");
+    note(a.df != b.df, "df");
+    note(a.worker != b.worker, "worker");
+    note(a.esn != b.esn, "esn");
+    note(a.udp_encap != b.udp_encap, "udp_encap");
+    note(a.udp_sport != b.udp_sport, "udp_sport");
+    note(a.udp_dport != b.udp_dport, "udp_dport");
+    note(a.dummy_interval_ms != b.dummy_interval_ms, "dummy_interval_ms");
+    note(a.dummy_len != b.dummy_len, "dummy_len");
+    note(a.tfc_pad_to != b.tfc_pad_to, "tfc_pad_to");
+    note(a.pad_align != b.pad_align, "pad_align");
+    note(a.lifetime != b.lifetime, "lifetime");
+    note(a.first_seq != b.first_seq, "first_seq");
+    if c.is_empty() {
+        c.push("settings");
+    }
+    c
+}
+
 /// " (tunnel_dst A)" for an SA found by SPI and destination, for messages.
 fn dst_note(dst: Option<IpAddr>) -> String {
     dst.map_or(String::new(), |d| format!(" (tunnel_dst {d})"))
@@ -989,6 +1023,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             return Err(err(MgrErrorKind::Invalid, format!("{}: {} changed{detail}; these take effect on restart only (nothing applied)", new.source.display(), fixed.join(", "))));
         }
         let wanted: HashMap<SaKey, &model::Sa> = new.sas.iter().map(|s| (key_of(s), s)).collect();
+        self.same_keys_refused(&new)?;
         self.reload_fits(&new, now)?;
         let (mut added, mut removed, mut replaced) = (0, 0, 0);
         let gone: Vec<SaKey> = self.live.keys().filter(|k| !wanted.contains_key(k)).copied().collect();
@@ -1037,6 +1072,38 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         self.dirty = true;
         self.tick_retiring(now);
         Ok(json!({ "added": added, "removed": removed, "replaced": replaced, "sas": self.live.len(), "policies": self.policies.len() }))
+    }
+
+    /// Refuses a reload that changes a live SA but keeps its SPI and its
+    /// key material (key and integrity key): the replacement would start
+    /// afresh under the same keys, an outbound SA's sequence numbers
+    /// from `first_seq` again (with AES-GCM, ChaCha20-Poly1305 or GMAC the
+    /// IV is the sequence number: nonces reused under one key, RFC 4106
+    /// §3.1 / RFC 7634 §2; the peer's replay window also drops them), an
+    /// inbound SA's replay window empty (packets already accepted are
+    /// accepted again, RFC 4303 §3.4.3). The SA's state stays with the
+    /// worker that owns it, so the fix is a new SPI and key (or
+    /// `sa rekey`). `Invalid`, naming the SAs and what changed.
+    fn same_keys_refused(&self, new: &Config) -> Result<(), MgrError> {
+        let mut refused = Vec::new();
+        for sa in &new.sas {
+            let Some(l) = self.live.get(&key_of(sa)) else { continue };
+            if l.sa == *sa || l.sa.key != sa.key || l.sa.auth_key != sa.auth_key {
+                continue;
+            }
+            refused.push(format!("SA {} ({}{}: {})", sa.spi, dir_name(sa.direction), dst_note(sa.sad_dst()), sa_changes(&l.sa, sa).join(", ")));
+        }
+        if refused.is_empty() {
+            return Ok(());
+        }
+        Err(err(
+            MgrErrorKind::Invalid,
+            format!(
+                "{}: {} changed with the same SPI and keys: the new SA would start its sequence numbers (outbound: nonces under the same key) and replay window (inbound) afresh; give a changed SA a new SPI and new keys in the file (on both gateways), or change it with `sa rekey`; nothing applied",
+                new.source.display(),
+                refused.join("; ")
+            ),
+        ))
     }
 
     /// What [`Self::reload`] checks before it changes anything (all or

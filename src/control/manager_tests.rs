@@ -400,6 +400,42 @@ fn reload_applies_changed_removed_added_sas_and_refuses_a_port_change() {
     assert!(fx.out_slot(3001).is_some(), "SA 3001 still there");
 }
 
+/// A reload that changes an SA's settings but not its SPI and keys would
+/// restart its sequence numbers under the same key (GCM nonce reuse) or
+/// empty its replay window: refused, naming the SAs and fields, nothing
+/// applied (trial-user finding: the replacement went out with seq 1 and
+/// the same IVs as before). With a new key the same change is applied.
+#[test]
+fn a_reload_that_changes_an_sa_but_not_its_keys_is_refused() {
+    let base = config_text("backend = \"software\"", "");
+    let path = write_config("reload-samekey", &base);
+    let cfg = crate::config::load(&path).unwrap();
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let now = Instant::now();
+    fx.m.publish();
+    let v = fx.snap().version;
+    let out_old = sa(1001, "outbound", OUT_KEY);
+    let in_old = sa(1002, "inbound", IN_KEY);
+    let next = base.replace(&out_old, &format!("{out_old}outer_ttl = 33\n")).replace(&in_old, &format!("{in_old}replay_window = 256\n"));
+    std::fs::write(&path, &next).unwrap();
+    let e = fx.m.reload(now).unwrap_err();
+    assert_eq!(e.kind, MgrErrorKind::Invalid);
+    assert!(e.message.contains("SA 1001 (outbound: outer_ttl)") && e.message.contains("SA 1002 (inbound"), "{}", e.message);
+    assert!(e.message.contains("replay_window") && e.message.contains("nothing applied"), "{}", e.message);
+    fx.m.publish();
+    assert_eq!(fx.snap().version, v, "nothing applied");
+    // Only a policy changed: nothing replaced, accepted.
+    std::fs::write(&path, base.replace("priority = 10", "priority = 11")).unwrap();
+    let r = fx.m.reload(now).unwrap();
+    assert_eq!(r["replaced"].as_u64(), Some(0), "{r}");
+    // The same TTL change with a new key: replaced.
+    let rekeyed = sa(1001, "outbound", "0000000000000000000000000000000000000001");
+    std::fs::write(&path, base.replace(&out_old, &format!("{rekeyed}outer_ttl = 33\n"))).unwrap();
+    let r = fx.m.reload(now).unwrap();
+    assert_eq!(r["replaced"].as_u64(), Some(1), "{r}");
+}
+
 #[test]
 fn a_reload_that_does_not_fit_the_queue_pairs_changes_nothing() {
     // Limit 1, the outbound SA only; rekeyed away from the file's SPI:
