@@ -899,6 +899,13 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         if sa.auth_key.len() != sa.algorithm.auth_key_len() {
             return Err(err(MgrErrorKind::Invalid, format!("{}: integrity key is {} bytes, expected {}", sa.algorithm.name(), sa.auth_key.len(), sa.algorithm.auth_key_len())));
         }
+        // The new SA counts from 1 again: under the old keys its first
+        // packets would repeat the old SA's IVs (AES-GCM: nonce = salt ‖
+        // sequence number) and MAC inputs.
+        let prev = &self.live[&old_key].sa;
+        if (!sa.key.is_empty() || !sa.auth_key.is_empty()) && sa.key == prev.key && sa.auth_key == prev.auth_key {
+            return Err(err(MgrErrorKind::Invalid, "the new key material is the old SA's: a rekey needs new keys (its sequence numbers start at 1 again)"));
+        }
         let mut detached_old = false;
         if self.limit == 1 {
             // One session per queue pair: stop → setup with the new one → start.

@@ -237,6 +237,19 @@ fn rekey_outbound<D: CryptoDevice>(fx: &mut Fixture<'_, D>) {
     assert_eq!(fx.m.retiring(), 0);
 }
 
+/// A rekey to the old key material would start the new SA's sequence
+/// numbers at 1 under the old key (GCM nonces repeated): refused.
+#[test]
+fn rekey_to_the_same_keys_is_refused() {
+    let cfg = load("rk-same", &config_text("backend = \"software\"", ""));
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let e = fx.m.rekey(1001, None, None, 1101, hex::decode(OUT_KEY).unwrap(), None, Instant::now()).unwrap_err();
+    assert!(e.kind == MgrErrorKind::Invalid && e.message.contains("old SA's"), "{e}");
+    fx.m.publish();
+    assert!(fx.out_slot(1001).is_some() && fx.out_slot(1101).is_none(), "nothing changed");
+}
+
 #[test]
 fn rekey_inbound_keeps_both_spis_during_the_grace_then_only_the_new() {
     let cfg = load("rki", &config_text("backend = \"software\"", ""));
@@ -284,7 +297,7 @@ fn a_rekey_of_an_sa_with_an_integrity_key_needs_a_new_one() {
     assert!(e.kind == MgrErrorKind::Invalid && e.message.contains("separate integrity key") && e.message.contains("auth_key"), "{e}");
     fx.m.rekey(3001, None, None, 3002, key, Some(vec![8u8; 32]), Instant::now()).unwrap();
     // An AEAD SA has none to give.
-    fx.m.rekey(1001, None, None, 1201, hex::decode(OUT_KEY).unwrap(), None, Instant::now()).unwrap();
+    fx.m.rekey(1001, None, None, 1201, hex::decode(IN_KEY).unwrap(), None, Instant::now()).unwrap();
 }
 
 #[test]
@@ -296,7 +309,7 @@ fn a_rekeyed_sa_starts_its_sequence_numbers_at_one() {
     let mut fx = fixture(&cfg, &s);
     let first = |fx: &Fixture<'_, SoftDevice>, spi: u32| fx.snap().sad.outbound_sas().find(|(_, s)| s.spi == spi).map(|(_, s)| s.first_seq);
     assert_eq!(first(&fx, 1001), Some(4294967293));
-    fx.m.rekey(1001, None, None, 1201, hex::decode(OUT_KEY).unwrap(), None, Instant::now()).unwrap();
+    fx.m.rekey(1001, None, None, 1201, hex::decode(IN_KEY).unwrap(), None, Instant::now()).unwrap();
     fx.m.publish();
     assert_eq!(first(&fx, 1201), Some(1));
 }
@@ -333,7 +346,7 @@ fn limit_one_inbound_rekey_gives_no_grace_and_says_so() {
     let mut fx = fixture(&cfg, &d);
     fx.m.set_grace(Duration::from_secs(5));
     let now = Instant::now();
-    let r = fx.m.rekey(1002, None, None, 1102, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
+    let r = fx.m.rekey(1002, None, None, 1102, hex::decode(OUT_KEY).unwrap(), None, now).unwrap();
     assert_eq!(r["old_valid_ms"], 0, "{r}");
     fx.m.publish();
     fx.m.tick(now);
@@ -510,14 +523,14 @@ fn reload_applies_a_new_rekey_grace_and_refuses_a_new_socket_path() {
     // The grace from the file: a rekey after the reload keeps the old SA 250 ms.
     std::fs::write(&path, format!("{base}[control]\nrekey_grace_ms = 250\n")).unwrap();
     fx.m.reload(now).unwrap();
-    let r = fx.m.rekey(1002, None, None, 4002, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
+    let r = fx.m.rekey(1002, None, None, 4002, hex::decode(OUT_KEY).unwrap(), None, now).unwrap();
     assert_eq!(r["old_valid_ms"].as_u64(), Some(250), "{r}");
     // A new socket path needs a restart: refused, nothing applied.
     std::fs::write(&path, format!("{base}[control]\nrekey_grace_ms = 9000\nsocket = \"/tmp/elsewhere.sock\"\n")).unwrap();
     let e = fx.m.reload(now).unwrap_err();
     assert_eq!(e.kind, MgrErrorKind::Invalid);
     assert!(e.message.contains("control.socket") && e.message.contains("nothing applied"), "{}", e.message);
-    let r = fx.m.rekey(1001, None, None, 4001, hex::decode(OUT_KEY).unwrap(), None, now).unwrap();
+    let r = fx.m.rekey(1001, None, None, 4001, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
     assert_eq!(r["old_valid_ms"].as_u64(), Some(100), "outbound: {r}");
     let r = fx.m.rekey(4002, None, None, 5002, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
     assert_eq!(r["old_valid_ms"].as_u64(), Some(250), "the refused file's grace is not applied: {r}");
@@ -555,7 +568,7 @@ fn rekey_over_the_socket_takes_the_key_as_sa_key_does_and_says_what_is_wrong_wit
         m.handle(&Command::SaRekey { spi: 1001, direction: Some(Direction::Outbound), dst: None, new_spi, key: key.into(), auth_key: None })
     };
     // The key file of `secgw ctl sa rekey` holds hex "as sa.key": ':' separators allowed.
-    let colons = OUT_KEY.as_bytes().chunks(2).map(|c| std::str::from_utf8(c).unwrap()).collect::<Vec<_>>().join(":");
+    let colons = IN_KEY.as_bytes().chunks(2).map(|c| std::str::from_utf8(c).unwrap()).collect::<Vec<_>>().join(":");
     let r = rekey(&mut fx.m, 4001, &colons).unwrap();
     assert_eq!(r["rekeyed"]["new_spi"].as_u64(), Some(4001), "{r}");
     // 40 digits, one of them not hex: named as such (not "an even number").
