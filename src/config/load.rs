@@ -270,6 +270,7 @@ pub fn parse_fragment(
             }
         }
         ck.sender_sizes_fit_mtu(raws, list, &base.ports, &base.routes);
+        ck.provider_runs_every_sa(raws, list, base.crypto.provider);
     }
     // Policies may name installed SAs: look them up lazily.
     let policy_raws = raw.policy.as_deref().unwrap_or_default();

@@ -706,3 +706,22 @@ fn sa_list_gives_tunnel_endpoints_for_tunnel_sas_and_null_for_transport_sas() {
     let row = table.lines().find(|l| l.contains("3001")).expect("row of SPI 3001");
     assert!(!row.contains("0.0.0.0") && row.contains(" - "), "{row}");
 }
+
+/// `sa add` checks the provider as the config file does: an SA the
+/// configured provider cannot run is `invalid` with the file's message
+/// (field, line, the provider and what it offers), not the device's raw
+/// "unsupported transform" (trial-user finding).
+#[test]
+fn sa_add_names_a_provider_that_cannot_run_the_sa() {
+    let cfg = load("add-provider", &config_text("backend = \"software\"\nprovider = \"ring\"", ""));
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let cbc = "[[sa]]\nspi = 3001\ndirection = \"outbound\"\nalgorithm = \"aes-128-cbc-hmac-sha256\"\n\
+               key = \"000102030405060708090a0b0c0d0e0f\"\nauth_key = \"000102030405060708090a0b0c0d0e0f000102030405060708090a0b0c0d0e0f\"\n\
+               tunnel_src = \"203.0.113.1\"\ntunnel_dst = \"203.0.113.2\"\n";
+    let e = fx.m.add(cbc, Instant::now()).unwrap_err();
+    assert_eq!(e.kind, MgrErrorKind::Invalid);
+    assert!(e.message.contains("<sa add>:4:") && e.message.contains("sa[0].algorithm") && e.message.contains("provider = \"ring\""), "{}", e.message);
+    fx.m.publish();
+    assert!(fx.out_slot(3001).is_none());
+}
