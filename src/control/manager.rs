@@ -644,8 +644,10 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             return Err(err(
                 MgrErrorKind::Busy,
                 format!(
-                    "queue pair {owner} holds {} sessions, its limit (max_sessions_per_qp = {}); a new SA (and a rekey, whose new session is attached beside the old one) needs room there: delete an SA of worker {owner}, or raise the limit",
-                    self.per_qp[owner], self.limit
+                    "queue pair {owner} holds {} session(s), its limit (max_sessions_per_qp = {}){}; a new SA (and a rekey, whose new session is attached beside the old one) needs room there: delete an SA of worker {owner}, or raise the limit",
+                    self.per_qp[owner],
+                    self.limit,
+                    self.retiring_note(owner, now)
                 ),
             ));
         }
@@ -811,6 +813,26 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             )),
             None => Ok(()),
         }
+    }
+
+    /// For a `busy` message about `owner`'s queue pair: how many of its
+    /// sessions belong to SAs on their way out (rekeyed, deleted,
+    /// replaced; they cannot be deleted, only waited for), and when the
+    /// last grace among them ends; empty if none.
+    fn retiring_note(&self, owner: usize, now: Instant) -> String {
+        let on: Vec<&Retiring> = self.retiring.iter().filter(|r| !r.detached && r.live.owner == owner).collect();
+        if on.is_empty() {
+            return String::new();
+        }
+        let left = on.iter().filter_map(|r| match r.stage {
+            Stage::Grace(until) => Some(until.saturating_duration_since(now)),
+            Stage::Draining(_) => None,
+        });
+        let ms = left.max().unwrap_or_default().as_millis();
+        format!(
+            ", {} of them of retiring SAs (rekeyed, deleted or replaced), attached until their grace ends (in {ms} ms) and their ops drain: try again after that",
+            on.len()
+        )
     }
 
     fn retire(&mut self, live: Live, direction: Direction, stage: Stage, detached: bool, why: &'static str) {
@@ -1147,8 +1169,9 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
                 return Err(err(
                     MgrErrorKind::Busy,
                     format!(
-                        "the reload attaches {n} more session(s) to queue pair {w}, which holds {held} of its limit (max_sessions_per_qp = {}): nothing applied. Sessions of removed or replaced SAs stay attached until their ops drain; delete (sa del) or rekey the SAs that go first, then reload",
-                        self.limit
+                        "the reload attaches {n} more session(s) to queue pair {w}, which holds {held} of its limit (max_sessions_per_qp = {}){}: nothing applied. Sessions of removed or replaced SAs stay attached until their ops drain; delete (sa del) the SAs that go first, then reload",
+                        self.limit,
+                        self.retiring_note(w, now)
                     ),
                 ));
             }

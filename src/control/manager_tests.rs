@@ -725,3 +725,21 @@ fn sa_add_names_a_provider_that_cannot_run_the_sa() {
     fx.m.publish();
     assert!(fx.out_slot(3001).is_none());
 }
+
+/// A queue pair full because of a retiring SA (rekeyed, still in its
+/// grace): the `busy` answer says so and when it frees, since a retiring
+/// SA cannot be deleted (trial-user finding: the message advised deleting
+/// an SA, which could not free that slot).
+#[test]
+fn busy_names_the_sessions_of_retiring_sas() {
+    let cfg = load("busy-retiring", &config_text(&desc_cfg(3), ""));
+    let d = desc(3);
+    let mut fx = fixture(&cfg, &d);
+    fx.m.set_grace(Duration::from_secs(5));
+    let now = Instant::now();
+    fx.m.rekey(1002, None, None, 1202, hex::decode(OUT_KEY).unwrap(), None, now).unwrap();
+    fx.m.publish();
+    let e = fx.m.add(&sa(3001, "outbound", IN_KEY), now + Duration::from_millis(1000)).unwrap_err();
+    assert_eq!(e.kind, MgrErrorKind::Busy);
+    assert!(e.message.contains("holds 3 session(s)") && e.message.contains("1 of them of retiring SAs") && e.message.contains("in 4000 ms"), "{}", e.message);
+}
