@@ -128,6 +128,19 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
             None => af_xdp::interface_mac(&p.interface)?,
         });
     }
+    for p in &cfg.ports {
+        // A virtual interface (no device behind it: veth) in skb mode hands
+        // generic XDP every frame on queue 0, whatever its queue count.
+        let virtual_skb = p.xdp_mode == XdpMode::Skb && !std::path::Path::new(&format!("/sys/class/net/{}/device", p.interface)).exists();
+        if virtual_skb {
+            continue;
+        }
+        if let Ok((rx, _)) = af_xdp::interface_queues(&p.interface) {
+            if let Some(w) = af_xdp::unread_queues(&p.name, &p.interface, p.queue, cfg.gateway.workers as u32, rx) {
+                tracing::warn!("{w}");
+            }
+        }
+    }
     let info = dev.info();
     tracing::info!(
         driver = info.driver,

@@ -812,6 +812,47 @@ impl Drop for AfXdpPort {
     }
 }
 
+/// Receive and transmit queue counts of interface `name`: the `rx-N` and
+/// `tx-N` entries of `/sys/class/net/NAME/queues` (the namespace sysfs was
+/// mounted in). An AF_XDP socket binds one (interface, queue): frames the
+/// interface receives on another queue never reach it. Errors: the
+/// directory cannot be read (the message names it).
+pub fn interface_queues(name: &str) -> Result<(u32, u32), String> {
+    let path = format!("/sys/class/net/{name}/queues");
+    let (mut rx, mut tx) = (0u32, 0u32);
+    for e in std::fs::read_dir(&path).map_err(|e| format!("reading {path}: {e}"))? {
+        let e = e.map_err(|e| format!("reading {path}: {e}"))?;
+        let n = e.file_name();
+        let n = n.to_string_lossy();
+        rx += u32::from(n.starts_with("rx-"));
+        tx += u32::from(n.starts_with("tx-"));
+    }
+    Ok((rx, tx))
+}
+
+/// The warning for a port whose interface has `rx_queues` receive queues
+/// when the gateway's AF_XDP sockets read queues `first .. first + workers`
+/// (one per worker): `None` when they cover every queue, else a message
+/// naming the port, the interface, the queues read and the ones not read,
+/// and what to change. Frames the interface steers (RSS, or a veth's
+/// per-queue NAPI in native mode) to an unread queue are never seen by
+/// the gateway and never counted by it.
+pub fn unread_queues(port: &str, interface: &str, first: u32, workers: u32, rx_queues: u32) -> Option<String> {
+    let end = first.saturating_add(workers);
+    if first == 0 && end >= rx_queues {
+        return None;
+    }
+    let unread: Vec<String> = (0..rx_queues).filter(|q| *q < first || *q >= end).map(|q| q.to_string()).collect();
+    if unread.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "port {port}: interface {interface} has {rx_queues} receive queues and secgw reads queue(s) {first}..{} (one per worker): frames it receives on queue(s) {} are never seen nor counted by secgw; reduce its queues (ethtool -L {interface} combined {workers}) or steer the traffic to the queues read (a veth in xdp_mode = \"skb\" delivers everything on queue 0)",
+        end - 1,
+        unread.join(", ")
+    ))
+}
+
 /// Reads the MAC address of interface `name` in the calling thread's
 /// network namespace (`SIOCGIFHWADDR`; falls back to
 /// `/sys/class/net/NAME/address` if the ioctl is refused). Note that sysfs
@@ -1124,6 +1165,18 @@ fn err_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unread_queues_names_the_queues_no_worker_reads() {
+        assert_eq!(unread_queues("inside", "eth0", 0, 2, 2), None);
+        assert_eq!(unread_queues("inside", "eth0", 0, 4, 2), None, "more workers than queues: all read (the bind refuses the rest)");
+        let w = unread_queues("inside", "tcr-g0i", 0, 1, 2).unwrap();
+        assert!(w.starts_with("port inside: interface tcr-g0i has 2 receive queues and secgw reads queue(s) 0..0"), "{w}");
+        assert!(w.contains("on queue(s) 1 are never seen") && w.contains("ethtool -L tcr-g0i combined 1"), "{w}");
+        let w = unread_queues("outside", "eth1", 2, 1, 4).unwrap();
+        assert!(w.contains("reads queue(s) 2..2") && w.contains("queue(s) 0, 1, 3 are never seen"), "{w}");
+        assert_eq!(interface_queues("lo").map(|(rx, tx)| rx.min(tx)), Ok(1));
+    }
 
     #[test]
     fn parse_mac_accepts_only_six_hex_octets() {

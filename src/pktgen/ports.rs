@@ -90,16 +90,7 @@ pub fn retry_busy<T>(iface: &str, queue: u32, backoff: &[Duration], mut sleep: i
 /// kernel's `xsk_bind` refuses a queue id at or past either with
 /// `EINVAL`). Errors: the directory cannot be read (the message names it).
 pub fn queue_count(name: &str) -> Result<u32, String> {
-    let path = format!("/sys/class/net/{name}/queues");
-    let (mut rx, mut tx) = (0u32, 0u32);
-    for e in std::fs::read_dir(&path).map_err(|e| format!("reading {path}: {e}"))? {
-        let e = e.map_err(|e| format!("reading {path}: {e}"))?;
-        let n = e.file_name();
-        let n = n.to_string_lossy();
-        rx += u32::from(n.starts_with("rx-"));
-        tx += u32::from(n.starts_with("tx-"));
-    }
-    Ok(rx.min(tx))
+    crate::io::af_xdp::interface_queues(name).map(|(rx, tx)| rx.min(tx))
 }
 
 /// Refuses `--queues queues` on `iface` when it has fewer queues than that
