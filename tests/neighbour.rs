@@ -298,8 +298,12 @@ fn spoofed_or_off_port_arp_is_not_learned() {
     let frames = [
         // A sender whose address routes out of the other port (192.0.2.0/24 is inside).
         arp(mac(GW0_OUT_MAC), 2, mac("02:00:00:00:99:01"), Ipv4Addr::new(192, 0, 2, 50), mac(GW0_OUT_MAC), GW0_OUT),
-        // A multicast sender MAC.
-        arp(mac(GW0_OUT_MAC), 2, [0x01, 0, 0x5e, 0, 0, 1], GW1_OUT, mac(GW0_OUT_MAC), GW0_OUT),
+        // A multicast sender MAC (in a frame from a unicast source).
+        {
+            let mut f = arp(mac(GW0_OUT_MAC), 2, [0x01, 0, 0x5e, 0, 0, 1], GW1_OUT, mac(GW0_OUT_MAC), GW0_OUT);
+            f[6..12].copy_from_slice(&mac("02:00:00:00:99:05"));
+            f
+        },
         // A zero sender MAC.
         arp(mac(GW0_OUT_MAC), 2, [0; 6], GW1_OUT, mac(GW0_OUT_MAC), GW0_OUT),
         // A sender claiming our own address.
@@ -447,4 +451,113 @@ fn ipv6_unsolicited_override_na_and_ns_with_source_option_are_learned() {
     assert_eq!((s.neighbours.learned, s.neighbours.entries, s.drops["neigh_reply"]), (2, 2, 1));
     let n = g.tables.neighbours.load_full();
     assert_eq!(n.get(other.into()).map(|e| e.mac), Some(mac("02:00:00:00:03:03")));
+}
+
+/// Trial-user findings: the gateway's own MAC is never learned as a
+/// neighbour's; an ARP frame unicast to another station is `not_for_us`
+/// (neither answered nor learned from); a frame whose Ethernet source is
+/// a group address is `malformed` (IEEE 802: never a source).
+#[test]
+fn own_mac_other_stations_arp_and_group_sources_are_refused() {
+    let mut g = gw("ownmac", TABLE);
+    let t0 = Instant::now();
+    // gw1's address claimed at our own outside (and inside) MAC.
+    let mut own = gw1_reply(mac(GW0_OUT_MAC));
+    own[6..12].copy_from_slice(&mac("02:00:00:00:99:06"));
+    g.inject(0, "outside", &own);
+    let mut own_in = gw1_reply(mac(GW0_IN_MAC));
+    own_in[6..12].copy_from_slice(&mac("02:00:00:00:99:06"));
+    g.inject(0, "outside", &own_in);
+    // A genuine-looking reply, but to another station's MAC.
+    g.inject(0, "outside", &arp(mac("02:00:00:00:99:99"), 2, mac(GW1_OUT_MAC), GW1_OUT, mac(GW0_OUT_MAC), GW0_OUT));
+    // Data from a multicast Ethernet source.
+    let mut f = from_a(0);
+    f[6..12].copy_from_slice(&[0x01, 0, 0x5e, 0, 0, 1]);
+    g.inject(0, "inside", &f);
+    let out = g.run_at(t0);
+    assert!(out.is_empty(), "{out:?}");
+    let s = g.stats();
+    assert_eq!((s.neighbours.learned, s.neighbours.entries), (0, 0));
+    assert_eq!((s.drops["arp_ignored"], s.drops["not_for_us"], s.drops["malformed"]), (2, 1, 1));
+    assert_eq!(s.drops.values().sum::<u64>(), 4);
+}
+
+/// A route's next hop outside every prefix of its port (`via` reached by
+/// the port's own routing, e.g. a /32 route): the answer to our own
+/// request is learned (it failed the reverse-path rule: a blackhole that
+/// `check` did not flag; trial-user finding).
+#[test]
+fn a_via_outside_the_port_prefixes_is_resolved() {
+    let cfg = config("via-off", TABLE, "");
+    let text = std::fs::read_to_string(&cfg).unwrap() + "\n[[route]]\nprefix = \"203.0.113.2/32\"\nport = \"outside\"\nvia = \"198.19.0.1\"\n";
+    std::fs::write(&cfg, text).unwrap();
+    let mut g = MemGateway::from_config(&cfg);
+    let _ = std::fs::remove_file(&cfg);
+    let t0 = Instant::now();
+    g.inject(0, "inside", &from_a(1));
+    let out = only(&g.run_at(t0), "outside");
+    assert_eq!(out.len(), 1);
+    assert!(is_arp(&out[0]) && out[0][38..42] == [198, 19, 0, 1], "asks for the via: {:?}", out[0]);
+    let via = Ipv4Addr::new(198, 19, 0, 1);
+    let hop_mac = mac("02:00:00:00:77:01");
+    g.inject(0, "outside", &arp(mac(GW0_OUT_MAC), 2, hop_mac, via, mac(GW0_OUT_MAC), GW0_OUT));
+    let out = only(&g.run_at(t0 + Duration::from_millis(1)), "outside");
+    assert_eq!(out.len(), 1, "the held packet leaves");
+    assert_eq!(out[0][..6], hop_mac);
+    assert_eq!(esp_seq(&out[0]), 1);
+    let s = g.stats();
+    assert_eq!((s.neighbours.learned, s.drops["neigh_reply"]), (1, 1));
+    // An unasked reply for an address off every prefix is still refused.
+    g.inject(0, "outside", &arp(mac(GW0_OUT_MAC), 2, mac("02:00:00:00:77:02"), Ipv4Addr::new(198, 19, 0, 2), mac(GW0_OUT_MAC), GW0_OUT));
+    g.run_at(t0 + Duration::from_millis(2));
+    assert_eq!(g.stats().neighbours.learned, 1);
+}
+
+/// `pending_packets = 0`: no packet waits, but the next hop is still
+/// asked for (it was never asked: a permanent blackhole; trial-user
+/// finding), so a later packet finds the MAC.
+#[test]
+fn with_no_pending_queue_the_next_hop_is_still_resolved() {
+    let mut g = gw("nopending", "retrans_ms = 100\npending_packets = 0\npending_per_hop = 1");
+    let t0 = Instant::now();
+    g.inject(0, "inside", &from_a(0));
+    g.inject(0, "inside", &from_a(1));
+    let out = only(&g.run_at(t0), "outside");
+    assert_eq!(out.len(), 1, "one request: {out:?}");
+    assert_arp_request(&out[0], [0xff; 6], [0; 6]);
+    assert_eq!(g.stats().drops["neigh_queue_full"], 2);
+    g.inject(0, "outside", &gw1_reply(mac(GW1_OUT_MAC)));
+    g.run_at(t0 + Duration::from_millis(1));
+    g.inject(0, "inside", &from_a(2));
+    let out = only(&g.run_at(t0 + Duration::from_millis(2)), "outside");
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0][..6], mac(GW1_OUT_MAC));
+    let s = g.stats();
+    assert_eq!(s.neighbours.arp_requests, 1);
+    assert_accounted(&s, "no pending queue");
+}
+
+/// A port without an IPv4 address asks from 0.0.0.0 (README); the answer,
+/// addressed to 0.0.0.0, is learned (it was dropped as not for one of our
+/// addresses, so such a port never resolved; trial-user finding).
+#[test]
+fn a_port_without_an_ipv4_address_learns_the_answer_to_its_request() {
+    let cfg = edited_config("ep0-v6.toml", "noipv4", |t| {
+        let cut = t.find("[[neighbour]]").expect("ep0-v6 has neighbours");
+        let t = t[..cut].replace("addresses = [\"203.0.113.1/24\", \"2001:db8:ff::1/64\"]", "addresses = [\"2001:db8:ff::1/64\"]");
+        format!("{t}\n[neighbour_table]\n{TABLE}\n")
+    });
+    let mut g = MemGateway::from_config(&cfg);
+    let _ = std::fs::remove_file(&cfg);
+    let t0 = Instant::now();
+    g.inject(0, "inside", &from_a(0));
+    let out = only(&g.run_at(t0), "outside");
+    assert_eq!(out.len(), 1);
+    assert!(is_arp(&out[0]) && out[0][28..32] == [0, 0, 0, 0], "asked from 0.0.0.0: {:?}", out[0]);
+    // The answer as Linux sends it: to the asking MAC, target IP 0.0.0.0.
+    g.inject(0, "outside", &arp(mac(GW0_OUT_MAC), 2, mac(GW1_OUT_MAC), GW1_OUT, mac(GW0_OUT_MAC), Ipv4Addr::UNSPECIFIED));
+    let out = only(&g.run_at(t0 + Duration::from_millis(1)), "outside");
+    assert_eq!(out.len(), 1, "the held packet leaves");
+    assert_eq!(out[0][..6], mac(GW1_OUT_MAC));
+    assert_eq!(g.stats().neighbours.learned, 1);
 }

@@ -776,7 +776,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                         && (ipv6::is_multicast(&dst) || t.is_local(port, IpAddr::V6(dst)))
                         && flags & (icmpv6::NA_FLAG_SOLICITED | icmpv6::NA_FLAG_OVERRIDE) != 0;
                     let lladdr = na.target_lladdr().or((flags & icmpv6::NA_FLAG_SOLICITED != 0).then_some(eth_src))?;
-                    (valid && resolve::learnable(t, port, target, lladdr)).then_some((target, lladdr))
+                    (valid && resolve::learnable(t, port, target, lladdr, self.resolving(target, port))).then_some((target, lladdr))
                 });
                 let Some((target, lladdr)) = taken else {
                     return self.drop_buf(port, DropReason::NdIgnored, buf);
@@ -806,7 +806,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                         }
                     } else {
                         // §7.2.3: the source link-layer option teaches us the sender.
-                        learn = ns.source_lladdr().filter(|&m| resolve::learnable(t, port, IpAddr::V6(src), m)).map(|m| (IpAddr::V6(src), m));
+                        learn = ns.source_lladdr().filter(|&m| resolve::learnable(t, port, IpAddr::V6(src), m, false)).map(|m| (IpAddr::V6(src), m));
                         let to_mac = ns.source_lladdr().unwrap_or(eth_src);
                         Some((target, src, to_mac, icmpv6::NA_FLAG_SOLICITED | icmpv6::NA_FLAG_OVERRIDE))
                     }
@@ -1034,6 +1034,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let Ok(eth) = ethernet::EthernetFrame::new_checked(buf.frame()) else {
             return self.drop_buf(port, DropReason::Malformed, buf);
         };
+        // A group address is never a source (IEEE 802 §8.2).
+        if eth.src()[0] & 1 != 0 {
+            return self.drop_buf(port, DropReason::Malformed, buf);
+        }
         match eth.ethertype() {
             ethernet::ETHERTYPE_ARP => self.arp(t, port, buf),
             ethernet::ETHERTYPE_IPV4 => {
@@ -1106,8 +1110,17 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return self.drop_buf(port, DropReason::Malformed, buf);
         };
         let (op, sha, spa, tpa) = (a.operation(), a.sender_mac(), a.sender_ip(), a.target_ip());
+        // Broadcast or to our MAC: a frame for another station is not ours
+        // to learn from or answer.
+        let eth_dst = <[u8; 6]>::try_from(&buf.frame()[..6]).unwrap_or_default();
+        if eth_dst != mac && eth_dst != [0xff; 6] {
+            return self.drop_buf(port, DropReason::NotForUs, buf);
+        }
         let to_us = t.is_local(port, IpAddr::V4(tpa));
-        let learn = to_us && (op == arp::OP_REQUEST || op == arp::OP_REPLY) && resolve::learnable(t, port, IpAddr::V4(spa), sha);
+        let resolving = op == arp::OP_REPLY && self.resolving(IpAddr::V4(spa), port);
+        // Our requests from a port without an IPv4 address say 0.0.0.0.
+        let asked_from_none = resolving && tpa.is_unspecified() && t.ports[port].addresses.is_empty();
+        let learn = (to_us || asked_from_none) && (op == arp::OP_REQUEST || op == arp::OP_REPLY) && resolve::learnable(t, port, IpAddr::V4(spa), sha, resolving);
         if learn {
             self.report_neighbour(t, IpAddr::V4(spa), sha, port);
         }

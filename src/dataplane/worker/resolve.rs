@@ -59,6 +59,9 @@ pub(super) struct Hop {
     outcome: Option<Option<[u8; 6]>>,
 }
 
+/// Next hops a worker tracks at once at least (`pending_packets` if more).
+const HOPS_MIN: usize = 16;
+
 /// The worker's resolution state.
 pub(super) struct Resolver {
     conf: PendingConf,
@@ -76,7 +79,8 @@ impl Resolver {
             conf,
             waiting: Vec::with_capacity(cap),
             scratch: Vec::with_capacity(cap),
-            hops: Vec::with_capacity(cap),
+            // Hops are tracked even when no packet may wait for them.
+            hops: Vec::with_capacity(cap.max(HOPS_MIN)),
             probes: [(None, None); PROBE_SLOTS],
         }
     }
@@ -126,10 +130,12 @@ fn v6_source(addrs: &[Ipv6Addr], target: Ipv6Addr) -> Option<Ipv6Addr> {
 
 /// The learning rules (README, Neighbours): `ip` is a unicast address that
 /// is not ours, and routes out of `port` (strict reverse-path check; an
-/// IPv6 link-local address is on every link); `mac` is unicast and not
-/// zero.
-pub(super) fn learnable(t: &Tables, port: usize, ip: IpAddr, mac: [u8; 6]) -> bool {
-    if mac[0] & 1 != 0 || mac == [0; 6] || t.is_ours(ip) {
+/// IPv6 link-local address is on every link) or is a next hop this worker
+/// is resolving out of `port` (`resolving`: the answer to our own request,
+/// e.g. a route's `via` outside the port's prefixes); `mac` is unicast,
+/// not zero and not one of the gateway's own.
+pub(super) fn learnable(t: &Tables, port: usize, ip: IpAddr, mac: [u8; 6], resolving: bool) -> bool {
+    if mac[0] & 1 != 0 || mac == [0; 6] || t.is_ours(ip) || t.ports.iter().any(|p| p.mac == mac) {
         return false;
     }
     let on_link = match ip {
@@ -146,7 +152,7 @@ pub(super) fn learnable(t: &Tables, port: usize, ip: IpAddr, mac: [u8; 6]) -> bo
             a.segments()[0] & 0xffc0 == 0xfe80
         }
     };
-    on_link || t.routes.lookup(ip).is_some_and(|(p, _)| p == port)
+    on_link || resolving || t.routes.lookup(ip).is_some_and(|(p, _)| p == port)
 }
 
 impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
@@ -160,6 +166,12 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         } else {
             self.counters.neigh_reports_lost.add(1);
         }
+    }
+
+    /// Whether `ip` is a next hop this worker is resolving out of `port`
+    /// (an answer to our own request).
+    pub(super) fn resolving(&self, ip: IpAddr, port: usize) -> bool {
+        self.resolver.hops.iter().any(|h| h.ip == ip && h.out == port && h.outcome.is_none())
     }
 
     /// The MAC for next hop `nh` out of port `out`: a static or learned
@@ -258,11 +270,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return self.drop_buf(rx_port, DropReason::NoNeighbour, buf);
         }
         let r = &mut self.resolver;
-        if r.waiting.len() >= r.conf.packets {
-            return self.drop_buf(rx_port, DropReason::NeighQueueFull, buf);
-        }
         let k = match r.hops.iter().position(|h| h.ip == nh && h.out == out && h.outcome.is_none()) {
             Some(k) => k,
+            // No room to track another hop (no allocation here): as a full queue.
+            None if r.hops.len() == r.hops.capacity() => return self.drop_buf(rx_port, DropReason::NeighQueueFull, buf),
             None => {
                 let now = self.now();
                 let sent = self.solicit(t, out, nh, None);
@@ -271,8 +282,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 r.hops.len() - 1
             }
         };
+        // The request went out above even when the packet cannot wait
+        // (`pending_packets = 0`, or the queue full): the next packet
+        // finds the MAC.
         let r = &mut self.resolver;
-        if r.hops[k].queued >= r.conf.per_hop {
+        if r.waiting.len() >= r.conf.packets || r.hops[k].queued >= r.conf.per_hop {
             return self.drop_buf(rx_port, DropReason::NeighQueueFull, buf);
         }
         r.hops[k].queued += 1;
