@@ -296,6 +296,14 @@ pub struct Reassembler {
     held: usize,
     /// No deadline is earlier than this (lazy expiry).
     next_expiry: Instant,
+    /// Tombstones of datagrams evicted from a full table (their context
+    /// went to the new datagram): key and the evicted datagram's deadline,
+    /// a ring of `contexts` entries overwritten oldest first. A later
+    /// fragment of one is dropped (`reasm_table_full`) instead of starting
+    /// a datagram that cannot complete and evicting a live one in turn.
+    evicted: Vec<(FragKey, Instant)>,
+    /// Next slot of `evicted` to overwrite.
+    evicted_next: usize,
 }
 
 impl Reassembler {
@@ -320,7 +328,16 @@ impl Reassembler {
                 ecn: 0,
             })
             .collect();
-        Reassembler { conf: ReassemblyConf { max_fragments: max, ..conf }, ctxs, spent: Vec::with_capacity(conf.contexts + 4), active: 0, held: 0, next_expiry: now }
+        Reassembler {
+            conf: ReassemblyConf { max_fragments: max, ..conf },
+            ctxs,
+            spent: Vec::with_capacity(conf.contexts + 4),
+            active: 0,
+            held: 0,
+            next_expiry: now,
+            evicted: Vec::with_capacity(conf.contexts),
+            evicted_next: 0,
+        }
     }
 
     /// Whether reassembly is on (at least one context).
@@ -416,6 +433,9 @@ impl Reassembler {
     /// A new datagram: a free context, else the oldest one evicted.
     fn start(&mut self, f: Fragment, mut buf: PktBuf, now: Instant, c: &WorkerCounters) -> Option<PktBuf> {
         let port = buf.port as usize;
+        if self.evicted.iter().any(|&(k, deadline)| k == f.key && deadline > now) {
+            return self.reject(port, DropReason::ReasmTableFull, buf, c);
+        }
         let i = match self.ctxs.iter().position(|x| x.state == State::Free) {
             Some(i) => i,
             None => {
@@ -423,6 +443,14 @@ impl Reassembler {
                 if i >= self.ctxs.len() {
                     return self.reject(port, DropReason::ReasmTableFull, buf, c);
                 }
+                // The evicted datagram (or tombstone) keeps one in the ring.
+                let stone = (self.ctxs[i].key, self.ctxs[i].deadline);
+                if self.evicted.len() < self.evicted.capacity() {
+                    self.evicted.push(stone);
+                } else if let Some(slot) = self.evicted.get_mut(self.evicted_next) {
+                    *slot = stone;
+                }
+                self.evicted_next = (self.evicted_next + 1) % self.evicted.capacity().max(1);
                 self.release(i, DropReason::ReasmTableFull, c);
                 self.ctxs[i].state = State::Free;
                 self.active -= 1;
@@ -909,6 +937,32 @@ mod tests {
         h.check();
     }
 
+    /// Trial-user finding: with 2 contexts, a0 b0 c0 a1 b1 c1 reassembled
+    /// nothing (a1 evicted b, b1 evicted c, c1 evicted a1's context): the
+    /// evicted datagram's tombstone drops a1, and b and c complete.
+    #[test]
+    fn a_late_fragment_of_an_evicted_datagram_evicts_nothing() {
+        let mut h = Harness::new(ReassemblyConf { contexts: 2, max_fragments: 16, timeout: Duration::from_millis(500) });
+        let ips: Vec<Vec<u8>> = (20..23).map(|id| datagram(id, 300)).collect();
+        for ip in &ips {
+            assert!(h.push(&split(ip, 200)[0]).is_none());
+        }
+        assert!(h.push(&split(&ips[0], 200)[1]).is_none(), "a1: its datagram was evicted");
+        assert_whole(&h.push(&split(&ips[1], 200)[1]).unwrap(), &ips[1]);
+        assert_whole(&h.push(&split(&ips[2], 200)[1]).unwrap(), &ips[2]);
+        assert_eq!(h.drop_of(DropReason::ReasmTableFull), 2, "a0 (evicted) and a1 (its tombstone)");
+        h.check();
+        // Past the evicted datagram's deadline its id may start afresh.
+        h.advance(Duration::from_secs(1));
+        for f in split(&ips[0], 200) {
+            if let Some(d) = h.push(&f) {
+                assert_whole(&d, &ips[0]);
+            }
+        }
+        assert_eq!(h.c.reassembled.get(), 3);
+        h.check();
+    }
+
     #[test]
     fn table_full_evicts_the_oldest() {
         let mut h = Harness::small(); // 4 contexts
@@ -918,11 +972,12 @@ mod tests {
             h.now += Duration::from_millis(1);
         }
         assert_eq!(h.drop_of(DropReason::ReasmTableFull), 1, "the oldest (id 10) evicted for id 14");
-        // id 10's last fragment now starts a context of its own (evicting id 11).
+        // id 10's last fragment meets its tombstone: dropped, it does not
+        // start a datagram of its own (which would evict id 11 in turn).
         assert!(h.push(&split(&ips[0], 200)[1]).is_none());
         assert_eq!(h.drop_of(DropReason::ReasmTableFull), 2);
-        // id 12..14 complete.
-        for ip in &ips[2..] {
+        // id 11..14 complete.
+        for ip in &ips[1..] {
             assert_whole(&h.push(&split(ip, 200)[1]).unwrap(), ip);
         }
         h.check();
