@@ -80,6 +80,10 @@
 //!   `contexts` first fragments per timeout stop all reassembly; with
 //!   eviction an attacker must outpace the fragments of real datagrams,
 //!   which arrive back to back (microseconds, where the timeout is seconds).
+//!   The evicted datagram's key is kept as a tombstone in a ring of
+//!   `contexts` entries beside the table until its deadline, so its later
+//!   fragments are dropped (`reasm_table_full`) rather than evicting
+//!   another datagram in turn.
 //! - The reassembled IPv4 datagram: the first fragment's Ethernet and IPv4
 //!   headers (options kept: RFC 791 puts them all in the first fragment),
 //!   MF and the offset cleared (DF kept), total length and header checksum
