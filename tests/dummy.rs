@@ -209,6 +209,8 @@ fn gateway_interleaves_dummies_with_traffic() {
     assert!(delivered.iter().all(|(p, f)| p == "inside" && f.len() == ETH + 48));
     assert_eq!(gw1.drop_count("dummy"), dummies, "gw1 counts every dummy");
     assert_eq!(gw1.stats().drops.values().sum::<u64>(), dummies, "and nothing else");
+    let sa1 = gw1.stats().sas.into_iter().find(|s| s.spi == 1001 && s.direction == "inbound").unwrap();
+    assert_eq!((sa1.packets, sa1.errors), (12, 0), "a received dummy is not an SA error (RFC 4303 §2.6)");
 }
 
 #[test]

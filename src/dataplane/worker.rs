@@ -1349,7 +1349,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let mut buf = match done {
             Ok(b) => b,
             Err((err, b)) => {
-                e.sa.life.counters.errors.add(1);
+                // A dummy packet (RFC 4303 §2.6) is discarded, not an error.
+                if err != crate::esp::EspError::Dummy {
+                    e.sa.life.counters.errors.add(1);
+                }
                 return self.drop_buf(port, err.into(), b);
             }
         };
