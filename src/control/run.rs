@@ -132,11 +132,11 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
         // A virtual interface (no device behind it: veth) in skb mode hands
         // generic XDP every frame on queue 0, whatever its queue count.
         let virtual_skb = p.xdp_mode == XdpMode::Skb && !std::path::Path::new(&format!("/sys/class/net/{}/device", p.interface)).exists();
-        if virtual_skb {
-            continue;
-        }
-        if let Ok((rx, _)) = af_xdp::interface_queues(&p.interface) {
-            if let Some(w) = af_xdp::unread_queues(&p.name, &p.interface, p.queue, cfg.gateway.workers as u32, rx) {
+        if let Ok((rx, tx)) = af_xdp::interface_queues(&p.interface) {
+            if let Some(e) = af_xdp::queues_past_end(&p.name, &p.interface, p.queue, cfg.gateway.workers as u32, rx, tx) {
+                return Err(ControlError::Unsupported(e));
+            }
+            if let Some(w) = af_xdp::unread_queues(&p.name, &p.interface, p.queue, cfg.gateway.workers as u32, rx).filter(|_| !virtual_skb) {
                 tracing::warn!("{w}");
             }
         }

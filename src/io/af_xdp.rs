@@ -830,6 +830,21 @@ pub fn interface_queues(name: &str) -> Result<(u32, u32), String> {
     Ok((rx, tx))
 }
 
+/// The error for a port whose sockets would bind queues `first .. first +
+/// workers` of an interface with `rx` receive and `tx` transmit queues
+/// when one is past either count (the kernel refuses such a bind with a
+/// bare `EINVAL`): names the port, the interface, its queues and the
+/// settings to change; `None` when they fit.
+pub fn queues_past_end(port: &str, interface: &str, first: u32, workers: u32, rx: u32, tx: u32) -> Option<String> {
+    let last = first.saturating_add(workers.max(1) - 1);
+    (last >= rx.min(tx)).then(|| {
+        format!(
+            "port {port}: interface {interface} has {} queue(s) (rx {rx}, tx {tx}), but secgw binds queue(s) {first}..{last} (port.queue = {first}, one per worker, gateway.workers = {workers}): lower them, or add queues (ethtool -L {interface} combined N)",
+            rx.min(tx)
+        )
+    })
+}
+
 /// The warning for a port whose interface has `rx_queues` receive queues
 /// when the gateway's AF_XDP sockets read queues `first .. first + workers`
 /// (one per worker): `None` when they cover every queue, else a message
@@ -1176,6 +1191,15 @@ mod tests {
         let w = unread_queues("outside", "eth1", 2, 1, 4).unwrap();
         assert!(w.contains("reads queue(s) 2..2") && w.contains("queue(s) 0, 1, 3 are never seen"), "{w}");
         assert_eq!(interface_queues("lo").map(|(rx, tx)| rx.min(tx)), Ok(1));
+    }
+
+    #[test]
+    fn queues_past_end_names_the_queues_the_interface_has() {
+        assert_eq!(queues_past_end("inside", "eth0", 0, 2, 2, 2), None);
+        let e = queues_past_end("inside", "tcf0-in", 3, 1, 1, 1).unwrap();
+        assert!(e.starts_with("port inside: interface tcf0-in has 1 queue(s) (rx 1, tx 1), but secgw binds queue(s) 3..3"), "{e}");
+        let e = queues_past_end("outside", "eth1", 0, 2, 4, 1).unwrap();
+        assert!(e.contains("has 1 queue(s) (rx 4, tx 1)") && e.contains("0..1") && e.contains("gateway.workers = 2"), "{e}");
     }
 
     #[test]
