@@ -658,8 +658,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     }
 
     /// The packet in `buf` (received on `port`, DF set) is too big for its
-    /// tunnel, or (bypassed) for its egress port: counts it under `mtu_exceeded` and turns the buffer into an
-    /// ICMP "fragmentation needed" error (RFC 792 type 3 code 4, next-hop
+    /// tunnel, or (bypassed) for its egress port: counts it under
+    /// `mtu_exceeded` and turns the buffer into an ICMP "fragmentation
+    /// needed" error (RFC 792 type 3 code 4, next-hop
     /// MTU `mtu` per RFC 1191) back to its source, from the first address
     /// of `port`, quoting its header and 8 bytes of payload. No error about
     /// an ICMP error, a non-first fragment or a non-unicast source (RFC
@@ -696,8 +697,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     }
 
     /// The IPv6 packet in `buf` (received on `port`) is too big for its
-    /// tunnel, or (bypassed) for its egress port: counts it under `mtu_exceeded` and turns the buffer into an
-    /// ICMPv6 Packet Too Big (RFC 4443 §3.2: type 2, code 0, MTU `mtu`)
+    /// tunnel, or (bypassed) for its egress port: counts it under
+    /// `mtu_exceeded` and turns the buffer into an ICMPv6 Packet Too Big (RFC 4443 §3.2: type 2, code 0, MTU `mtu`)
     /// back to its source, from the first IPv6 address of `port`, quoting
     /// as much of the packet as fits in 1280 bytes. None for a multicast,
     /// unspecified or loopback source, none about an ICMPv6 error (§2.4
