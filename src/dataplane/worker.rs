@@ -755,6 +755,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// or O set reports (target, its Target Link-Layer Address option, else
     /// the frame's source for a solicited one) and is consumed as
     /// `neigh_reply`; both only when [`resolve::learnable`].
+    #[cold]
+    #[inline(never)]
     fn nd(&mut self, t: &Tables, port: usize, mut buf: PktBuf, icmp_off: usize) {
         let mac = t.ports[port].mac;
         let mut learn = None;
@@ -1040,7 +1042,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return self.drop_buf(port, DropReason::Malformed, buf);
         }
         match eth.ethertype() {
-            ethernet::ETHERTYPE_ARP => self.arp(t, port, buf),
+            ethernet::ETHERTYPE_ARP => self.arp(t, port, eth.dst(), buf),
             ethernet::ETHERTYPE_IPV4 => {
                 if eth.dst() != pinfo.mac {
                     return self.drop_buf(port, DropReason::NotForUs, buf);
@@ -1104,8 +1106,14 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// 826's merge, restricted; README, Neighbours): the sender of such a
     /// request, and of a reply to one of our addresses on `port`, is
     /// reported when [`resolve::learnable`]; a reply is then consumed as
-    /// `neigh_reply`. Everything else: `arp_ignored`.
-    fn arp(&mut self, t: &Tables, port: usize, mut buf: PktBuf) {
+    /// `neigh_reply`. Everything else: `arp_ignored`. `eth_dst` is the
+    /// frame's Ethernet destination. Kept out of line (as `nd`): ARP is
+    /// rare next to IP, and inlined into the poll loop it slowed the IP
+    /// path (pipeline bench `outbound_ring/512`: 14.6 µs a burst inlined,
+    /// 12.3 µs out of line, medians of 4 interleaved runs).
+    #[cold]
+    #[inline(never)]
+    fn arp(&mut self, t: &Tables, port: usize, eth_dst: [u8; 6], mut buf: PktBuf) {
         let mac = t.ports[port].mac;
         let Ok(a) = arp::ArpPacket::new_checked(&buf.frame()[ethernet::HEADER_LEN..]) else {
             return self.drop_buf(port, DropReason::Malformed, buf);
@@ -1113,7 +1121,6 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let (op, sha, spa, tpa) = (a.operation(), a.sender_mac(), a.sender_ip(), a.target_ip());
         // Broadcast or to our MAC: a frame for another station is not ours
         // to learn from or answer.
-        let eth_dst = <[u8; 6]>::try_from(&buf.frame()[..6]).unwrap_or_default();
         if eth_dst != mac && eth_dst != [0xff; 6] {
             return self.drop_buf(port, DropReason::NotForUs, buf);
         }
