@@ -453,6 +453,37 @@ fn ipv6_unsolicited_override_na_and_ns_with_source_option_are_learned() {
     assert_eq!(n.get(other.into()).map(|e| e.mac), Some(mac("02:00:00:00:03:03")));
 }
 
+/// RFC 4861 §7.2.5: a solicited advertisement without the Override flag
+/// confirms the cached address but does not replace a different one
+/// (`nd_ignored`); with O it does.
+#[test]
+fn ipv6_na_without_override_keeps_the_cached_address() {
+    let mut g = gw("nd-o", TABLE);
+    let t0 = Instant::now();
+    let (me, peer) = (v6("2001:db8:ff::1"), v6("2001:db8:ff::2"));
+    let (first, other) = (mac(GW1_OUT_MAC), mac("02:00:00:00:05:05"));
+    let cached = |g: &MemGateway| g.tables.neighbours.load_full().get(peer.into()).map(|e| e.mac);
+    g.inject(0, "outside", &na(peer, v6("ff02::1"), peer, 0x20, Some(first), first));
+    g.run_at(t0);
+    assert_eq!(cached(&g), Some(first));
+    // S without O, another address: not taken.
+    g.inject(0, "outside", &na(peer, me, peer, 0x40, Some(other), other));
+    g.run_at(t0);
+    assert_eq!(cached(&g), Some(first));
+    assert_eq!(g.stats().drops["nd_ignored"], 1);
+    // S without O, the cached address: a confirmation.
+    g.inject(0, "outside", &na(peer, me, peer, 0x40, Some(first), first));
+    g.run_at(t0);
+    assert_eq!((cached(&g), g.stats().drops["neigh_reply"]), (Some(first), 2));
+    // S and O: replaced.
+    g.inject(0, "outside", &na(peer, me, peer, 0x60, Some(other), other));
+    g.run_at(t0);
+    assert_eq!(cached(&g), Some(other));
+    let s = g.stats();
+    assert_eq!((s.drops["nd_ignored"], s.drops["neigh_reply"]), (1, 3));
+    assert_accounted(&s, "na override");
+}
+
 /// Trial-user findings: the gateway's own MAC is never learned as a
 /// neighbour's; an ARP frame unicast to another station is `not_for_us`
 /// (neither answered nor learned from); a frame whose Ethernet source is

@@ -59,6 +59,14 @@ pub struct WorkerStats {
     pub handoff_out: u64,
     /// Packets it received from other workers for SAs it owns.
     pub handoff_in: u64,
+    /// Crypto ops its queue pair accepted.
+    pub crypto_enqueued: u64,
+    /// Crypto ops its queue pair handed back, whatever their status
+    /// (`crypto_enqueued − crypto_dequeued` are in the device now).
+    pub crypto_dequeued: u64,
+    /// Crypto ops offered to its queue pair and left with the worker
+    /// (queue pair full or stopped), counted at each offer.
+    pub crypto_refused: u64,
 }
 
 /// Neighbour resolution (ARP, RFC 826; Neighbor Discovery, RFC 4861):
@@ -157,7 +165,14 @@ pub fn snapshot(t: &Tables, workers: &[Arc<WorkerCounters>]) -> Snapshot {
     s.neighbours.aged_out = nc.aged_out.get();
     s.neighbours.evicted = nc.evicted.get();
     for (wi, w) in workers.iter().enumerate() {
-        s.workers.push(WorkerStats { worker: wi, handoff_out: w.handoff_out.get(), handoff_in: w.handoff_in.get() });
+        s.workers.push(WorkerStats {
+            worker: wi,
+            handoff_out: w.handoff_out.get(),
+            handoff_in: w.handoff_in.get(),
+            crypto_enqueued: w.crypto_enqueued.get(),
+            crypto_dequeued: w.crypto_dequeued.get(),
+            crypto_refused: w.crypto_refused.get(),
+        });
         for (ps, pc) in s.ports.iter_mut().zip(&w.ports) {
             ps.rx_packets += pc.rx_packets.get();
             ps.rx_bytes += pc.rx_bytes.get();
@@ -227,7 +242,17 @@ impl Snapshot {
             n.entries, n.added, n.aged_out, n.evicted, n.arp_requests, n.ns_sent, n.probes, n.learned, n.reports_lost, n.pending
         );
         for w in &self.workers {
-            let _ = writeln!(o, "worker {}: handoff out {} in {}", w.worker, w.handoff_out, w.handoff_in);
+            let _ = writeln!(
+                o,
+                "worker {}: handoff out {} in {}; crypto ops enqueued {} dequeued {} in flight {} refused {}",
+                w.worker,
+                w.handoff_out,
+                w.handoff_in,
+                w.crypto_enqueued,
+                w.crypto_dequeued,
+                w.crypto_enqueued.saturating_sub(w.crypto_dequeued),
+                w.crypto_refused
+            );
         }
         o
     }
@@ -309,6 +334,13 @@ struct WorkerJson {
     worker: usize,
     handoff_out: u64,
     handoff_in: u64,
+    // Absent from a gateway older than these counters.
+    #[serde(default)]
+    crypto_enqueued: u64,
+    #[serde(default)]
+    crypto_dequeued: u64,
+    #[serde(default)]
+    crypto_refused: u64,
 }
 
 impl Snapshot {
@@ -373,9 +405,12 @@ impl Snapshot {
         prom_family(&mut o, "secgw_frags_pending", "gauge", "Fragments waiting for the rest of their datagram.", [(String::new(), self.frags_pending)]);
         prom_family(&mut o, "secgw_neigh_pending", "gauge", "Packets waiting for a next hop's MAC.", [(String::new(), self.neighbours.pending)]);
         prom_family(&mut o, "secgw_neigh_entries", "gauge", "Neighbour table entries, static and learned.", [(String::new(), self.neighbours.entries)]);
-        let workers: [Metric<WorkerStats>; 2] = [
+        let workers: [Metric<WorkerStats>; 5] = [
             ("handoff_out", "Packets the worker handed to the owner of their SA.", |w| w.handoff_out),
             ("handoff_in", "Packets the worker received from other workers for SAs it owns.", |w| w.handoff_in),
+            ("crypto_enqueued", "Crypto ops the worker's queue pair accepted.", |w| w.crypto_enqueued),
+            ("crypto_dequeued", "Crypto ops the worker's queue pair handed back, whatever their status.", |w| w.crypto_dequeued),
+            ("crypto_refused", "Crypto ops offered to the worker's queue pair and left with the worker (full or stopped), counted at each offer.", |w| w.crypto_refused),
         ];
         for (name, help, f) in workers {
             let samples = self.workers.iter().map(|w| (format!("worker=\"{}\"", w.worker), f(w)));
@@ -438,7 +473,14 @@ impl Snapshot {
             workers: j
                 .workers
                 .into_iter()
-                .map(|w| WorkerStats { worker: w.worker, handoff_out: w.handoff_out, handoff_in: w.handoff_in, ..Default::default() })
+                .map(|w| WorkerStats {
+                    worker: w.worker,
+                    handoff_out: w.handoff_out,
+                    handoff_in: w.handoff_in,
+                    crypto_enqueued: w.crypto_enqueued,
+                    crypto_dequeued: w.crypto_dequeued,
+                    crypto_refused: w.crypto_refused,
+                })
                 .collect(),
             ..Default::default()
         })

@@ -77,6 +77,12 @@ pub enum DropReason {
     HandoffFull,
     /// The SA's session was not attached to the worker's queue pair.
     SessionNotAttached,
+    /// A packet to forward with a source or destination a router must not
+    /// forward (a "martian"): unspecified, loopback, link-local, multicast
+    /// or (IPv4) in 0/8 or 240/4, or a source that is one of the gateway's
+    /// own addresses ([`crate::policy::Tables::martian`]; RFC 1812 §5.3.7,
+    /// RFC 3927 §7, RFC 4291 §2.5.2–2.5.6).
+    Martian,
     /// Larger than the egress port's MTU once encapsulated with DF set on
     /// an inner IPv4 packet, or any inner IPv6 packet (an ICMP
     /// "fragmentation needed" / ICMPv6 Packet Too Big goes back to its
@@ -148,7 +154,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in counter-index order.
-    pub const ALL: [DropReason; 46] = [
+    pub const ALL: [DropReason; 47] = [
         DropReason::Malformed,
         DropReason::UnsupportedEthertype,
         DropReason::NotForUs,
@@ -195,6 +201,7 @@ impl DropReason {
         DropReason::NeighQueueFull,
         DropReason::NeighUnresolved,
         DropReason::NeighReply,
+        DropReason::Martian,
     ];
 
     /// Number of reasons.
@@ -249,6 +256,7 @@ impl DropReason {
             DropReason::NeighQueueFull => "neigh_queue_full",
             DropReason::NeighUnresolved => "neigh_unresolved",
             DropReason::NeighReply => "neigh_reply",
+            DropReason::Martian => "martian",
         }
     }
 }
@@ -323,6 +331,15 @@ pub struct WorkerCounters {
     pub handoff_out: Counter,
     /// Packets received from other workers for SAs this worker owns.
     pub handoff_in: Counter,
+    /// Crypto ops the worker's queue pair accepted (`enqueue_burst`).
+    pub crypto_enqueued: Counter,
+    /// Crypto ops its queue pair handed back (`dequeue_burst`), whatever
+    /// their status.
+    pub crypto_dequeued: Counter,
+    /// Crypto ops offered to the queue pair and left with the worker
+    /// (queue pair full or stopped; they are offered again next poll, and
+    /// counted again: as DPDK's `enqueue_err_count`).
+    pub crypto_refused: Counter,
     /// IPv4 fragments sent (RFC 791), counting the first: outer fragments
     /// and inner fragments made before encapsulation (RFC 4459 §3).
     pub frags_sent: Counter,
@@ -377,6 +394,9 @@ impl WorkerCounters {
             neigh_pending: Counter::default(),
             handoff_out: Counter::default(),
             handoff_in: Counter::default(),
+            crypto_enqueued: Counter::default(),
+            crypto_dequeued: Counter::default(),
+            crypto_refused: Counter::default(),
             frags_sent: Counter::default(),
             dummies_sent: Counter::default(),
             icmp_sent: Counter::default(),

@@ -754,7 +754,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// option reports (source, option); a valid advertisement to us with S
     /// or O set reports (target, its Target Link-Layer Address option, else
     /// the frame's source for a solicited one) and is consumed as
-    /// `neigh_reply`; both only when [`resolve::learnable`].
+    /// `neigh_reply`; both only when [`resolve::learnable`], and an
+    /// advertisement without O only when no different address of the
+    /// target is cached (§7.2.5).
     #[cold]
     #[inline(never)]
     fn nd(&mut self, t: &Tables, port: usize, mut buf: PktBuf, icmp_off: usize) {
@@ -779,7 +781,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                         && (ipv6::is_multicast(&dst) || t.is_local(port, IpAddr::V6(dst)))
                         && flags & (icmpv6::NA_FLAG_SOLICITED | icmpv6::NA_FLAG_OVERRIDE) != 0;
                     let lladdr = na.target_lladdr().or((flags & icmpv6::NA_FLAG_SOLICITED != 0).then_some(eth_src))?;
-                    (valid && resolve::learnable(t, port, target, lladdr, self.resolving(target, port))).then_some((target, lladdr))
+                    // §7.2.5: without O an advertisement does not replace
+                    // a different cached address (of this port or static).
+                    let cached = self.neigh.get(target).filter(|e| e.learned.is_none_or(|(p, _)| p == port)).map(|e| e.mac);
+                    let may_override = flags & icmpv6::NA_FLAG_OVERRIDE != 0 || cached.is_none_or(|m| m == lladdr);
+                    (valid && may_override && resolve::learnable(t, port, target, lladdr, self.resolving(target, port))).then_some((target, lladdr))
                 });
                 let Some((target, lladdr)) = taken else {
                     return self.drop_buf(port, DropReason::NdIgnored, buf);
@@ -848,10 +854,17 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
 
     fn crypto(&mut self, t: &Tables) {
         if !self.ops.is_empty() {
-            self.qp.enqueue_burst(&mut self.ops);
+            let offered = self.ops.len();
+            let taken = self.qp.enqueue_burst(&mut self.ops).min(offered);
+            self.counters.crypto_enqueued.add(taken as u64);
+            if taken < offered {
+                self.counters.crypto_refused.add((offered - taken) as u64);
+            }
         }
         let cap = self.done.capacity();
-        if self.qp.dequeue_burst(&mut self.done, cap) > 0 {
+        let got = self.qp.dequeue_burst(&mut self.done, cap);
+        if got > 0 {
+            self.counters.crypto_dequeued.add(got as u64);
             let mut done = std::mem::take(&mut self.done);
             for op in done.drain(..) {
                 self.finished += 1;
@@ -1154,6 +1167,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         if t.is_local(port, key.dst) {
             return self.drop_buf(port, DropReason::ToUs, buf);
         }
+        if t.martian(key.src, key.dst) {
+            return self.drop_buf(port, DropReason::Martian, buf);
+        }
         let action = match t.spd_out.lookup(&key) {
             None => return self.drop_buf(port, DropReason::NoPolicy, buf),
             Some(SpdAction::Discard) => return self.drop_buf(port, DropReason::PolicyDiscard, buf),
@@ -1305,6 +1321,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         if local {
             return self.drop_buf(port, DropReason::ToUs, buf);
         }
+        if t.martian(key.src, key.dst) {
+            return self.drop_buf(port, DropReason::Martian, buf);
+        }
         match t.spd_in.lookup(&key) {
             None => self.drop_buf(port, DropReason::NoPolicy, buf),
             Some(SpdAction::Discard) => self.drop_buf(port, DropReason::PolicyDiscard, buf),
@@ -1397,6 +1416,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         // from inside a tunnel, is not taken (README: `to_us`).
         if t.is_ours(key.dst) {
             return self.drop_buf(port, DropReason::ToUs, buf);
+        }
+        // Authenticated is not forwardable: the SA's selectors may be 0/0.
+        if t.martian(key.src, key.dst) {
+            return self.drop_buf(port, DropReason::Martian, buf);
         }
         if ttl <= 1 {
             return self.drop_buf(port, DropReason::TtlExceeded, buf);

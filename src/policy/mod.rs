@@ -75,10 +75,61 @@ impl Tables {
         (0..self.ports.len()).any(|p| self.is_local(p, ip))
     }
 
+    /// True if a packet from `src` to `dst` must not be forwarded (a
+    /// "martian", the drop reason `martian`): either address is one no
+    /// router forwards ([`unforwardable`]), or `src` is one of our own
+    /// addresses (a spoofed or looped packet; RFC 1812 §5.3.7 lets a
+    /// router discard such sources, as Linux does).
+    #[inline]
+    pub fn martian(&self, src: IpAddr, dst: IpAddr) -> bool {
+        unforwardable(src) || unforwardable(dst) || self.is_ours(src)
+    }
+
     /// True if UDP to `port` at one of our addresses is NAT traversal
     /// (RFC 3948) traffic.
     #[inline]
     pub fn is_natt_port(&self, port: u16) -> bool {
         self.natt_ports.contains(&port)
+    }
+}
+
+/// True for an address no router forwards a packet from or to:
+/// * IPv4: 0.0.0.0/8 ("this network"), 127.0.0.0/8 (loopback), 224.0.0.0/4
+///   (multicast: the gateway forwards unicast only) and 240.0.0.0/4 with
+///   255.255.255.255 (RFC 1812 §5.3.7, §4.2.3.1), 169.254.0.0/16
+///   (link-local: RFC 3927 §7);
+/// * IPv6: :: (RFC 4291 §2.5.2), ::1 (§2.5.3), fe80::/10 (link-local,
+///   §2.5.6: never forwarded off its link), ff00::/8 (multicast, §2.7).
+#[inline]
+pub fn unforwardable(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => {
+            let o = a.octets();
+            o[0] == 0 || o[0] == 127 || o[0] >= 224 || (o[0] == 169 && o[1] == 254)
+        }
+        IpAddr::V6(a) => {
+            let s0 = a.segments()[0];
+            a.is_unspecified() || a.is_loopback() || s0 >= 0xff00 || s0 & 0xffc0 == 0xfe80
+        }
+    }
+}
+
+#[cfg(test)]
+mod martian_tests {
+    use super::unforwardable;
+    use std::net::IpAddr;
+
+    fn u(s: &str) -> bool {
+        unforwardable(s.parse::<IpAddr>().expect("address"))
+    }
+
+    #[test]
+    fn unforwardable_addresses() {
+        for a in ["0.0.0.0", "0.1.2.3", "127.0.0.1", "127.255.255.254", "169.254.0.1", "224.0.0.1", "239.1.1.1", "240.0.0.1", "255.255.255.255", "::", "::1", "fe80::1", "febf::1", "ff02::1", "ff0e::1"] {
+            assert!(u(a), "{a}");
+        }
+        for a in ["1.0.0.0", "10.0.0.1", "126.255.255.255", "128.0.0.1", "169.253.0.1", "169.255.0.1", "192.0.2.1", "223.255.255.255", "2001:db8::1", "fec0::1", "fc00::1", "::2", "::ffff:192.0.2.1", "feff::1"] {
+            assert!(!u(a), "{a}");
+        }
     }
 }
