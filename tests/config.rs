@@ -53,6 +53,10 @@ prefix = "198.51.100.0/24"
 port = "outside"
 via = "203.0.113.2"
 
+[[route]]
+prefix = "203.0.113.0/24"
+port = "outside"
+
 [[neighbour]]
 ip = "203.0.113.2"
 mac = "02:00:00:00:01:02"
@@ -477,7 +481,7 @@ fn duplicate_port_name() {
 
 #[test]
 fn route_to_unknown_port() {
-    let text = edit("port = \"outside\"", "port = \"outsde\"");
+    let text = edit("port = \"outside\"\nvia", "port = \"outsde\"\nvia");
     assert_one(
         &text,
         "port = \"outsde\"",
@@ -668,7 +672,8 @@ fn summary_never_shows_keys() {
 
 #[test]
 fn table_where_array_of_tables_belongs() {
-    let text = BASE.replacen("[[route]]", "[route]", 1);
+    let one_route = BASE.replacen("[[route]]\nprefix = \"203.0.113.0/24\"\nport = \"outside\"\n\n", "", 1);
+    let text = one_route.replacen("[[route]]", "[route]", 1);
     assert_one(
         &text,
         "[route]",
@@ -690,6 +695,29 @@ fn warnings_for_unreachable_next_hop_and_addressless_unprotected_port() {
     let cfg = config::parse(&text, Path::new(FILE)).unwrap();
     let w = config::warnings(&cfg);
     assert!(w.iter().any(|w| w.contains("route[0].via: next hop 203.0.113.2 has no [[neighbour]] entry") && w.contains("0.0.0.0")), "{w:?}");
+}
+
+/// Routing mistakes a valid config allows: no route to an outbound
+/// tunnel's far end (every packet would be `no_route`), a next hop that
+/// is the gateway itself or outside its port's subnets, a neighbour entry
+/// for the gateway's own address.
+#[test]
+fn warnings_for_routing_mistakes() {
+    let warns = |text: &str| config::warnings(&config::parse(text, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}")));
+    let w = warns(&edit("[[route]]\nprefix = \"203.0.113.0/24\"\nport = \"outside\"\n", ""));
+    assert_eq!(w, ["test.toml: sa[0].tunnel_dst: no [[route]] covers 203.0.113.2: packets of SPI 1001 are dropped as no_route (ESP is routed on its outer destination)"]);
+    // A default route covers it; an inbound SA needs none.
+    assert!(warns(&edit("prefix = \"203.0.113.0/24\"", "prefix = \"0.0.0.0/0\"")).is_empty());
+    let w = warns(&edit("via = \"203.0.113.2\"", "via = \"203.0.113.1\""));
+    assert_eq!(w, ["test.toml: route[0].via: next hop 203.0.113.1 is this gateway's own address (port outside): packets on this route are never delivered"]);
+    let w = warns(&edit("via = \"203.0.113.2\"", "via = \"198.18.0.1\""));
+    assert_eq!(w, ["test.toml: route[0].via: next hop 198.18.0.1 is outside port outside's subnets (203.0.113.1/24): is the route's port right?"]);
+    let w = warns(&format!("{BASE}\n[[neighbour]]\nip = \"203.0.113.1\"\nmac = \"02:00:00:00:00:99\"\n"));
+    assert_eq!(w, ["test.toml: neighbour[1].ip: 203.0.113.1 is this gateway's own address (port outside): the entry is never used"]);
+    // An IPv6 link-local next hop is on every link.
+    let v6 = base_v6().replace("via = \"2001:db8:ff::2\"", "via = \"fe80::2\"");
+    let w = warns(&v6);
+    assert!(!w.iter().any(|w| w.contains("route[0]")), "{w:?}");
 }
 
 #[test]
@@ -880,6 +908,7 @@ fn base_v6() -> String {
         .replace("src = \"192.0.2.0/24\"\ndst = \"198.51.100.0/24\"", "src = \"2001:db8:a::/64\"\ndst = \"2001:db8:b::/64\"")
         .replace("src = \"198.51.100.0/24\"\ndst = \"192.0.2.0/24\"", "src = \"2001:db8:b::/64\"\ndst = \"2001:db8:a::/64\"")
         .replace("prefix = \"198.51.100.0/24\"\nport = \"outside\"\nvia = \"203.0.113.2\"", "prefix = \"2001:db8:b::/64\"\nport = \"outside\"\nvia = \"2001:db8:ff::2\"")
+        .replace("prefix = \"203.0.113.0/24\"", "prefix = \"2001:db8:ff::/64\"")
         .replace("ip = \"203.0.113.2\"", "ip = \"2001:db8:ff::2\"")
 }
 
@@ -898,7 +927,7 @@ fn ipv6_everywhere_loads() {
     let s = config::summary(&cfg);
     assert!(s.contains("tunnel ipv6 2001:db8:ff::1 -> 2001:db8:ff::2"), "{s}");
     assert!(s.contains("2001:db8:a::/64 -> 2001:db8:b::/64"), "{s}");
-    assert!(s.contains("families: addresses 1 IPv4 / 1 IPv6, policies 0 IPv4 / 2 IPv6, routes 0 IPv4 / 1 IPv6, neighbours 0 IPv4 / 1 IPv6"), "{s}");
+    assert!(s.contains("families: addresses 1 IPv4 / 1 IPv6, policies 0 IPv4 / 2 IPv6, routes 0 IPv4 / 2 IPv6, neighbours 0 IPv4 / 1 IPv6"), "{s}");
     assert!(s.contains("df -"), "no DF on an IPv6 outer header: {s}");
 }
 
@@ -1025,9 +1054,9 @@ fn dummy_packets_must_fit_the_mtu_of_their_route() {
     // A route to the tunnel end on a port with a small MTU: 1400 bytes of
     // dummy payload become 20 + 8 + 8 + 1404 + 16 = 1456 bytes with AES-GCM.
     let base = edit("addresses = [\"203.0.113.1/24\"]", "addresses = [\"203.0.113.1/24\"]\nmtu = 1400");
-    let route = "[[route]]\nprefix = \"203.0.113.0/24\"\nport = \"outside\"\n";
+    // BASE routes 203.0.113.0/24 out of "outside".
     let out = "tunnel_dst = \"203.0.113.2\"";
-    let text = format!("{}\n{route}", base.replacen(out, &format!("{out}\ndummy_interval_ms = 10\ndummy_len = 1400"), 1));
+    let text = base.replacen(out, &format!("{out}\ndummy_interval_ms = 10\ndummy_len = 1400"), 1);
     assert_one(&text, "dummy_len", 12, "sa[0].dummy_len", "1456 bytes once encapsulated, more than the MTU 1400 of port \"outside\"");
     // 1340 bytes: 1344 + 52 = 1396 fits.
     let ok = text.replace("dummy_len = 1400", "dummy_len = 1340");

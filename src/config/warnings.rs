@@ -12,7 +12,11 @@ use super::model::*;
 /// endpoints that are not an address of an unprotected port (when such
 /// ports have addresses); two workers pinned to one core; packet limits of
 /// outbound SAs without ESN beyond the sequence numbers they have left
-/// (RFC 4303 §3.3.3).
+/// (RFC 4303 §3.3.3); outbound tunnel SAs whose `tunnel_dst` no route
+/// covers (their packets would be `no_route`); routes via one of the
+/// gateway's own addresses or via an address outside the egress port's
+/// subnets (IPv6 link-local next hops excepted); neighbour entries for
+/// one of the gateway's own addresses.
 pub fn warnings(cfg: &Config) -> Vec<String> {
     let mut out = Vec::new();
     let file = cfg.source.display();
@@ -80,6 +84,12 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
                 }
             }
         }
+        if sa.direction == Direction::Outbound && sa.mode == SaMode::Tunnel && !cfg.routes.iter().any(|r| covers(r.prefix, sa.tunnel_dst)) {
+            warn(
+                format!("sa[{i}].tunnel_dst"),
+                format!("no [[route]] covers {}: packets of SPI {} are dropped as no_route (ESP is routed on its outer destination)", sa.tunnel_dst, sa.spi),
+            );
+        }
         let (key, ours) = match sa.direction {
             Direction::Outbound => ("tunnel_src", sa.tunnel_src),
             Direction::Inbound => ("tunnel_dst", sa.tunnel_dst),
@@ -96,6 +106,35 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             warn(
                 format!("port[{i}].addresses"),
                 "an unprotected port without addresses answers no ARP or Neighbor Solicitation and terminates no ESP".into(),
+            );
+        }
+    }
+    // Which port has `ip` as one of its addresses.
+    let owner = |ip: IpAddr| cfg.ports.iter().find(|p| p.addresses.iter().any(|a| a.0 == ip)).map(|p| p.name.as_str());
+    for (i, r) in cfg.routes.iter().enumerate() {
+        let (Some(port), Some(nh)) = (cfg.ports.get(r.port), r.via) else { continue };
+        if let Some(name) = owner(nh) {
+            warn(
+                format!("route[{i}].via"),
+                format!("next hop {nh} is this gateway's own address (port {name}): packets on this route are never delivered"),
+            );
+            continue;
+        }
+        let subnets: Vec<(IpAddr, u8)> = port.addresses.iter().copied().filter(|a| a.0.is_ipv6() == nh.is_ipv6()).collect();
+        let link_local = matches!(nh, IpAddr::V6(a) if a.segments()[0] & 0xffc0 == 0xfe80);
+        if !subnets.is_empty() && !link_local && !subnets.iter().any(|&s| covers(s, nh)) {
+            let list: Vec<String> = subnets.iter().map(|(a, l)| format!("{a}/{l}")).collect();
+            warn(
+                format!("route[{i}].via"),
+                format!("next hop {nh} is outside port {}'s subnets ({}): is the route's port right?", port.name, list.join(", ")),
+            );
+        }
+    }
+    for (i, n) in cfg.neighbours.iter().enumerate() {
+        if let Some(name) = owner(n.ip) {
+            warn(
+                format!("neighbour[{i}].ip"),
+                format!("{} is this gateway's own address (port {name}): the entry is never used", n.ip),
             );
         }
     }
@@ -120,4 +159,39 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
         );
     }
     out
+}
+
+/// True if prefix `(p, len)` contains `a` (same family; `len` at most 32
+/// or 128, as the config validated).
+fn covers((p, len): (IpAddr, u8), a: IpAddr) -> bool {
+    match (p, a) {
+        (IpAddr::V4(p), IpAddr::V4(a)) => {
+            let m = u32::MAX.checked_shl(32 - u32::from(len.min(32))).unwrap_or(0);
+            u32::from(p) & m == u32::from(a) & m
+        }
+        (IpAddr::V6(p), IpAddr::V6(a)) => {
+            let m = u128::MAX.checked_shl(128 - u32::from(len.min(128))).unwrap_or(0);
+            u128::from(p) & m == u128::from(a) & m
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::covers;
+
+    #[test]
+    fn prefix_cover() {
+        let ip = |s: &str| s.parse().unwrap();
+        assert!(covers((ip("0.0.0.0"), 0), ip("203.0.113.9")));
+        assert!(covers((ip("203.0.113.0"), 24), ip("203.0.113.255")));
+        assert!(!covers((ip("203.0.113.0"), 24), ip("203.0.114.1")));
+        assert!(covers((ip("203.0.113.2"), 32), ip("203.0.113.2")));
+        assert!(!covers((ip("203.0.113.2"), 32), ip("203.0.113.3")));
+        assert!(covers((ip("::"), 0), ip("2001:db8::1")));
+        assert!(covers((ip("2001:db8:ff::"), 64), ip("2001:db8:ff::2")));
+        assert!(!covers((ip("2001:db8:ff::"), 64), ip("2001:db8:fe::2")));
+        assert!(!covers((ip("0.0.0.0"), 0), ip("::1")), "families differ");
+    }
 }
