@@ -3,6 +3,13 @@
 use std::net::IpAddr;
 
 use super::model::*;
+use crate::policy::spd::Prefix;
+
+/// True if prefix `(p, len)` contains `a` (the SPD's prefix match, as
+/// `load.rs` finds the route of a `tunnel_dst`).
+fn covers((p, len): (IpAddr, u8), a: IpAddr) -> bool {
+    Prefix::new(p, len).contains(a)
+}
 
 /// Warnings about a validated config, one line each, recomputed from the
 /// model (so they name the field, not its line): `file: sa[0].spi: …`.
@@ -161,21 +168,6 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
     out
 }
 
-/// True if prefix `(p, len)` contains `a` (same family; `len` at most 32
-/// or 128, as the config validated).
-fn covers((p, len): (IpAddr, u8), a: IpAddr) -> bool {
-    match (p, a) {
-        (IpAddr::V4(p), IpAddr::V4(a)) => {
-            let m = u32::MAX.checked_shl(32 - u32::from(len.min(32))).unwrap_or(0);
-            u32::from(p) & m == u32::from(a) & m
-        }
-        (IpAddr::V6(p), IpAddr::V6(a)) => {
-            let m = u128::MAX.checked_shl(128 - u32::from(len.min(128))).unwrap_or(0);
-            u128::from(p) & m == u128::from(a) & m
-        }
-        _ => false,
-    }
-}
 
 #[cfg(test)]
 mod tests {
