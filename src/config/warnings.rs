@@ -128,7 +128,7 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             continue;
         }
         let subnets: Vec<(IpAddr, u8)> = port.addresses.iter().copied().filter(|a| a.0.is_ipv6() == nh.is_ipv6()).collect();
-        let link_local = matches!(nh, IpAddr::V6(a) if a.segments()[0] & 0xffc0 == 0xfe80);
+        let link_local = matches!(nh, IpAddr::V6(a) if crate::wire::ipv6::is_link_local(&a));
         if !subnets.is_empty() && !link_local && !subnets.iter().any(|&s| covers(s, nh)) {
             let list: Vec<String> = subnets.iter().map(|(a, l)| format!("{a}/{l}")).collect();
             warn(

@@ -6,6 +6,7 @@ pub mod route;
 pub mod sad;
 pub mod spd;
 
+use crate::wire::ipv6;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
@@ -107,10 +108,7 @@ pub fn unforwardable(ip: IpAddr) -> bool {
             let o = a.octets();
             o[0] == 0 || o[0] == 127 || o[0] >= 224 || (o[0] == 169 && o[1] == 254)
         }
-        IpAddr::V6(a) => {
-            let s0 = a.segments()[0];
-            a.is_unspecified() || a.is_loopback() || s0 >= 0xff00 || s0 & 0xffc0 == 0xfe80
-        }
+        IpAddr::V6(a) => a.is_unspecified() || a.is_loopback() || ipv6::is_multicast(&a) || ipv6::is_link_local(&a),
     }
 }
 

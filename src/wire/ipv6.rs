@@ -403,6 +403,13 @@ pub fn is_multicast(a: &Ipv6Addr) -> bool {
     a.octets()[0] == 0xff
 }
 
+/// True for link-local unicast addresses (fe80::/10, RFC 4291 §2.5.6):
+/// valid on one link only, never forwarded off it.
+#[inline]
+pub fn is_link_local(a: &Ipv6Addr) -> bool {
+    a.segments()[0] & 0xffc0 == 0xfe80
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -443,6 +450,13 @@ pub(crate) mod tests {
 
     pub(crate) fn fixture(name: &str) -> Vec<u8> {
         hex::decode(&fixtures().into_iter().find(|f| f.name == name).unwrap().hex).unwrap()
+    }
+
+    #[test]
+    fn link_local_is_fe80_slash_10() {
+        for (a, want) in [("fe80::1", true), ("febf:ffff::1", true), ("fe81::1", true), ("fec0::1", false), ("fe7f::1", false), ("ff02::1", false), ("2001:db8::1", false), ("::1", false)] {
+            assert_eq!(is_link_local(&a.parse().expect("address")), want, "{a}");
+        }
     }
 
     #[test]

@@ -149,7 +149,7 @@ pub(super) fn learnable(t: &Tables, port: usize, ip: IpAddr, mac: [u8; 6], resol
             if a.is_unspecified() || ipv6::is_multicast(&a) || a.is_loopback() {
                 return false;
             }
-            a.segments()[0] & 0xffc0 == 0xfe80
+            ipv6::is_link_local(&a)
         }
     };
     on_link || resolving || t.routes.lookup(ip).is_some_and(|(p, _)| p == port)
