@@ -70,7 +70,7 @@ def test_packet_too_big(testbed, start_gws, artifacts):
     # Linux applies a UDP Packet Too Big to the route only while the sending socket
     # exists (__udp6_lib_err), so one connected socket sends, waits, reads its path
     # MTU (IPV6_MTU, 24) and sends the same datagram again (fragmented by hostA now).
-    # Twice in CI (full suite only; never in 40 runs here) a0 carried one PTB more
+    # Twice in CI (full suite only; not in 17 runs here, 2 of them in the full suite) a0 carried one PTB more
     # than the sender counted big sends, so PTBs are counted against the
     # unfragmented 1500-byte datagrams on a0's wire, and a failure prints a0's
     # timeline. An unchanged path MTU sends the big datagram again (at most twice).
