@@ -92,6 +92,14 @@ fn pos(text: &str, needle: &str) -> (usize, usize) {
     )
 }
 
+/// `test.toml:line:column: ` of the value `offset` characters into the only
+/// `needle` in `text`: the prefix of a message placed by `Config::at`.
+fn placed(text: &str, needle: &str, offset: usize) -> String {
+    assert_eq!(text.matches(needle).count(), 1, "{needle:?} is not unique");
+    let (line, col) = pos(text, needle);
+    format!("{FILE}:{line}:{}: ", col + offset)
+}
+
 /// 1-based line and column of the last `needle` in `text`.
 fn pos_last(text: &str, needle: &str) -> (usize, usize) {
     let at = text
@@ -346,7 +354,7 @@ fn spi_hex_string_and_low_spi_warning() {
     let warnings = config::warnings(&cfg);
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(
-        warnings[0].starts_with("test.toml: sa[0].spi: SPI 7"),
+        warnings[0].starts_with(&format!("{}sa[0].spi: SPI 7", placed(&text, "spi = 7", 6))),
         "{warnings:?}"
     );
 }
@@ -704,16 +712,21 @@ fn warnings_for_unreachable_next_hop_and_addressless_unprotected_port() {
 #[test]
 fn warnings_for_routing_mistakes() {
     let warns = |text: &str| config::warnings(&config::parse(text, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}")));
-    let w = warns(&edit("[[route]]\nprefix = \"203.0.113.0/24\"\nport = \"outside\"\n", ""));
-    assert_eq!(w, ["test.toml: sa[0].tunnel_dst: no [[route]] covers 203.0.113.2: packets of SPI 1001 are dropped as no_route (ESP is routed on its outer destination)"]);
+    let text = edit("[[route]]\nprefix = \"203.0.113.0/24\"\nport = \"outside\"\n", "");
+    let w = warns(&text);
+    let at = placed(&text, "tunnel_dst = \"203.0.113.2\"", 13);
+    assert_eq!(w, [format!("{at}sa[0].tunnel_dst: no [[route]] covers 203.0.113.2: packets of SPI 1001 are dropped as no_route (ESP is routed on its outer destination)")]);
     // A default route covers it; an inbound SA needs none.
     assert!(warns(&edit("prefix = \"203.0.113.0/24\"", "prefix = \"0.0.0.0/0\"")).is_empty());
-    let w = warns(&edit("via = \"203.0.113.2\"", "via = \"203.0.113.1\""));
-    assert_eq!(w, ["test.toml: route[0].via: next hop 203.0.113.1 is this gateway's own address (port outside): packets on this route are never delivered"]);
-    let w = warns(&edit("via = \"203.0.113.2\"", "via = \"198.18.0.1\""));
-    assert_eq!(w, ["test.toml: route[0].via: next hop 198.18.0.1 is outside port outside's subnets (203.0.113.1/24): is the route's port right?"]);
-    let w = warns(&format!("{BASE}\n[[neighbour]]\nip = \"203.0.113.1\"\nmac = \"02:00:00:00:00:99\"\n"));
-    assert_eq!(w, ["test.toml: neighbour[1].ip: 203.0.113.1 is this gateway's own address (port outside): the entry is never used"]);
+    let text = edit("via = \"203.0.113.2\"", "via = \"203.0.113.1\"");
+    let at = placed(&text, "via = ", 6);
+    assert_eq!(warns(&text), [format!("{at}route[0].via: next hop 203.0.113.1 is this gateway's own address (port outside): packets on this route are never delivered")]);
+    let text = edit("via = \"203.0.113.2\"", "via = \"198.18.0.1\"");
+    let at = placed(&text, "via = ", 6);
+    assert_eq!(warns(&text), [format!("{at}route[0].via: next hop 198.18.0.1 is outside port outside's subnets (203.0.113.1/24): is the route's port right?")]);
+    let text = format!("{BASE}\n[[neighbour]]\nip = \"203.0.113.1\"\nmac = \"02:00:00:00:00:99\"\n");
+    let at = placed(&text, "ip = \"203.0.113.1\"", 5);
+    assert_eq!(warns(&text), [format!("{at}neighbour[1].ip: 203.0.113.1 is this gateway's own address (port outside): the entry is never used")]);
     // An IPv6 link-local next hop is on every link.
     let v6 = base_v6().replace("via = \"2001:db8:ff::2\"", "via = \"fe80::2\"");
     let w = warns(&v6);
@@ -1356,8 +1369,43 @@ fn misspelt_mode_is_named_not_a_missing_tunnel_address() {
 /// cores there are (`secgw check` and `run` both ask `worker_cores`).
 #[test]
 fn a_missing_core_names_the_field_and_the_cores_there_are() {
-    let cfg = config::parse(&BASE.replacen("workers = 1\n", "workers = 1\ncores = [999]\n", 1), Path::new(FILE)).unwrap_or_else(|e| panic!("{e}"));
+    let text = BASE.replacen("workers = 1\n", "workers = 1\ncores = [999]\n", 1);
+    let cfg = config::parse(&text, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(cfg.gateway.cores, [999]);
     let e = secgw::control::run::worker_cores(&cfg).unwrap_err().to_string();
-    assert!(e.contains("gateway.cores[0]: worker 0 is pinned to core 999, which does not exist here (cores: 0"), "{e}");
+    let at = placed(&text, "999", 0);
+    assert!(e.starts_with(&format!("{at}gateway.cores[0]: worker 0 is pinned to core 999, which does not exist here (cores: 0")), "{e}");
+}
+
+/// `[[gateway]]` for `[gateway]` (and the like) is said in the file's
+/// words, not serde's ("invalid length 1, expected struct RawGateway").
+#[test]
+fn table_shape_mistakes_are_named_in_toml_terms() {
+    for (text, want) in [
+        ("[[gateway]]\nname = \"g\"\n", "test.toml:1:1: gateway: expected a table, found an array of tables; write [gateway] once"),
+        ("[[neighbour_table]]\n", "test.toml:1:1: neighbour_table: expected a table, found an array of tables; write [neighbour_table] once"),
+        ("crypto = 3\n", "test.toml:1:10: crypto: expected a table ([crypto]), found integer `3`"),
+        ("sa = 1\n", "test.toml:1:6: sa: expected an array of tables ([[sa]] entries), found integer `1`"),
+        ("sa = [1]\n", "test.toml:1:7: sa: expected a table ([[sa]] entry), found integer `1`"),
+    ] {
+        let shown = error(text).to_string();
+        assert_eq!(shown, want, "{text:?}");
+        assert!(!shown.contains("Raw") && !shown.contains("struct"), "{shown}");
+    }
+}
+
+/// Warnings of an imported `.cfg` are placed on its own lines.
+#[test]
+fn warnings_of_a_dpdk_cfg_name_its_lines() {
+    let cfg_text = "sa out 5 aead_algo aes-128-gcm aead_key 01:02:03:04:05:06:07:08:09:0a:0b:0c:0d:0e:0f:10:11:12:13:14 mode ipv4-tunnel src 172.16.1.5 dst 172.16.2.5\n\
+                    sp ipv4 out esp protect 5 pri 1 dst 192.168.105.0/24 sport 0:65535 dport 0:65535\n\
+                    sa in 6 aead_algo aes-128-gcm aead_key 01:02:03:04:05:06:07:08:09:0a:0b:0c:0d:0e:0f:10:11:12:13:14 mode ipv4-tunnel src 172.16.2.5 dst 172.16.1.5\n\
+                    sp ipv4 in esp protect 6 pri 1 dst 192.168.55.0/24 sport 0:65535 dport 0:65535\n\
+                    rt ipv4 dst 172.16.2.5/32 port 1\n\
+                    rt ipv4 dst 192.168.55.0/24 port 0\n";
+    let (cfg, _) = config::dpdk::parse(cfg_text, Path::new("ep.cfg"), &config::dpdk::ImportOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let w = config::warnings(&cfg);
+    let spi = |n: u32| w.iter().find(|w| w.contains(&format!("SPI {n} ")) || w.contains(&format!("SPI {n}:"))).unwrap_or_else(|| panic!("no warning for SPI {n}: {w:?}"));
+    assert!(spi(5).starts_with("ep.cfg:1:1: sa[0].spi: "), "{w:?}");
+    assert!(spi(6).starts_with("ep.cfg:3:1: sa[1].spi: "), "{w:?}");
 }

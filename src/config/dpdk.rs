@@ -223,7 +223,12 @@ pub fn parse(text: &str, source: &Path, opts: &ImportOptions) -> Result<(Config,
 pub fn import(text: &str, source: &Path, opts: &ImportOptions) -> Result<(Imported, Config), ConfigError> {
     let imp = convert(text, source, opts)?;
     match super::parse(&imp.toml, source) {
-        Ok(cfg) => Ok((imp, cfg)),
+        Ok(mut cfg) => {
+            // Positions in the converted TOML → the `.cfg` lines they came from.
+            let origin = |l: usize| imp.origin.get(l.wrapping_sub(1)).and_then(Option::as_ref).map(|(line, _)| *line);
+            cfg.positions = std::mem::take(&mut cfg.positions).map_lines(origin);
+            Ok((imp, cfg))
+        }
         Err(ConfigError::Syntax(p)) => Err(ConfigError::Syntax(imp.map_problem(p, source))),
         Err(ConfigError::Invalid(ps)) => Err(ConfigError::Invalid(ps.into_iter().map(|p| imp.map_problem(p, source)).collect())),
         Err(e) => Err(e),

@@ -632,7 +632,24 @@ fn decode_problem(text: &str, source: &Path, e: &toml::de::Error) -> Problem {
             message = format!(
                 "expected an array of tables, found a table; write [[{name}]] for each entry"
             );
+        } else if let Some(found) = found_of(&message) {
+            // `sa = 1`.
+            field = field_at(text, span.start).unwrap_or_default();
+            message = format!("expected an array of tables ([[{field}]] entries), found {found}");
         }
+    } else if let Some(raw) = message.split("expected struct Raw").nth(1) {
+        // serde's words for our structs: the table the struct decodes.
+        let name = table_name(raw.split_whitespace().next().unwrap_or_default());
+        let entry = ["port", "sa", "policy", "route", "neighbour"].contains(&name.as_str());
+        field = name.clone();
+        message = if message.starts_with("invalid length") {
+            // `[[gateway]]` where `[gateway]` belongs.
+            format!("expected a table, found an array of tables; write [{name}] once")
+        } else if entry {
+            format!("expected a table ([[{name}]] entry), found {}", found_of(&message).unwrap_or("something else"))
+        } else {
+            format!("expected a table ([{name}]), found {}", found_of(&message).unwrap_or("something else"))
+        };
     }
     if field.is_empty() {
         field = field_at(text, span.start).unwrap_or_default();
@@ -645,6 +662,24 @@ fn decode_problem(text: &str, source: &Path, e: &toml::de::Error) -> Problem {
         field,
         message,
     }
+}
+
+/// The "found" part of serde's "invalid type: integer `3`, expected …":
+/// `integer `3``.
+fn found_of(message: &str) -> Option<&str> {
+    message.strip_prefix("invalid type: ")?.split(", expected").next()
+}
+
+/// `NeighbourTable` (a struct name after `Raw`) → `neighbour_table`.
+fn table_name(camel: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in camel.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
 }
 
 /// The field of the `key = value` line holding byte `offset`, as
@@ -727,8 +762,21 @@ struct Tab {
 }
 
 /// Byte offsets at which the lines of `text` start (0 first).
-fn line_starts(text: &str) -> Vec<usize> {
+pub(super) fn line_starts(text: &str) -> Vec<usize> {
     std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect()
+}
+
+/// [`line_col`] by the line index `starts` of `text` ([`line_starts`]):
+/// linear in the line's length, not in the offset (a file of thousands of
+/// faulty tables was quadratic).
+pub(super) fn indexed_line_col(text: &str, starts: &[usize], offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let line = starts.partition_point(|&s| s <= offset);
+    let start = starts.get(line.wrapping_sub(1)).copied().unwrap_or(0);
+    (line, text[start..offset].chars().count() + 1)
 }
 
 impl<'a> Checker<'a> {
@@ -764,16 +812,8 @@ impl Checker<'_> {
         self.line_starts.partition_point(|&s| s <= span.start)
     }
 
-    /// [`line_col`] by the line index: linear in the line's length, not in
-    /// the offset (a file of thousands of faulty tables was quadratic).
     fn line_col(&self, offset: usize) -> (usize, usize) {
-        let mut offset = offset.min(self.text.len());
-        while !self.text.is_char_boundary(offset) {
-            offset -= 1;
-        }
-        let line = self.line_starts.partition_point(|&s| s <= offset);
-        let start = self.line_starts.get(line.wrapping_sub(1)).copied().unwrap_or(0);
-        (line, self.text[start..offset].chars().count() + 1)
+        indexed_line_col(self.text, &self.line_starts, offset)
     }
 
     fn required<'f>(&mut self, f: &'f Field, tab: &Tab, key: &str) -> Option<&'f Spanned<Raw>> {
@@ -960,6 +1000,7 @@ impl Checker<'_> {
             routes: routes?,
             neighbours: neighbours?,
             dpdk_import: None,
+            positions: super::Positions::of(self.text),
         })
     }
 

@@ -13,6 +13,7 @@
 pub mod dpdk;
 mod load;
 pub mod model;
+mod positions;
 mod summary;
 mod warnings;
 
@@ -21,6 +22,7 @@ use std::path::PathBuf;
 
 pub use load::{load, parse, parse_fragment, parse_spi, Fragment};
 pub use model::*;
+pub use positions::{Located, Positions};
 pub use summary::{provider_counts, summary};
 pub use warnings::warnings;
 

@@ -12,7 +12,7 @@ fn covers((p, len): (IpAddr, u8), a: IpAddr) -> bool {
 }
 
 /// Warnings about a validated config, one line each, recomputed from the
-/// model (so they name the field, not its line): `file: sa[0].spi: …`.
+/// model and placed with [`Config::at`]: `file:line:column: sa[0].spi: …`.
 ///
 /// Checked: SPIs 1..=255 (reserved by IANA, RFC 4303 §2.1); inbound SAs
 /// with anti-replay off (RFC 4303 §3.4.3); SAs no policy uses; tunnel
@@ -26,8 +26,7 @@ fn covers((p, len): (IpAddr, u8), a: IpAddr) -> bool {
 /// one of the gateway's own addresses.
 pub fn warnings(cfg: &Config) -> Vec<String> {
     let mut out = Vec::new();
-    let file = cfg.source.display();
-    let mut warn = |field: String, msg: String| out.push(format!("{file}: {field}: {msg}"));
+    let mut warn = |field: String, msg: String| out.push(format!("{}: {msg}", cfg.at(&field)));
 
     let g = &cfg.gateway;
     for (i, c) in g.cores.iter().take(g.workers).enumerate() {

@@ -21,10 +21,12 @@ pub struct Binding {
 
 /// A config whose SAs cannot be bound.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{file}: sa[{index}] (SPI {spi} {direction}): {what}")]
+#[error("{at} (SPI {spi} {direction}): {what}")]
 pub struct BindError {
-    /// Config file.
-    pub file: String,
+    /// Config file, line and column, and field: `file:line:column:
+    /// sa[2].worker` for a pinned SA, `file:line:column: sa[2]` else
+    /// ([`Config::at`]).
+    pub at: String,
     /// Index of the SA in the file.
     pub index: usize,
     /// Its SPI.
@@ -51,7 +53,7 @@ pub fn bind(cfg: &Config, max_sessions_per_qp: u32) -> Result<Binding, BindError
     let mut per_worker: Vec<Vec<usize>> = vec![Vec::new(); workers];
     let mut owner = vec![usize::MAX; cfg.sas.len()];
     let err = |i: usize, what: String| BindError {
-        file: cfg.source.display().to_string(),
+        at: cfg.at(&if cfg.sas[i].worker.is_some() { format!("sa[{i}].worker") } else { format!("sa[{i}]") }).to_string(),
         index: i,
         spi: cfg.sas[i].spi,
         direction: dir(cfg.sas[i].direction),
@@ -146,7 +148,9 @@ mod tests {
         assert_eq!(e.index, 4);
         assert_eq!(e.spi, 1004);
         let msg = e.to_string();
-        assert!(msg.contains("t.toml: sa[4] (SPI 1004 outbound)"), "{msg}");
+        // Placed where the fifth [[sa]] starts: 11 lines of gateway and
+        // ports, then 7 lines of SA and 5 of policy each.
+        assert!(msg.starts_with(&format!("t.toml:{}:1: sa[4] (SPI 1004 outbound)", 11 + 4 * 12 + 1)), "{msg}");
         assert!(msg.contains("max_sessions_per_qp = 2 × 2 worker(s) = 4 sessions, and the config has 5 SAs"), "{msg}");
     }
 
@@ -157,5 +161,7 @@ mod tests {
         let e = bind(&cfg(2, &[Some(1), Some(1), Some(1)]), 2).unwrap_err();
         assert_eq!(e.index, 2);
         assert!(e.to_string().contains("pinned to worker 1, whose queue pair already holds 2 sessions"), "{e}");
+        // Placed at the third SA's `worker = 1` (8 lines of SA, 5 of policy each).
+        assert!(e.to_string().starts_with(&format!("t.toml:{}:10: sa[2].worker (SPI 1002 outbound)", 11 + 2 * 13 + 8)), "{e}");
     }
 }

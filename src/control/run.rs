@@ -97,8 +97,8 @@ pub fn worker_cores(cfg: &Config) -> Result<Vec<usize>, ControlError> {
                 )
             };
             return Err(ControlError::Unsupported(format!(
-                "{}: {field}: {what}, which does not exist here (cores: {online}); name existing cores in gateway.cores, or run fewer workers",
-                cfg.source.display()
+                "{}: {what}, which does not exist here (cores: {online}); name existing cores in gateway.cores, or run fewer workers",
+                cfg.at(&field)
             )));
         }
     }
