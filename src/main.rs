@@ -292,16 +292,18 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
     match cmd {
         Cmd::Check { config, dpdk } => {
             let (cfg, notices) = load(&config, &dpdk)?;
-            print!("{}", secgw::config::summary(&cfg));
-            if secgw::config::dpdk::is_dpdk_cfg(&config) {
-                print!("{}", secgw::config::dpdk::describe_notices(&notices));
-            }
+            // A config that cannot be bound or pinned fails before the
+            // summary, as one that does not validate does.
             let (limit, driver) = match cfg.crypto.backend {
                 secgw::config::model::CryptoBackend::Software => (0, "crypto_soft"),
                 secgw::config::model::CryptoBackend::Descriptor => (cfg.crypto.max_sessions_per_qp, "crypto_descriptor"),
             };
             let b = secgw::control::binding::bind(&cfg, limit).map_err(|e| anyhow::anyhow!("{e}"))?;
             secgw::control::run::worker_cores(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
+            print!("{}", secgw::config::summary(&cfg));
+            if secgw::config::dpdk::is_dpdk_cfg(&config) {
+                print!("{}", secgw::config::dpdk::describe_notices(&notices));
+            }
             println!("binding (SA → worker → queue pair), max_sessions_per_qp = {limit}{}:", if limit == 0 { " (unlimited)" } else { "" });
             print!("{}", secgw::control::binding::describe(&cfg, &b, driver));
             for w in secgw::config::warnings(&cfg) {

@@ -1387,6 +1387,10 @@ fn table_shape_mistakes_are_named_in_toml_terms() {
         ("crypto = 3\n", "test.toml:1:10: crypto: expected a table ([crypto]), found integer `3`"),
         ("sa = 1\n", "test.toml:1:6: sa: expected an array of tables ([[sa]] entries), found integer `1`"),
         ("sa = [1]\n", "test.toml:1:7: sa: expected a table ([[sa]] entry), found integer `1`"),
+        ("gateway = [1]\n", "test.toml:1:11: gateway: expected a table ([gateway]), found an array"),
+        ("sa = {}\n", "test.toml:1:6: sa: expected an array of tables ([[sa]] entries), found a table"),
+        ("sa = [[1]]\n", "test.toml:1:7: sa: expected a table ([[sa]] entry), found an array"),
+        ("sa.spi = 1\n", "test.toml:1:1: sa: expected an array of tables ([[sa]] entries), found a table"),
     ] {
         let shown = error(text).to_string();
         assert_eq!(shown, want, "{text:?}");

@@ -634,21 +634,30 @@ fn decode_problem(text: &str, source: &Path, e: &toml::de::Error) -> Problem {
             );
         } else if let Some(found) = found_of(&message) {
             // `sa = 1`.
-            field = field_at(text, span.start).unwrap_or_default();
+            let f = field_at(text, span.start).unwrap_or_default();
+            field = f.split('.').next().unwrap_or_default().to_owned();
             message = format!("expected an array of tables ([[{field}]] entries), found {found}");
         }
     } else if let Some(raw) = message.split("expected struct Raw").nth(1) {
         // serde's words for our structs: the table the struct decodes.
         let name = table_name(raw.split_whitespace().next().unwrap_or_default());
         let entry = ["port", "sa", "policy", "route", "neighbour"].contains(&name.as_str());
+        // serde says "invalid length" for any array given for a struct.
+        let found = if message.starts_with("invalid length") {
+            let at = text.get(span.clone()).unwrap_or_default().trim_start();
+            Some(if at.starts_with("[[") { "an array of tables" } else { "an array" }.to_owned())
+        } else {
+            found_of(&message)
+        };
+        let found = found.unwrap_or_else(|| "something else".into());
         field = name.clone();
-        message = if message.starts_with("invalid length") {
+        message = if entry {
+            format!("expected a table ([[{name}]] entry), found {found}")
+        } else if found == "an array of tables" {
             // `[[gateway]]` where `[gateway]` belongs.
             format!("expected a table, found an array of tables; write [{name}] once")
-        } else if entry {
-            format!("expected a table ([[{name}]] entry), found {}", found_of(&message).unwrap_or("something else"))
         } else {
-            format!("expected a table ([{name}]), found {}", found_of(&message).unwrap_or("something else"))
+            format!("expected a table ([{name}]), found {found}")
         };
     }
     if field.is_empty() {
@@ -664,10 +673,15 @@ fn decode_problem(text: &str, source: &Path, e: &toml::de::Error) -> Problem {
     }
 }
 
-/// The "found" part of serde's "invalid type: integer `3`, expected …":
-/// `integer `3``.
-fn found_of(message: &str) -> Option<&str> {
-    message.strip_prefix("invalid type: ")?.split(", expected").next()
+/// The "found" part of serde's "invalid type: integer `3`, expected …"
+/// (`integer `3``), its "map" and "sequence" said in TOML's words.
+fn found_of(message: &str) -> Option<String> {
+    let found = message.strip_prefix("invalid type: ")?.split(", expected").next()?;
+    Some(match found {
+        "map" => "a table".to_owned(),
+        "sequence" => "an array".to_owned(),
+        f => f.to_owned(),
+    })
 }
 
 /// `NeighbourTable` (a struct name after `Raw`) → `neighbour_table`.

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use toml::Spanned;
+use zeroize::Zeroize;
 
 /// Field path (`gateway.cores[0]`, `sa[1].worker`, `route[2]`; 0-based
 /// indices in file order, as in [`super::Problem::field`]) → 1-based
@@ -44,15 +45,22 @@ impl Positions {
         Positions(map)
     }
 
-    /// The position of `field`, else of its nearest enclosing field that is
+    /// The position of `field`, else of its nearest enclosing table that is
     /// in the file (a key left to its default: its table), else `None`.
+    /// An array element that is not in the file (`sa[4]` of a config whose
+    /// SAs were changed after loading) has none: it is not placed at its
+    /// array.
     pub fn get(&self, field: &str) -> Option<(usize, usize)> {
         let mut f = field;
         loop {
             if let Some(&p) = self.0.get(f) {
                 return Some(p);
             }
-            f = &f[..f.rfind(['.', '['])?];
+            let cut = f.rfind(['.', '['])?;
+            if f[cut..].starts_with('[') {
+                return None;
+            }
+            f = &f[..cut];
         }
     }
 
@@ -145,6 +153,12 @@ impl<'de> Visitor<'de> for NodeVisitor {
     fn visit_str<E: de::Error>(self, _: &str) -> Result<Node, E> {
         Ok(Node::Leaf)
     }
+    /// toml hands strings over owned: a key's hex is wiped, not just freed
+    /// (README, "keys are zeroized").
+    fn visit_string<E: de::Error>(self, mut v: String) -> Result<Node, E> {
+        v.zeroize();
+        Ok(Node::Leaf)
+    }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
         let mut items = Vec::new();
         while let Some(item) = seq.next_element::<Spanned<Node>>()? {
@@ -185,6 +199,10 @@ mod tests {
         assert_eq!(p.get("sa[1].worker"), p.get("sa[1]"));
         assert!(p.get("sa[1]").is_some_and(|(l, _)| (9..=10).contains(&l)), "{:?}", p.get("sa[1]"));
         assert_eq!(p.get("route[0].via"), None);
+        // An element not in the file is not placed at its array.
+        assert_eq!(p.get("sa[2]"), None);
+        assert_eq!(p.get("sa[2].worker"), None);
+        assert_eq!(p.get("gateway.cores[2]"), None);
         assert_eq!(Positions::of("not = [toml").get("not"), None);
     }
 
