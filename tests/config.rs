@@ -92,12 +92,26 @@ fn pos(text: &str, needle: &str) -> (usize, usize) {
     )
 }
 
-/// `test.toml:line:column: ` of the value `offset` characters into the only
-/// `needle` in `text`: the prefix of a message placed by `Config::at`.
-fn placed(text: &str, needle: &str, offset: usize) -> String {
+/// `text` written to a `test.toml` of its own and loaded: messages made
+/// after validation (warnings, binding and core errors) read the file again
+/// for their line and column.
+fn load_text(text: &str) -> config::Config {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("secgw-config-test-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(FILE);
+    std::fs::write(&path, text).expect("write config");
+    config::load(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `file:line:column: ` of the value `offset` characters into the only
+/// `needle` in `text`, the file `cfg` was loaded from ([`load_text`]): the
+/// prefix of a message placed by `Config::at`.
+fn placed(cfg: &config::Config, text: &str, needle: &str, offset: usize) -> String {
     assert_eq!(text.matches(needle).count(), 1, "{needle:?} is not unique");
     let (line, col) = pos(text, needle);
-    format!("{FILE}:{line}:{}: ", col + offset)
+    format!("{}:{line}:{}: ", cfg.source.display(), col + offset)
 }
 
 /// 1-based line and column of the last `needle` in `text`.
@@ -350,13 +364,16 @@ fn spi_hex_string_and_low_spi_warning() {
         1001
     );
     let text = edit("spi = 1001", "spi = 7").replace("protect 1001", "protect 0x7");
-    let cfg = config::parse(&text, Path::new(FILE)).unwrap();
+    let cfg = load_text(&text);
     let warnings = config::warnings(&cfg);
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(
-        warnings[0].starts_with(&format!("{}sa[0].spi: SPI 7", placed(&text, "spi = 7", 6))),
+        warnings[0].starts_with(&format!("{}sa[0].spi: SPI 7", placed(&cfg, &text, "spi = 7", 6))),
         "{warnings:?}"
     );
+    // Read from elsewhere (no such file), the field is named without a place.
+    let w = config::warnings(&config::parse(&text, Path::new("/nonexistent/test.toml")).unwrap());
+    assert!(w[0].starts_with("/nonexistent/test.toml: sa[0].spi: SPI 7"), "{w:?}");
 }
 
 #[test]
@@ -712,21 +729,24 @@ fn warnings_for_unreachable_next_hop_and_addressless_unprotected_port() {
 #[test]
 fn warnings_for_routing_mistakes() {
     let warns = |text: &str| config::warnings(&config::parse(text, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}")));
+    let placed_warns = |text: &str, needle: &str, offset: usize| {
+        let cfg = load_text(text);
+        (placed(&cfg, text, needle, offset), config::warnings(&cfg))
+    };
     let text = edit("[[route]]\nprefix = \"203.0.113.0/24\"\nport = \"outside\"\n", "");
-    let w = warns(&text);
-    let at = placed(&text, "tunnel_dst = \"203.0.113.2\"", 13);
+    let (at, w) = placed_warns(&text, "tunnel_dst = \"203.0.113.2\"", 13);
     assert_eq!(w, [format!("{at}sa[0].tunnel_dst: no [[route]] covers 203.0.113.2: packets of SPI 1001 are dropped as no_route (ESP is routed on its outer destination)")]);
     // A default route covers it; an inbound SA needs none.
     assert!(warns(&edit("prefix = \"203.0.113.0/24\"", "prefix = \"0.0.0.0/0\"")).is_empty());
     let text = edit("via = \"203.0.113.2\"", "via = \"203.0.113.1\"");
-    let at = placed(&text, "via = ", 6);
-    assert_eq!(warns(&text), [format!("{at}route[0].via: next hop 203.0.113.1 is this gateway's own address (port outside): packets on this route are never delivered")]);
+    let (at, w) = placed_warns(&text, "via = ", 6);
+    assert_eq!(w, [format!("{at}route[0].via: next hop 203.0.113.1 is this gateway's own address (port outside): packets on this route are never delivered")]);
     let text = edit("via = \"203.0.113.2\"", "via = \"198.18.0.1\"");
-    let at = placed(&text, "via = ", 6);
-    assert_eq!(warns(&text), [format!("{at}route[0].via: next hop 198.18.0.1 is outside port outside's subnets (203.0.113.1/24): is the route's port right?")]);
+    let (at, w) = placed_warns(&text, "via = ", 6);
+    assert_eq!(w, [format!("{at}route[0].via: next hop 198.18.0.1 is outside port outside's subnets (203.0.113.1/24): is the route's port right?")]);
     let text = format!("{BASE}\n[[neighbour]]\nip = \"203.0.113.1\"\nmac = \"02:00:00:00:00:99\"\n");
-    let at = placed(&text, "ip = \"203.0.113.1\"", 5);
-    assert_eq!(warns(&text), [format!("{at}neighbour[1].ip: 203.0.113.1 is this gateway's own address (port outside): the entry is never used")]);
+    let (at, w) = placed_warns(&text, "ip = \"203.0.113.1\"", 5);
+    assert_eq!(w, [format!("{at}neighbour[1].ip: 203.0.113.1 is this gateway's own address (port outside): the entry is never used")]);
     // An IPv6 link-local next hop is on every link.
     let v6 = base_v6().replace("via = \"2001:db8:ff::2\"", "via = \"fe80::2\"");
     let w = warns(&v6);
@@ -1370,10 +1390,10 @@ fn misspelt_mode_is_named_not_a_missing_tunnel_address() {
 #[test]
 fn a_missing_core_names_the_field_and_the_cores_there_are() {
     let text = BASE.replacen("workers = 1\n", "workers = 1\ncores = [999]\n", 1);
-    let cfg = config::parse(&text, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}"));
+    let cfg = load_text(&text);
     assert_eq!(cfg.gateway.cores, [999]);
     let e = secgw::control::run::worker_cores(&cfg).unwrap_err().to_string();
-    let at = placed(&text, "999", 0);
+    let at = placed(&cfg, &text, "999", 0);
     assert!(e.starts_with(&format!("{at}gateway.cores[0]: worker 0 is pinned to core 999, which does not exist here (cores: 0")), "{e}");
 }
 
@@ -1407,9 +1427,14 @@ fn warnings_of_a_dpdk_cfg_name_its_lines() {
                     sp ipv4 in esp protect 6 pri 1 dst 192.168.55.0/24 sport 0:65535 dport 0:65535\n\
                     rt ipv4 dst 172.16.2.5/32 port 1\n\
                     rt ipv4 dst 192.168.55.0/24 port 0\n";
-    let (cfg, _) = config::dpdk::parse(cfg_text, Path::new("ep.cfg"), &config::dpdk::ImportOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let dir = std::env::temp_dir().join(format!("secgw-config-test-{}-cfg", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("ep.cfg");
+    std::fs::write(&path, cfg_text).expect("write .cfg");
+    let (cfg, _) = config::dpdk::load(&path, &config::dpdk::ImportOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     let w = config::warnings(&cfg);
     let spi = |n: u32| w.iter().find(|w| w.contains(&format!("SPI {n} ")) || w.contains(&format!("SPI {n}:"))).unwrap_or_else(|| panic!("no warning for SPI {n}: {w:?}"));
-    assert!(spi(5).starts_with("ep.cfg:1:1: sa[0].spi: "), "{w:?}");
-    assert!(spi(6).starts_with("ep.cfg:3:1: sa[1].spi: "), "{w:?}");
+    let file = path.display();
+    assert!(spi(5).starts_with(&format!("{file}:1:1: sa[0].spi: ")), "{w:?}");
+    assert!(spi(6).starts_with(&format!("{file}:3:1: sa[1].spi: ")), "{w:?}");
 }

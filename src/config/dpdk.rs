@@ -223,12 +223,7 @@ pub fn parse(text: &str, source: &Path, opts: &ImportOptions) -> Result<(Config,
 pub fn import(text: &str, source: &Path, opts: &ImportOptions) -> Result<(Imported, Config), ConfigError> {
     let imp = convert(text, source, opts)?;
     match super::parse(&imp.toml, source) {
-        Ok(mut cfg) => {
-            // Positions in the converted TOML → the `.cfg` lines they came from.
-            let origin = |l: usize| imp.origin.get(l.wrapping_sub(1)).and_then(Option::as_ref).map(|(line, _)| *line);
-            cfg.positions = std::mem::take(&mut cfg.positions).map_lines(origin);
-            Ok((imp, cfg))
-        }
+        Ok(cfg) => Ok((imp, cfg)),
         Err(ConfigError::Syntax(p)) => Err(ConfigError::Syntax(imp.map_problem(p, source))),
         Err(ConfigError::Invalid(ps)) => Err(ConfigError::Invalid(ps.into_iter().map(|p| imp.map_problem(p, source)).collect())),
         Err(e) => Err(e),
@@ -236,6 +231,13 @@ pub fn import(text: &str, source: &Path, opts: &ImportOptions) -> Result<(Import
 }
 
 impl Imported {
+    /// Where the fields of the converted TOML came from: the `.cfg` line
+    /// (column 1); fields the import made itself (ports from the options)
+    /// have no place.
+    pub(super) fn positions(&self) -> super::Positions {
+        super::Positions::of(&self.toml).map_lines(|l| self.origin.get(l.wrapping_sub(1)).and_then(Option::as_ref).map(|(line, _)| *line))
+    }
+
     fn map_problem(&self, p: Problem, source: &Path) -> Problem {
         let message = self.map_lines(&p.message);
         match self.origin.get(p.line.wrapping_sub(1)).cloned().flatten() {

@@ -1014,7 +1014,6 @@ impl Checker<'_> {
             routes: routes?,
             neighbours: neighbours?,
             dpdk_import: None,
-            positions: super::Positions::of(self.text),
         })
     }
 

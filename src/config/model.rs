@@ -39,19 +39,17 @@ pub struct Config {
     /// the port options it was imported with, so a reload imports the file
     /// again the same way; `None` for TOML.
     pub dpdk_import: Option<super::dpdk::ImportOptions>,
-    /// Line and column of each field in `source` (a `.cfg` import: its
-    /// lines, column 1), for messages made from the model after
-    /// validation ([`Config::at`]).
-    pub positions: super::Positions,
 }
 
 impl Config {
     /// `file:line:column: field`, the prefix of a message about `field`
     /// (a path such as `gateway.cores[0]` or `sa[1].worker`; a key left to
     /// its default is placed at its table), or `file: field` when its
-    /// position is unknown.
-    pub fn at<'a>(&'a self, field: &'a str) -> super::Located<'a> {
-        self.positions.locate(&self.source, field)
+    /// position is unknown. Reads `source` again ([`super::Positions::read`]):
+    /// for the rare message made after validation, not for loops (read the
+    /// positions once for those).
+    pub fn at(&self, field: &str) -> String {
+        super::Positions::read(self).locate(&self.source, field).to_string()
     }
 }
 

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
+use super::Config;
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use toml::Spanned;
 use zeroize::Zeroize;
@@ -16,20 +17,10 @@ use zeroize::Zeroize;
 /// (line, column) of its value in the file: for a `[table]` or `[[array]]`
 /// entry, where the table starts. Empty when the positions are unknown.
 ///
-/// Always equal to another `Positions`: they say where the settings are
-/// written, not what they are, so two [`super::Config`]s with the same
-/// settings compare equal however their files are laid out (a `.cfg` and
-/// the TOML it converts to, a file with a comment added).
-#[derive(Debug, Clone, Default)]
+/// Not kept in [`super::Config`]: a path string per field would cost about
+/// as much memory again as a large config's SAs, for a few messages.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Positions(BTreeMap<String, (usize, usize)>);
-
-impl PartialEq for Positions {
-    fn eq(&self, _: &Positions) -> bool {
-        true
-    }
-}
-
-impl Eq for Positions {}
 
 impl Positions {
     /// Every field of TOML `text` (empty if it does not parse: a config
@@ -43,6 +34,21 @@ impl Positions {
             });
         }
         Positions(map)
+    }
+
+    /// The positions of `cfg`'s fields, from its file read again
+    /// (`cfg.source`; a `.cfg` is converted again with the options it was
+    /// imported with, and its fields placed on its own lines). Empty when
+    /// the file cannot be read or no longer converts; placed wrong only if
+    /// it was edited since `cfg` was loaded.
+    pub fn read(cfg: &Config) -> Positions {
+        let Ok(text) = super::dpdk::read(&cfg.source) else {
+            return Positions::default();
+        };
+        match &cfg.dpdk_import {
+            None => Positions::of(&text),
+            Some(opts) => super::dpdk::convert(&text, &cfg.source, opts).map(|imp| imp.positions()).unwrap_or_default(),
+        }
     }
 
     /// The position of `field`, else of its nearest enclosing table that is
@@ -215,6 +221,5 @@ mod tests {
         let m = p.map_lines(|l| (l == 10).then_some(7));
         assert_eq!(m.get("sa[1].spi"), Some((7, 1)));
         assert_eq!(m.get("gateway.name"), None);
-        assert_eq!(m, Positions::default(), "positions never make two configs differ");
     }
 }

@@ -26,7 +26,12 @@ fn covers((p, len): (IpAddr, u8), a: IpAddr) -> bool {
 /// one of the gateway's own addresses.
 pub fn warnings(cfg: &Config) -> Vec<String> {
     let mut out = Vec::new();
-    let mut warn = |field: String, msg: String| out.push(format!("{}: {msg}", cfg.at(&field)));
+    // Placed by reading the file again, once, and only if there is a warning.
+    let mut positions: Option<super::Positions> = None;
+    let mut warn = |field: String, msg: String| {
+        let p = positions.get_or_insert_with(|| super::Positions::read(cfg));
+        out.push(format!("{}: {msg}", p.locate(&cfg.source, &field)))
+    };
 
     let g = &cfg.gateway;
     for (i, c) in g.cores.iter().take(g.workers).enumerate() {

@@ -53,7 +53,7 @@ pub fn bind(cfg: &Config, max_sessions_per_qp: u32) -> Result<Binding, BindError
     let mut per_worker: Vec<Vec<usize>> = vec![Vec::new(); workers];
     let mut owner = vec![usize::MAX; cfg.sas.len()];
     let err = |i: usize, what: String| BindError {
-        at: cfg.at(&if cfg.sas[i].worker.is_some() { format!("sa[{i}].worker") } else { format!("sa[{i}]") }).to_string(),
+        at: cfg.at(&if cfg.sas[i].worker.is_some() { format!("sa[{i}].worker") } else { format!("sa[{i}]") }),
         index: i,
         spi: cfg.sas[i].spi,
         direction: dir(cfg.sas[i].direction),
@@ -114,7 +114,6 @@ pub fn describe(cfg: &Config, b: &Binding, driver: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
 
     fn cfg(workers: usize, pins: &[Option<usize>]) -> Config {
         let mut t = format!(
@@ -130,7 +129,14 @@ mod tests {
             ));
             t.push_str(&format!("[[policy]]\ndirection = \"outbound\"\ndst_ports = \"{i}\"\nprotocol = \"udp\"\naction = \"protect {}\"\n", 1000 + i));
         }
-        crate::config::parse(&t, Path::new("t.toml")).expect("test config parses")
+        // On disk: binding errors read the file again for line:column.
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("secgw-binding-test-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("t.toml");
+        std::fs::write(&path, &t).expect("write config");
+        crate::config::load(&path).expect("test config parses")
     }
 
     #[test]
@@ -150,7 +156,7 @@ mod tests {
         let msg = e.to_string();
         // Placed where the fifth [[sa]] starts: 11 lines of gateway and
         // ports, then 7 lines of SA and 5 of policy each.
-        assert!(msg.starts_with(&format!("t.toml:{}:1: sa[4] (SPI 1004 outbound)", 11 + 4 * 12 + 1)), "{msg}");
+        assert!(msg.contains(&format!("/t.toml:{}:1: sa[4] (SPI 1004 outbound)", 11 + 4 * 12 + 1)), "{msg}");
         assert!(msg.contains("max_sessions_per_qp = 2 × 2 worker(s) = 4 sessions, and the config has 5 SAs"), "{msg}");
     }
 
@@ -162,6 +168,6 @@ mod tests {
         assert_eq!(e.index, 2);
         assert!(e.to_string().contains("pinned to worker 1, whose queue pair already holds 2 sessions"), "{e}");
         // Placed at the third SA's `worker = 1` (8 lines of SA, 5 of policy each).
-        assert!(e.to_string().starts_with(&format!("t.toml:{}:10: sa[2].worker (SPI 1002 outbound)", 11 + 2 * 13 + 8)), "{e}");
+        assert!(e.to_string().contains(&format!("/t.toml:{}:10: sa[2].worker (SPI 1002 outbound)", 11 + 2 * 13 + 8)), "{e}");
     }
 }
