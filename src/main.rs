@@ -239,7 +239,18 @@ fn parse_spi(s: &str) -> Result<u32, String> {
 }
 
 fn main() -> ExitCode {
-    let cmd = match Cli::parse().cmd {
+    let cmd = Cli::parse().cmd;
+    if !matches!(cmd, Cmd::Run { .. }) {
+        // `secgw check … | head`: a one-shot command whose reader went away
+        // ends as other command-line tools do (SIGPIPE), not with a panic
+        // from println!. Not for `run`: a gateway never dies of its stdout.
+        // SAFETY: called before any thread exists; resets one signal's
+        // disposition to the default.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
+    let cmd = match cmd {
         // `ctl` prints only its result and its own errors: no log setup.
         Cmd::Ctl { socket, cmd } => return ctl(socket.unwrap_or_else(secgw::control::client::default_socket), cmd),
         Cmd::ImportDpdk { file, dpdk, strict } => return import_dpdk(&file, &dpdk, strict),

@@ -1411,6 +1411,10 @@ fn table_shape_mistakes_are_named_in_toml_terms() {
         ("sa = {}\n", "test.toml:1:6: sa: expected an array of tables ([[sa]] entries), found a table"),
         ("sa = [[1]]\n", "test.toml:1:7: sa: expected a table ([[sa]] entry), found an array"),
         ("sa.spi = 1\n", "test.toml:1:1: sa: expected an array of tables ([[sa]] entries), found a table"),
+        ("[port.inside]\nname = \"x\"\n", "test.toml:1:2: port: expected an array of tables ([[port]] entries), found a table"),
+        ("[[port]]\nname = \"a\"\n[port]\nname = \"b\"\n", "test.toml:3:1: port: [port] beside [[port]]: `port` is an array of tables, write [[port]] for each entry"),
+        ("[gateway]\n[[gateway]]\n", "test.toml:2:1: gateway: [[gateway]] beside [gateway]: `gateway` is one table, write [gateway] once"),
+        ("[gateway]\nworkers.count = 1\n", "test.toml:2:9: gateway.workers: expected a value, found a table (a dotted key `a.b = …` or a [table.key] header makes one)"),
     ] {
         let shown = error(text).to_string();
         assert_eq!(shown, want, "{text:?}");

@@ -633,11 +633,30 @@ fn decode_problem(text: &str, source: &Path, e: &toml::de::Error) -> Problem {
                 "expected an array of tables, found a table; write [[{name}]] for each entry"
             );
         } else if let Some(found) = found_of(&message) {
-            // `sa = 1`.
-            let f = field_at(text, span.start).unwrap_or_default();
-            field = f.split('.').next().unwrap_or_default().to_owned();
+            // `sa = 1`, `sa.spi = 1`, `[port.inside]`: the array is the first key.
+            let f = field_at(text, span.start).unwrap_or_else(|| text.get(span.start..).unwrap_or_default().chars().take(64).collect());
+            field = f.trim_start_matches(['[', ' ']).split(['.', ']', ' ', '=']).next().unwrap_or_default().to_owned();
             message = format!("expected an array of tables ([[{field}]] entries), found {found}");
         }
+    } else if let Some(name) = message.split("duplicate key `").nth(1).filter(|_| message.contains("in document root")).and_then(|r| r.split('`').next()) {
+        // `[port]` beside `[[port]]` entries (or `[neighbour]` beside `[[neighbour]]`).
+        let header = |h: String| text.lines().any(|l| l.trim_start().starts_with(&h));
+        if header(format!("[{name}]")) && header(format!("[[{name}]]")) {
+            let entry = ["port", "sa", "policy", "route", "neighbour"].contains(&name);
+            field = name.to_owned();
+            message = if entry {
+                let settings = if name == "neighbour" { " (the neighbour-table settings are [neighbour_table])" } else { "" };
+                format!("[{name}] beside [[{name}]]: `{name}` is an array of tables, write [[{name}]] for each entry{settings}")
+            } else {
+                format!("[[{name}]] beside [{name}]: `{name}` is one table, write [{name}] once")
+            };
+        }
+    } else if message.contains("expected a borrowed string") {
+        // toml's words for a table given where a value belongs: `action.protect
+        // = 1001` (a dotted key) or a `[gateway.name]` header makes one.
+        let f = field_at(text, span.start).unwrap_or_default();
+        field = f.rsplit_once('.').map(|(t, _)| t.to_owned()).unwrap_or(f);
+        message = "expected a value, found a table (a dotted key `a.b = …` or a [table.key] header makes one)".to_owned();
     } else if let Some(raw) = message.split("expected struct Raw").nth(1) {
         // serde's words for our structs: the table the struct decodes.
         let name = table_name(raw.split_whitespace().next().unwrap_or_default());

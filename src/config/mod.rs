@@ -34,7 +34,8 @@ pub use warnings::warnings;
 pub struct Problem {
     /// File as given to [`load`] / [`parse`].
     pub file: PathBuf,
-    /// 1-based line.
+    /// 1-based line; 0 when the problem has no place in the file (shown
+    /// as `file: field: message`).
     pub line: usize,
     /// 1-based column, in characters.
     pub column: usize,
@@ -46,8 +47,15 @@ pub struct Problem {
 }
 
 impl fmt::Display for Problem {
+    /// `file:line:column: field: message`; `file: field: message` for a
+    /// problem with no line (line 0: a port an imported `.cfg` got from the
+    /// command-line options).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}: ", self.file.display(), self.line, self.column)?;
+        if self.line == 0 {
+            write!(f, "{}: ", self.file.display())?;
+        } else {
+            write!(f, "{}:{}:{}: ", self.file.display(), self.line, self.column)?;
+        }
         if !self.field.is_empty() {
             write!(f, "{}: ", self.field)?;
         }

@@ -83,7 +83,7 @@ pub fn bind(cfg: &Config, max_sessions_per_qp: u32) -> Result<Binding, BindError
             return Err(err(
                 i,
                 format!(
-                    "no queue pair has room: max_sessions_per_qp = {limit} × {workers} worker(s) = {} sessions, and the config has {} SAs",
+                    "no queue pair has room: max_sessions_per_qp = {limit} × {workers} worker(s) = {} sessions, and the config has {} SAs; raise [crypto] max_sessions_per_qp (the descriptor device's default is 64) or gateway.workers",
                     limit * workers,
                     cfg.sas.len()
                 ),
