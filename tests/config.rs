@@ -1442,3 +1442,27 @@ fn warnings_of_a_dpdk_cfg_name_its_lines() {
     assert!(spi(5).starts_with(&format!("{file}:1:1: sa[0].spi: ")), "{w:?}");
     assert!(spi(6).starts_with(&format!("{file}:3:1: sa[1].spi: ")), "{w:?}");
 }
+
+/// Settings that a valid config carries but that do nothing: cores beyond
+/// the workers, and the outer-header settings of an inbound SA (the peer
+/// builds that header).
+#[test]
+fn warnings_for_unused_cores_and_inbound_outer_header_settings() {
+    let text = BASE.replacen("workers = 1\n", "workers = 1\ncores = [0, 1]\n", 1);
+    let cfg = load_text(&text);
+    let at = placed(&cfg, &text, "1]", 0);
+    assert_eq!(config::warnings(&cfg), [format!("{at}gateway.cores[1]: core 1 is not used: gateway.workers = 1 takes the first 1 of gateway.cores")]);
+    let text = BASE.replacen("tunnel_dst = \"203.0.113.1\"\n", "tunnel_dst = \"203.0.113.1\"\nouter_ttl = 9\ndf = \"set\"\n", 1);
+    let cfg = load_text(&text);
+    let w = config::warnings(&cfg);
+    assert_eq!(
+        w,
+        [
+            format!("{}sa[1].outer_ttl: outer_ttl = 9 has no effect on inbound SPI 1002: the peer builds its outer header", placed(&cfg, &text, "outer_ttl = 9", 12)),
+            format!("{}sa[1].df: df has no effect on inbound SPI 1002: the peer builds its outer header", placed(&cfg, &text, "df = \"set\"", 5)),
+        ]
+    );
+    // On the outbound SA they are what they say: no warning.
+    let text = BASE.replacen("tunnel_dst = \"203.0.113.2\"\n", "tunnel_dst = \"203.0.113.2\"\nouter_ttl = 9\ndf = \"set\"\n", 1);
+    assert!(config::warnings(&config::parse(&text, Path::new(FILE)).unwrap()).is_empty());
+}

@@ -23,7 +23,9 @@ fn covers((p, len): (IpAddr, u8), a: IpAddr) -> bool {
 /// covers (their packets would be `no_route`); routes via one of the
 /// gateway's own addresses or via an address outside the egress port's
 /// subnets (IPv6 link-local next hops excepted); neighbour entries for
-/// one of the gateway's own addresses.
+/// one of the gateway's own addresses; `gateway.cores` entries beyond
+/// `gateway.workers`; `outer_ttl` or a `df` other than `copy` on an inbound
+/// SA (its outer header is the peer's).
 pub fn warnings(cfg: &Config) -> Vec<String> {
     let mut out = Vec::new();
     // Placed by reading the file again, once, and only if there is a warning.
@@ -42,6 +44,12 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             );
         }
     }
+    for (i, c) in g.cores.iter().enumerate().skip(g.workers) {
+        warn(
+            format!("gateway.cores[{i}]"),
+            format!("core {c} is not used: gateway.workers = {} takes the first {} of gateway.cores", g.workers, g.workers),
+        );
+    }
 
     let own: Vec<IpAddr> = cfg
         .ports
@@ -58,6 +66,15 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
                     sa.spi
                 ),
             );
+        }
+        // Outer-header settings of an inbound SA: the peer builds that header.
+        if sa.direction == Direction::Inbound {
+            if let Some(t) = sa.outer_ttl {
+                warn(format!("sa[{i}].outer_ttl"), format!("outer_ttl = {t} has no effect on inbound SPI {}: the peer builds its outer header", sa.spi));
+            }
+            if sa.df != DfMode::Copy {
+                warn(format!("sa[{i}].df"), format!("df has no effect on inbound SPI {}: the peer builds its outer header", sa.spi));
+            }
         }
         if sa.direction == Direction::Inbound && sa.replay_window == 0 {
             warn(
