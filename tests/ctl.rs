@@ -50,8 +50,8 @@ fn snapshot() -> Snapshot {
             PortStats { name: "out\nside".into(), rx_packets: 21, rx_bytes: 2100, tx_packets: 22, tx_bytes: 2200, drops: 3, rx_dropped_backend: 4 },
         ],
         sas: vec![
-            SaStats { spi: 1000, direction: "outbound", packets: 5, bytes: 500, errors: 1, dummies: 2, dst: None },
-            SaStats { spi: 4294967295, direction: "inbound", packets: 6, bytes: 600, errors: 0, dummies: 0, dst: None },
+            SaStats { spi: 1000, direction: "outbound", packets: 5, bytes: 500, errors: 1, dummies: 2, dst: None, path_mtu: Some(1300) },
+            SaStats { spi: 4294967295, direction: "inbound", packets: 6, bytes: 600, errors: 0, dummies: 0, dst: None, path_mtu: None },
         ],
         drops,
         arp_replies: 1,
@@ -597,7 +597,7 @@ fn prometheus_text_parses_with_prometheus_client_and_matches_the_counters() {
     assert!(ok, "prometheus_client rejected the text: {err}");
     let samples: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let s = snapshot();
-    let n = 6 * s.ports.len() + 4 * s.sas.len() + s.drops.len() + 9 + 1 + 8 + 2 + 5 * s.workers.len();
+    let n = 6 * s.ports.len() + 4 * s.sas.len() + s.drops.len() + 9 + 1 + 8 + 2 + 5 * s.workers.len() + s.sas.iter().filter(|s| s.path_mtu.is_some()).count();
     assert_eq!(samples.len(), n, "{out}");
     let value = |name: &str, labels: Value| -> f64 {
         let hits: Vec<&Value> = samples.iter().filter(|v| v["name"] == name && v["labels"] == labels).collect();
@@ -619,6 +619,7 @@ fn prometheus_text_parses_with_prometheus_client_and_matches_the_counters() {
     assert_eq!(value("secgw_neigh_evicted_total", json!({})), 60.0);
     assert_eq!(value("secgw_neigh_pending", json!({})), 56.0);
     assert_eq!(value("secgw_neigh_entries", json!({})), 57.0);
+    assert_eq!(value("secgw_sa_path_mtu_bytes", json!({"spi": "1000", "direction": "outbound"})), 1300.0);
     let pending: Vec<&Value> = samples.iter().filter(|v| v["name"] == "secgw_frags_pending").collect();
     assert_eq!(pending[0]["type"], "gauge");
     // The check can fail: a broken label, an unescaped quote, a counter

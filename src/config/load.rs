@@ -14,6 +14,8 @@
 //! burst = 32                # packets per rx burst, 1..=256, default 32
 //! idle_sleep_us = 50        # sleep between polls once idle (1024 empty polls), 0..=10000;
 //!                           # 0 = always busy-poll, default 50
+//! pmtu_timeout_s = 600      # how long a tunnel SA's path MTU learned from ICMP holds
+//!                           # (RFC 4301 §8.2), 0..=86400 s; 0 = such ICMP is ignored; default 600
 //!
 //! [crypto]                  # optional table: the crypto device (one queue pair per worker)
 //! backend = "software"      # "software" (default) | "descriptor" (emulated job-ring hardware)
@@ -420,6 +422,7 @@ struct RawGateway {
     outer_ttl: Field,
     burst: Field,
     idle_sleep_us: Field,
+    pmtu_timeout_s: Field,
 }
 
 #[derive(Deserialize)]
@@ -1145,6 +1148,7 @@ impl Checker<'_> {
                 outer_ttl: 64,
                 burst: 32,
                 idle_sleep_us: 50,
+                pmtu_timeout_s: 600,
             });
             return (defaults, Some(1));
         };
@@ -1178,6 +1182,7 @@ impl Checker<'_> {
         let outer_ttl = self.opt_integer(&g.outer_ttl, &tab.field("outer_ttl"), 1, 255, 64);
         let burst = self.opt_integer(&g.burst, &tab.field("burst"), 1, 256, 32);
         let idle_sleep_us = self.opt_integer(&g.idle_sleep_us, &tab.field("idle_sleep_us"), 0, 10_000, 50);
+        let pmtu_timeout_s = self.opt_integer(&g.pmtu_timeout_s, &tab.field("pmtu_timeout_s"), 0, 86_400, 600);
         let gateway = (|| {
             Some(Gateway {
                 name: name?,
@@ -1187,6 +1192,7 @@ impl Checker<'_> {
                 outer_ttl: outer_ttl? as u8,
                 burst: burst? as usize,
                 idle_sleep_us: idle_sleep_us? as u64,
+                pmtu_timeout_s: pmtu_timeout_s? as u64,
             })
         })();
         (gateway, workers)

@@ -71,6 +71,11 @@ pub struct Gateway {
     /// Microseconds a worker sleeps between polls once it has been idle for
     /// a while (0..=10000, default 50; 0 = busy-poll always).
     pub idle_sleep_us: u64,
+    /// Seconds a tunnel SA's path MTU learned from an ICMP "fragmentation
+    /// needed" / ICMPv6 Packet Too Big about its ESP packets holds before
+    /// it is forgotten (RFC 4301 §8.2.1–8.2.2, RFC 1191 §6.3; 0..=86400,
+    /// default 600); 0 = such reports are ignored (RFC 4301 §6.1.1).
+    pub pmtu_timeout_s: u64,
 }
 
 /// `[reassembly]`: reassembly of outer IPv4 fragments addressed to the

@@ -956,6 +956,13 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             self.install(sa, owner, now)?;
         }
         let old = self.live_remove(old_key).expect("checked above");
+        if d == Direction::Outbound {
+            // The path to the tunnel end is the same: the new SA keeps the
+            // old one's learned path MTU and its expiry (RFC 4301 §8.2.1).
+            if let Some(k) = self.keys(new_spi, d).next() {
+                self.live[&k].life.inherit_path_mtu(&old.life);
+            }
+        }
         // Policies naming the old SPI name the new one (only they change:
         // no per-SA work for the others); while other inbound SAs still
         // share the old SPI, they are copied to the new SPI instead.

@@ -48,6 +48,11 @@ pub struct SaStats {
     /// its own series; absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dst: Option<String>,
+    /// Outbound tunnel SAs: the path MTU to the tunnel end learned from
+    /// ICMP (RFC 4301 §8.2.1), bytes of the outer packet; absent when
+    /// none is known (or it aged out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path_mtu: Option<u32>,
 }
 
 /// Counters of one worker.
@@ -146,8 +151,10 @@ pub fn snapshot(t: &Tables, workers: &[Arc<WorkerCounters>]) -> Snapshot {
         errors: c.errors.get(),
         dummies: c.dummies.get(),
         dst,
+        path_mtu: None,
     };
-    s.sas.extend(t.sad.outbound_sas().map(|(_, o)| sa(o.spi, "outbound", &o.life.counters, None)));
+    let now_ms = crate::esp::lifetime::epoch_ms(std::time::Instant::now());
+    s.sas.extend(t.sad.outbound_sas().map(|(_, o)| SaStats { path_mtu: o.life.path_mtu(|| now_ms), ..sa(o.spi, "outbound", &o.life.counters, None) }));
     let mut inbound_spis: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
     for (_, e) in t.sad.inbound_sas() {
         *inbound_spis.entry(e.sa.spi).or_default() += 1;
@@ -221,7 +228,8 @@ impl Snapshot {
         let _ = writeln!(o, "{:<12} {:<9} {:>12} {:>14} {:>10} {:>10}", "sa spi", "dir", "packets", "bytes", "errors", "dummies");
         for s in &self.sas {
             let dst = s.dst.as_deref().map_or(String::new(), |d| format!(" dst {d}"));
-            let _ = writeln!(o, "{:<12} {:<9} {:>12} {:>14} {:>10} {:>10}{dst}", s.spi, s.direction, s.packets, s.bytes, s.errors, s.dummies);
+            let pmtu = s.path_mtu.map_or(String::new(), |m| format!(" path mtu {m}"));
+            let _ = writeln!(o, "{:<12} {:<9} {:>12} {:>14} {:>10} {:>10}{dst}{pmtu}", s.spi, s.direction, s.packets, s.bytes, s.errors, s.dummies);
         }
         let nz: Vec<String> = self.drops.iter().filter(|(_, &v)| v > 0).map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(o, "drops: {}", if nz.is_empty() { "none".to_string() } else { nz.join(" ") });
@@ -327,6 +335,8 @@ struct SaJson {
     dummies: u64,
     #[serde(default)]
     dst: Option<String>,
+    #[serde(default)]
+    path_mtu: Option<u32>,
 }
 
 #[derive(serde::Deserialize)]
@@ -405,6 +415,8 @@ impl Snapshot {
         prom_family(&mut o, "secgw_frags_pending", "gauge", "Fragments waiting for the rest of their datagram.", [(String::new(), self.frags_pending)]);
         prom_family(&mut o, "secgw_neigh_pending", "gauge", "Packets waiting for a next hop's MAC.", [(String::new(), self.neighbours.pending)]);
         prom_family(&mut o, "secgw_neigh_entries", "gauge", "Neighbour table entries, static and learned.", [(String::new(), self.neighbours.entries)]);
+        let pmtu = self.sas.iter().filter_map(|s| s.path_mtu.map(|m| (format!("spi=\"{}\",direction=\"{}\"", s.spi, escape_label(s.direction)), m as u64)));
+        prom_family(&mut o, "secgw_sa_path_mtu_bytes", "gauge", "Path MTU to the tunnel end learned from ICMP (RFC 4301 section 8.2.1), outbound tunnel SAs that have one.", pmtu);
         let workers: [Metric<WorkerStats>; 5] = [
             ("handoff_out", "Packets the worker handed to the owner of their SA.", |w| w.handoff_out),
             ("handoff_in", "Packets the worker received from other workers for SAs it owns.", |w| w.handoff_in),
@@ -440,7 +452,7 @@ impl Snapshot {
                 "inbound" => "inbound",
                 d => return Err(format!("SA {}: unknown direction {d:?}", s.spi)),
             };
-            sas.push(SaStats { spi: s.spi, direction, packets: s.packets, bytes: s.bytes, errors: s.errors, dummies: s.dummies, dst: s.dst });
+            sas.push(SaStats { spi: s.spi, direction, packets: s.packets, bytes: s.bytes, errors: s.errors, dummies: s.dummies, dst: s.dst, path_mtu: s.path_mtu });
         }
         Ok(Snapshot {
             ports: j

@@ -150,11 +150,24 @@ pub enum DropReason {
     /// taken for the neighbour table (its sender learned when the rules
     /// allow, `neigh_learned`) and not forwarded; not a loss.
     NeighReply,
+    /// An ICMP "fragmentation needed" (RFC 1191) or ICMPv6 Packet Too Big
+    /// (RFC 4443 §3.2) to us about an ESP packet one of our tunnel SAs
+    /// sent, taken for that SA's path MTU (RFC 4301 §8.2.1: lowered, or
+    /// refreshed when it repeats it); not a loss.
+    PmtuUpdate,
+    /// An ICMP "fragmentation needed" or ICMPv6 Packet Too Big to us that
+    /// changes nothing: learning is off (`gateway.pmtu_timeout_s = 0`),
+    /// or the message fails a check (checksum; the quoted packet is not
+    /// ESP of an outbound tunnel SA of ours with its endpoints, SPI and a
+    /// sequence number it has sent; the MTU is not below the current path
+    /// MTU).
+    PmtuIgnored,
 }
 
 impl DropReason {
-    /// Every reason, in counter-index order.
-    pub const ALL: [DropReason; 47] = [
+    /// Every reason, in the order stats list them (`Martian`, added later, is
+    /// listed after `NeighReply`; the counter index is the discriminant).
+    pub const ALL: [DropReason; 49] = [
         DropReason::Malformed,
         DropReason::UnsupportedEthertype,
         DropReason::NotForUs,
@@ -202,6 +215,8 @@ impl DropReason {
         DropReason::NeighUnresolved,
         DropReason::NeighReply,
         DropReason::Martian,
+        DropReason::PmtuUpdate,
+        DropReason::PmtuIgnored,
     ];
 
     /// Number of reasons.
@@ -256,6 +271,8 @@ impl DropReason {
             DropReason::NeighQueueFull => "neigh_queue_full",
             DropReason::NeighUnresolved => "neigh_unresolved",
             DropReason::NeighReply => "neigh_reply",
+            DropReason::PmtuUpdate => "pmtu_update",
+            DropReason::PmtuIgnored => "pmtu_ignored",
             DropReason::Martian => "martian",
         }
     }

@@ -7,7 +7,7 @@ pub use resolve::PendingConf;
 use super::counters::{DropReason, WorkerCounters};
 use super::reassembly::{ReassemblyConf, Reassembler};
 use crate::crypto::{CryptoOp, QueuePair};
-use crate::esp::{inbound, outbound, transport, InboundState, OutboundSa, OutboundState, SessionCache};
+use crate::esp::{inbound, lifetime, outbound, pmtu, transport, InboundState, OutboundSa, OutboundState, SessionCache};
 use crate::io::{PktBuf, Port};
 use crate::policy::neighbour::Neighbours;
 use crate::policy::spd::{FlowKey, SpdAction};
@@ -215,6 +215,10 @@ pub struct WorkerConf {
     pub reasm: ReassemblyConf,
     /// The queue of packets waiting for a next hop's MAC.
     pub neigh: PendingConf,
+    /// Milliseconds a tunnel SA's path MTU learned from an ICMP report
+    /// holds (`gateway.pmtu_timeout_s`; RFC 1191 §6.3, RFC 4301 §8.2.2);
+    /// 0 = reports are ignored (RFC 4301 §6.1.1).
+    pub pmtu_timeout_ms: u64,
 }
 
 /// Empty polls in a row before a worker starts sleeping between polls.
@@ -1215,7 +1219,12 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 out
             }
         };
-        let egress_mtu = egress.and_then(|out| t.ports.get(out)).map(|p| p.mtu as usize);
+        let mut egress_mtu = egress.and_then(|out| t.ports.get(out)).map(|p| p.mtu as usize);
+        // A path MTU learned from ICMP (RFC 4301 §8.2.1), when lower: one
+        // relaxed load while none is known.
+        if let Some(p) = sa.life.path_mtu(|| lifetime::epoch_ms(self.now())) {
+            egress_mtu = Some(egress_mtu.map_or(p as usize, |m| m.min(p as usize)));
+        }
         // The headers kept in front count in transport mode only.
         let hl = if sa.transport { transport_kept_len(&buf) } else { 0 };
         if let Some(mtu) = egress_mtu.filter(|&m| outbound::encapsulated_len(sa, hl, buf.len() - ethernet::HEADER_LEN) > m) {
@@ -1319,6 +1328,16 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return self.hand_to_owner(t, owner, port, buf, tag(true, i, esp_off, port as u16));
         }
         if local {
+            // ICMP "fragmentation needed" / ICMPv6 Packet Too Big to us.
+            let at = ethernet::HEADER_LEN + hl;
+            let too_big = !frag
+                && match key.dst {
+                    IpAddr::V4(_) => key.protocol == ipv4::PROTO_ICMP && buf.frame().get(at..at + 2) == Some(&[icmp::TYPE_DEST_UNREACHABLE, icmp::CODE_FRAG_NEEDED]),
+                    IpAddr::V6(_) => key.protocol == ipv6::NH_ICMPV6 && buf.frame().get(at) == Some(&icmpv6::TYPE_PACKET_TOO_BIG),
+                };
+            if too_big {
+                return self.pmtu_report(t, port, buf, key.dst, hl);
+            }
             return self.drop_buf(port, DropReason::ToUs, buf);
         }
         if t.martian(key.src, key.dst) {
@@ -1335,6 +1354,71 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 self.bypass(t, port, buf, key.dst)
             }
         }
+    }
+
+    /// An ICMP "fragmentation needed" (type 3 code 4) or ICMPv6 Packet Too
+    /// Big (type 2) to our address `to` on unprotected `port`, the message
+    /// at `hl` of the IP packet: a valid report about an ESP packet of one
+    /// of our outbound tunnel SAs lowers (or refreshes) that SA's path MTU
+    /// (RFC 4301 §8.2.1) and is counted as `pmtu_update`; anything else
+    /// changes nothing and is counted as `pmtu_ignored`. Other ICMP to us
+    /// stays `to_us`. Kept out of line: rare next to ESP.
+    #[cold]
+    #[inline(never)]
+    fn pmtu_report(&mut self, t: &Tables, port: usize, buf: PktBuf, to: IpAddr, hl: usize) {
+        let reason = if self.learn_pmtu(t, &buf, to, hl) { DropReason::PmtuUpdate } else { DropReason::PmtuIgnored };
+        self.drop_buf(port, reason, buf)
+    }
+
+    /// The checks of [`Self::pmtu_report`]; true if the SA's path MTU was
+    /// set. The SA: the outbound SA with the quoted SPI, in tunnel mode,
+    /// whose endpoints are the quoted source (= `to`) and destination,
+    /// with the quoted encapsulation (ESP, or ESP in UDP with its ports),
+    /// and which has sent the quoted sequence number (≥ 1 and, while the
+    /// count fits 32 bits, at most `first_seq - 1` + packets + dummies +
+    /// errors: a bound from above, counted without a per-packet store).
+    /// The MTU, raised to the family's floor ([`pmtu::clamp`]), must be
+    /// below the current path MTU (the tunnel's egress port MTU when none
+    /// is learned) or equal to a learned one.
+    fn learn_pmtu(&mut self, t: &Tables, buf: &PktBuf, to: IpAddr, hl: usize) -> bool {
+        if self.conf.pmtu_timeout_ms == 0 {
+            return false;
+        }
+        let ip = &buf.frame()[ethernet::HEADER_LEN..];
+        let Some(msg) = ip.get(hl..) else { return false };
+        let report = match to {
+            IpAddr::V4(_) => pmtu::parse_v4(msg),
+            IpAddr::V6(me) => {
+                let Ok(p) = ipv6::Ipv6Packet::new_checked(ip) else { return false };
+                pmtu::parse_v6(&p.src(), &me, msg)
+            }
+        };
+        let Some(r) = report else { return false };
+        let Some(sa) = t.sad.outbound_by_spi(r.spi).and_then(|slot| t.sad.outbound_at(slot)) else {
+            return false;
+        };
+        if sa.transport || sa.tunnel_src != to || r.src != to || r.dst != sa.tunnel_dst || r.udp != sa.udp_encap.map(|u| (u.sport, u.dport)) {
+            return false;
+        }
+        let c = &sa.life.counters;
+        let sent = sa.first_seq.saturating_sub(1).saturating_add(c.packets.get()).saturating_add(c.dummies.get()).saturating_add(c.errors.get());
+        if r.seq == 0 || (sent <= u32::MAX as u64 && r.seq as u64 > sent) {
+            return false;
+        }
+        let mtu = pmtu::clamp(r.mtu, sa.tunnel_dst.is_ipv6());
+        let now_ms = lifetime::epoch_ms(self.now());
+        match sa.life.path_mtu(|| now_ms) {
+            Some(known) if mtu > known => return false,
+            Some(_) => {}
+            None => {
+                let port_mtu = t.routes.lookup(sa.tunnel_dst).and_then(|(out, _)| t.ports.get(out)).map(|p| p.mtu as u32);
+                if port_mtu.is_some_and(|m| mtu >= m) {
+                    return false;
+                }
+            }
+        }
+        sa.life.set_path_mtu(mtu, now_ms.saturating_add(self.conf.pmtu_timeout_ms));
+        true
     }
 
     fn finish(&mut self, t: &Tables, op: CryptoOp<PktBuf>) {

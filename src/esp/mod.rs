@@ -13,6 +13,7 @@ pub mod inbound;
 pub mod iv;
 pub mod lifetime;
 pub mod outbound;
+pub mod pmtu;
 pub mod replay;
 pub mod sa;
 pub mod transport;

@@ -84,6 +84,9 @@ pub struct Sad {
     by_spi: FxMap<u32, u32>,
     /// Tunnel-mode inbound SAs: (SPI, tunnel_dst) → slot.
     by_spi_dst: FxMap<(u32, IpAddr), u32>,
+    /// Outbound SAs: SPI → slot (ICMP path MTU reports name the SA by the
+    /// SPI they quote, RFC 4301 §8.2.1).
+    out_by_spi: FxMap<u32, u32>,
 }
 
 impl Sad {
@@ -97,7 +100,19 @@ impl Sad {
     /// A SAD of these slots; builds the index of the inbound ones (a
     /// duplicate key keeps the first slot).
     pub fn from_slots(outbound: Vec<Option<Arc<OutboundSa>>>, inbound: Vec<Option<Arc<InboundEntry>>>) -> Sad {
-        let mut sad = Sad { outbound, inbound: Vec::new(), by_spi: FxMap::default(), by_spi_dst: FxMap::with_capacity_and_hasher(inbound.len(), Default::default()) };
+        let mut sad = Sad {
+            outbound: Vec::new(),
+            inbound: Vec::new(),
+            by_spi: FxMap::default(),
+            by_spi_dst: FxMap::with_capacity_and_hasher(inbound.len(), Default::default()),
+            out_by_spi: FxMap::with_capacity_and_hasher(outbound.len(), Default::default()),
+        };
+        for (i, o) in outbound.iter().enumerate() {
+            if let Some(o) = o {
+                sad.out_by_spi.entry(o.spi).or_insert(i as u32);
+            }
+        }
+        sad.outbound = outbound;
         for (i, e) in inbound.iter().enumerate() {
             if let Some(e) = e {
                 match InboundKey::of(&e.sa) {
@@ -116,7 +131,26 @@ impl Sad {
         if self.outbound.len() <= slot {
             self.outbound.resize(slot + 1, None);
         }
+        if let Some(old) = &self.outbound[slot] {
+            if self.out_by_spi.get(&old.spi) == Some(&(slot as u32)) {
+                self.out_by_spi.remove(&old.spi);
+            }
+        }
+        if let Some(new) = &sa {
+            self.out_by_spi.insert(new.spi, slot as u32);
+        }
         self.outbound[slot] = sa;
+    }
+
+    /// Slot of the outbound SA with SPI `spi` (one hash lookup; SPI 0
+    /// never matches). Outbound SPIs are unique (config validation and the
+    /// control socket); during a rekey the SA installed last has it.
+    #[inline]
+    pub fn outbound_by_spi(&self, spi: u32) -> Option<usize> {
+        if spi == 0 {
+            return None;
+        }
+        self.out_by_spi.get(&spi).map(|&s| s as usize)
     }
 
     /// Puts `e` in inbound slot `slot` (growing the list) and indexes its

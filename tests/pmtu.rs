@@ -1,0 +1,252 @@
+//! Path MTU of tunnel SAs learned from ICMP (RFC 4301 §8.2.1, RFC 1191,
+//! RFC 4443 §3.2) over in-memory ports: a router's "fragmentation needed" /
+//! Packet Too Big about one of gw0's ESP packets lowers that SA's path MTU,
+//! and inner packets that no longer fit get an ICMP error with the MTU
+//! that does; reports that fail a check change nothing. The e2e test
+//! `tests/e2e/test_pmtu.py` does the same with scapy's packets and Linux's
+//! PMTU cache.
+
+mod common;
+use common::*;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::time::{Duration, Instant};
+
+const HOST_A: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+const HOST_B: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 10);
+const GW0_OUT: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 1);
+const ROUTER: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 254);
+/// Outer header + ESP header + IV + ICV of AES-128-GCM in IPv4.
+const OVERHEAD4: usize = 20 + 8 + 8 + 16;
+
+/// A UDP packet hostA → hostB of `total` bytes, DF set, to `dport`.
+fn from_host_a(total: usize, dport: u16) -> Vec<u8> {
+    eth(mac("02:00:00:00:00:01"), mac("02:00:00:00:0a:01"), 0x0800, &udp_packet(HOST_A, HOST_B, 0, 64, 40000, dport, &vec![0x5au8; total - 28]))
+}
+
+/// The largest inner packet whose ESP fits `mtu` with `overhead` bytes
+/// of headers and ICV: inner + Pad Length + Next Header padded to 4.
+fn fits(mtu: usize, overhead: usize) -> usize {
+    (mtu - overhead) / 4 * 4 - 2
+}
+
+/// An ICMP "fragmentation needed" from a router on the wan to `to`,
+/// advertising `mtu`, quoting the first `quote` bytes of `ip` (an IPv4
+/// packet gw0 sent), as an Ethernet frame into gw0's outside port.
+fn frag_needed(to: Ipv4Addr, mtu: u16, ip: &[u8], quote: usize) -> Vec<u8> {
+    let mut icmp = vec![3, 4, 0, 0, 0, 0];
+    icmp.extend_from_slice(&mtu.to_be_bytes());
+    icmp.extend_from_slice(&ip[..quote.min(ip.len())]);
+    let ck = ip_checksum(&icmp);
+    icmp[2..4].copy_from_slice(&ck.to_be_bytes());
+    let mut h = vec![0x45, 0xc0, 0, 0, 0, 9, 0, 0, 255, 1, 0, 0];
+    h.extend_from_slice(&ROUTER.octets());
+    h.extend_from_slice(&to.octets());
+    let total = (20 + icmp.len()) as u16;
+    h[2..4].copy_from_slice(&total.to_be_bytes());
+    let ck = ip_checksum(&h);
+    h[10..12].copy_from_slice(&ck.to_be_bytes());
+    h.extend_from_slice(&icmp);
+    eth(mac("02:00:00:00:00:02"), mac("02:00:00:00:aa:01"), 0x0800, &h)
+}
+
+/// The ICMP error gw0 sent hostA about `sent` (a frame from hostA): its
+/// advertised next-hop MTU, after checking it is a "fragmentation needed"
+/// from gw0's inside address quoting `sent`'s header.
+fn advertised(out: &[(String, Vec<u8>)], sent: &[u8]) -> u16 {
+    assert_eq!(out.len(), 1, "one frame: {:?}", out.iter().map(|(p, f)| (p, f.len())).collect::<Vec<_>>());
+    let (port, f) = &out[0];
+    assert_eq!(port, "inside", "the error goes back to hostA");
+    let ip = &f[14..];
+    assert_eq!((ip[9], &ip[12..16], &ip[16..20]), (1, &[192u8, 0, 2, 1][..], &HOST_A.octets()[..]));
+    let m = &ip[20..];
+    assert_eq!((m[0], m[1]), (3, 4), "fragmentation needed");
+    assert_eq!(ip_checksum(m), 0, "ICMP checksum");
+    assert_eq!(&m[8..36], &sent[14..42], "quotes hostA's header and 8 bytes");
+    u16::from_be_bytes([m[6], m[7]])
+}
+
+/// gw0 (ep0.toml, or `cfg`) after one 1400-byte DF packet went out: the
+/// gateway and the ESP packet it sent (IPv4, no Ethernet header).
+fn after_one_packet(cfg: &str) -> (Gw, Vec<u8>) {
+    let mut gw0 = Gw::from_config(cfg);
+    let out = gw0.push("inside", &[from_host_a(1400, 5001)]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, "outside");
+    assert_eq!(out[0].1.len() - 14, 1400 + 2 + 2 + OVERHEAD4, "fits the port's 1500");
+    let esp = out[0].1[14..].to_vec();
+    assert_eq!((esp[9], &esp[20..24]), (50, &1001u32.to_be_bytes()[..]), "ESP of SA 1001");
+    (gw0, esp)
+}
+
+fn path_mtu(gw: &Gw, spi: u32) -> Option<u32> {
+    gw.stats().sas.iter().find(|s| s.spi == spi && s.direction == "outbound").expect("SA").path_mtu
+}
+
+#[test]
+fn a_report_lowers_the_tunnel_mtu_and_hosts_are_told() {
+    let (mut gw0, esp) = after_one_packet("configs/ep0.toml");
+    assert_eq!(path_mtu(&gw0, 1001), None);
+    // As RFC 1812 routers quote: as much as fits 576 bytes.
+    let out = gw0.push("outside", &[frag_needed(GW0_OUT, 1300, &esp, 548)]);
+    assert!(out.is_empty(), "the report is not forwarded: {out:?}");
+    assert_eq!((gw0.drop_count("pmtu_update"), gw0.drop_count("pmtu_ignored")), (1, 0));
+    assert_eq!(path_mtu(&gw0, 1001), Some(1300));
+
+    let want = fits(1300, OVERHEAD4);
+    assert_eq!(want, 1246);
+    let big = from_host_a(1400, 5001);
+    let out = gw0.push("inside", std::slice::from_ref(&big));
+    assert_eq!(advertised(&out, &big) as usize, want);
+    // Exactly `want` bytes leave, as an ESP packet of exactly 1300 bytes.
+    let out = gw0.push("inside", &[from_host_a(want, 5001)]);
+    assert_eq!((out.len(), out[0].0.as_str(), out[0].1.len() - 14), (1, "outside", 1300));
+    let plus = from_host_a(want + 1, 5001);
+    let out = gw0.push("inside", std::slice::from_ref(&plus));
+    assert_eq!(advertised(&out, &plus) as usize, want);
+    let s = gw0.stats();
+    assert_eq!((s.drops["mtu_exceeded"], s.icmp_sent), (2, 2));
+    // A second, lower report lowers it again; a higher one is ignored.
+    gw0.push("outside", &[frag_needed(GW0_OUT, 1200, &esp, 28)]);
+    gw0.push("outside", &[frag_needed(GW0_OUT, 1250, &esp, 28)]);
+    assert_eq!((gw0.drop_count("pmtu_update"), gw0.drop_count("pmtu_ignored")), (2, 1));
+    assert_eq!(path_mtu(&gw0, 1001), Some(1200));
+    // Every frame accounted for: 7 in; out 2 ESP and 2 ICMP errors (the
+    // packets they replace counted as mtu_exceeded); 3 reports consumed.
+    let s = gw0.stats();
+    let rx: u64 = s.ports.iter().map(|p| p.rx_packets).sum();
+    let tx: u64 = s.ports.iter().map(|p| p.tx_packets).sum();
+    assert_eq!((rx, tx, s.drops.values().sum::<u64>()), (7, 4, 5));
+}
+
+#[test]
+fn reports_that_fail_a_check_change_nothing() {
+    let (mut gw0, esp) = after_one_packet("configs/ep0.toml");
+    let with = |edit: &dyn Fn(&mut Vec<u8>)| {
+        let mut q = esp.clone();
+        edit(&mut q);
+        q
+    };
+    let mut bad_ck = frag_needed(GW0_OUT, 1300, &esp, 548);
+    bad_ck[14 + 20 + 5] ^= 0x40;
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("the SPI of our inbound SA", frag_needed(GW0_OUT, 1300, &with(&|q| q[20..24].copy_from_slice(&1002u32.to_be_bytes())), 548)),
+        ("an unknown SPI", frag_needed(GW0_OUT, 1300, &with(&|q| q[20..24].copy_from_slice(&7u32.to_be_bytes())), 548)),
+        ("a quoted source not the tunnel's", frag_needed(GW0_OUT, 1300, &with(&|q| q[12..16].copy_from_slice(&[203, 0, 113, 9])), 548)),
+        ("a quoted destination not the tunnel end", frag_needed(GW0_OUT, 1300, &with(&|q| q[16..20].copy_from_slice(&[203, 0, 113, 3])), 548)),
+        ("quoted protocol UDP (SA without udp_encap)", frag_needed(GW0_OUT, 1300, &with(&|q| q[9] = 17), 548)),
+        ("sequence number 0", frag_needed(GW0_OUT, 1300, &with(&|q| q[24..28].copy_from_slice(&0u32.to_be_bytes())), 548)),
+        ("a sequence number not sent yet", frag_needed(GW0_OUT, 1300, &with(&|q| q[24..28].copy_from_slice(&2u32.to_be_bytes())), 548)),
+        ("a bad ICMP checksum", bad_ck),
+        ("MTU 1500, the port's own", frag_needed(GW0_OUT, 1500, &esp, 548)),
+        ("MTU 9000", frag_needed(GW0_OUT, 9000, &esp, 548)),
+        ("MTU 0 (a pre-RFC 1191 router)", frag_needed(GW0_OUT, 0, &esp, 548)),
+        ("only the IP header quoted", frag_needed(GW0_OUT, 1300, &esp, 20)),
+    ];
+    for (i, (what, f)) in cases.iter().enumerate() {
+        let out = gw0.push("outside", std::slice::from_ref(f));
+        assert!(out.is_empty(), "{what}: {out:?}");
+        assert_eq!((gw0.drop_count("pmtu_update"), gw0.drop_count("pmtu_ignored")), (0, i as u64 + 1), "{what}");
+    }
+    assert_eq!(path_mtu(&gw0, 1001), None);
+    // Other ICMP to us stays `to_us`: port unreachable, echo request.
+    let mut unreach = frag_needed(GW0_OUT, 1300, &esp, 28);
+    unreach[14 + 21] = 3;
+    let ck = ip_checksum(&{
+        let mut m = unreach[34..].to_vec();
+        m[2..4].copy_from_slice(&[0, 0]);
+        m
+    });
+    unreach[36..38].copy_from_slice(&ck.to_be_bytes());
+    gw0.push("outside", &[unreach]);
+    assert_eq!((gw0.drop_count("to_us"), gw0.drop_count("pmtu_ignored")), (1, cases.len() as u64));
+    // The full-size packet still leaves encrypted.
+    let out = gw0.push("inside", &[from_host_a(1400, 5001)]);
+    assert_eq!((out.len(), out[0].0.as_str()), (1, "outside"));
+    assert_accounted(&gw0.stats(), "ignored reports");
+}
+
+#[test]
+fn the_floor_and_aging() {
+    let cfg = edited_config("ep0.toml", "pmtu-age", |t| t.replacen("stats_interval = 0\n", "stats_interval = 0\npmtu_timeout_s = 5\n", 1));
+    let (mut gw0, esp) = after_one_packet(&cfg);
+    // RFC 1191 lets a router report 68; the gateway goes no lower than 552.
+    gw0.push("outside", &[frag_needed(GW0_OUT, 68, &esp, 548)]);
+    assert_eq!(path_mtu(&gw0, 1001), Some(552));
+    let big = from_host_a(1400, 5001);
+    let out = gw0.push("inside", std::slice::from_ref(&big));
+    assert_eq!(advertised(&out, &big) as usize, fits(552, OVERHEAD4));
+    // Six seconds later (pmtu_timeout_s = 5) it is forgotten: the port's
+    // MTU again.
+    let later = Instant::now() + Duration::from_secs(6);
+    gw0.inner.inject(0, "inside", &big);
+    let out = gw0.inner.run_at(later);
+    assert_eq!((out.len(), out[0].1.as_str()), (1, "outside"), "aged out");
+    assert_eq!(path_mtu(&gw0, 1001), None);
+    let _ = std::fs::remove_file(cfg);
+}
+
+#[test]
+fn pmtu_timeout_0_ignores_reports() {
+    let cfg = edited_config("ep0.toml", "pmtu-off", |t| t.replacen("stats_interval = 0\n", "stats_interval = 0\npmtu_timeout_s = 0\n", 1));
+    let (mut gw0, esp) = after_one_packet(&cfg);
+    gw0.push("outside", &[frag_needed(GW0_OUT, 1300, &esp, 548)]);
+    assert_eq!((gw0.drop_count("pmtu_update"), gw0.drop_count("pmtu_ignored")), (0, 1));
+    assert_eq!(path_mtu(&gw0, 1001), None);
+    let out = gw0.push("inside", &[from_host_a(1400, 5001)]);
+    assert_eq!(out[0].0, "outside");
+    let _ = std::fs::remove_file(cfg);
+}
+
+/// The ICMPv6 checksum over the pseudo-header (RFC 4443 §2.3, RFC 8200 §8.1).
+fn icmpv6_checksum(src: &Ipv6Addr, dst: &Ipv6Addr, msg: &[u8]) -> u16 {
+    let mut pseudo = Vec::new();
+    pseudo.extend_from_slice(&src.octets());
+    pseudo.extend_from_slice(&dst.octets());
+    pseudo.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, 58]);
+    pseudo.extend_from_slice(msg);
+    ip_checksum(&pseudo)
+}
+
+#[test]
+fn packet_too_big_for_an_ipv6_tunnel() {
+    // configs/ep0-v6.toml: UDP to ports 6000-6999 goes in SA 1101, IPv6
+    // outer 2001:db8:ff::1 → 2001:db8:ff::2.
+    let mut gw0 = Gw::from_config("configs/ep0-v6.toml");
+    let out = gw0.push("inside", &[from_host_a(1400, 6001)]);
+    assert_eq!((out.len(), out[0].0.as_str()), (1, "outside"));
+    let esp = out[0].1[14..].to_vec();
+    assert_eq!((esp[0] >> 4, esp[6], &esp[40..44]), (6, 50, &1101u32.to_be_bytes()[..]));
+    let (router, me): (Ipv6Addr, Ipv6Addr) = ("2001:db8:ff::99".parse().unwrap(), "2001:db8:ff::1".parse().unwrap());
+    let ptb = |mtu: u32, from: Ipv6Addr| {
+        let mut m = vec![2, 0, 0, 0];
+        m.extend_from_slice(&mtu.to_be_bytes());
+        m.extend_from_slice(&esp[..1232]);
+        let ck = icmpv6_checksum(&from, &me, &m);
+        m[2..4].copy_from_slice(&ck.to_be_bytes());
+        let mut ip = vec![0x60, 0, 0, 0];
+        ip.extend_from_slice(&(m.len() as u16).to_be_bytes());
+        ip.extend_from_slice(&[58, 64]);
+        ip.extend_from_slice(&router.octets());
+        ip.extend_from_slice(&me.octets());
+        ip.extend_from_slice(&m);
+        eth(mac("02:00:00:00:00:02"), mac("02:00:00:00:aa:01"), 0x86dd, &ip)
+    };
+    // Checksummed as if from another sender: fails the pseudo-header.
+    gw0.push("outside", &[ptb(1300, me)]);
+    assert_eq!((gw0.drop_count("pmtu_update"), gw0.drop_count("pmtu_ignored")), (0, 1));
+    // 1000 is below IPv6's minimum link MTU: taken as 1280 (RFC 8201 §4).
+    gw0.push("outside", &[ptb(1000, router)]);
+    assert_eq!(gw0.drop_count("pmtu_update"), 1);
+    assert_eq!(path_mtu(&gw0, 1101), Some(1280));
+    assert_eq!(path_mtu(&gw0, 1001), None, "only the SA quoted");
+    let big = from_host_a(1400, 6001);
+    let out = gw0.push("inside", std::slice::from_ref(&big));
+    // IPv6 outer: 40 + 8 + 8 + 16.
+    assert_eq!(advertised(&out, &big) as usize, fits(1280, 72));
+    let out = gw0.push("inside", &[from_host_a(fits(1280, 72), 6001)]);
+    assert_eq!((out[0].0.as_str(), out[0].1.len() - 14), ("outside", 1280));
+    // SA 1001 (IPv4 outer) still carries 1400 bytes.
+    let out = gw0.push("inside", &[from_host_a(1400, 5001)]);
+    assert_eq!(out[0].0, "outside");
+}
