@@ -104,6 +104,7 @@ fn outbound_sa(dev: &SoftDevice, alg: Algorithm) -> OutboundSa {
         dummy: None,
         tfc_pad_to: 0,
         pad_align: 0,
+        path_mtu: Default::default(),
     }
 }
 

@@ -54,6 +54,7 @@ fn outbound_sa(dev: &SoftDevice, alg: Algorithm, src: IpAddr, dst: IpAddr, udp_e
         dummy: Some(DummyPlan { interval: Duration::from_millis(1), len: 0 }),
         tfc_pad_to: 0,
         pad_align: 0,
+        path_mtu: Default::default(),
     }
 }
 

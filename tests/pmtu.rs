@@ -250,3 +250,165 @@ fn packet_too_big_for_an_ipv6_tunnel() {
     let out = gw0.push("inside", &[from_host_a(1400, 5001)]);
     assert_eq!(out[0].0, "outside");
 }
+
+/// ep0.toml with `lines` added to SA 1001 (after its `spi = 1001` line).
+fn ep0_sa1001(tag: &str, lines: &str) -> String {
+    edited_config("ep0.toml", tag, |t| t.replacen("spi = 1001\n", &format!("spi = 1001\n{lines}\n"), 1))
+}
+
+#[test]
+fn a_repeated_report_extends_the_expiry() {
+    let cfg = edited_config("ep0.toml", "pmtu-refresh", |t| t.replacen("stats_interval = 0\n", "stats_interval = 0\npmtu_timeout_s = 5\n", 1));
+    let (mut gw0, esp) = after_one_packet(&cfg);
+    let t0 = Instant::now();
+    let report = frag_needed(GW0_OUT, 1300, &esp, 548);
+    gw0.inner.inject(0, "outside", &report);
+    gw0.inner.run_at(t0);
+    // 4 s later the same MTU again: held until 9 s.
+    gw0.inner.inject(0, "outside", &report);
+    gw0.inner.run_at(t0 + Duration::from_secs(4));
+    assert_eq!((gw0.drop_count("pmtu_update"), gw0.drop_count("pmtu_ignored")), (2, 0));
+    let big = from_host_a(1400, 5001);
+    gw0.inner.inject(0, "inside", &big);
+    let out: Vec<(String, Vec<u8>)> = gw0.inner.run_at(t0 + Duration::from_secs(7)).into_iter().map(|(_, p, f)| (p, f)).collect();
+    assert_eq!(advertised(&out, &big), 1246, "7 s after the first report, 3 s after the second: still 1300");
+    gw0.inner.inject(0, "inside", &big);
+    let out = gw0.inner.run_at(t0 + Duration::from_secs(10));
+    assert_eq!(out[0].1, "outside", "10 s: aged out");
+    let _ = std::fs::remove_file(cfg);
+}
+
+#[test]
+fn esp_in_udp_reports_quote_the_sa_ports() {
+    let cfg = ep0_sa1001("pmtu-natt", "udp_encap = true");
+    let (mut gw0, esp) = {
+        let mut gw0 = Gw::from_config(&cfg);
+        let out = gw0.push("inside", &[from_host_a(1400, 5001)]);
+        assert_eq!((out.len(), out[0].1[14 + 9]), (1, 17), "ESP in UDP");
+        let esp = out[0].1[14..].to_vec();
+        (gw0, esp)
+    };
+    let mut wrong_port = esp.clone();
+    wrong_port[22..24].copy_from_slice(&4501u16.to_be_bytes());
+    gw0.push("outside", &[frag_needed(GW0_OUT, 1300, &wrong_port, 548)]);
+    // RFC 792's minimum quote: the UDP header and no SPI.
+    gw0.push("outside", &[frag_needed(GW0_OUT, 1300, &esp, 28)]);
+    assert_eq!((gw0.drop_count("pmtu_update"), gw0.drop_count("pmtu_ignored")), (0, 2));
+    gw0.push("outside", &[frag_needed(GW0_OUT, 1300, &esp, 36)]);
+    assert_eq!((gw0.drop_count("pmtu_update"), path_mtu(&gw0, 1001)), (1, Some(1300)));
+    let big = from_host_a(1400, 5001);
+    let out = gw0.push("inside", std::slice::from_ref(&big));
+    // 8 more bytes of UDP header.
+    assert_eq!(advertised(&out, &big) as usize, fits(1300, OVERHEAD4 + 8));
+    let _ = std::fs::remove_file(cfg);
+}
+
+#[test]
+fn no_report_is_believed_for_what_cannot_carry_df() {
+    // df = "clear": gw0's ESP never has DF, so no router reports it.
+    let cfg = ep0_sa1001("pmtu-dfclear", "df = \"clear\"");
+    let (mut gw0, esp) = after_one_packet(&cfg);
+    let mut with_df = esp.clone();
+    with_df[6] |= 0x40;
+    with_df[10..12].copy_from_slice(&[0, 0]);
+    let ck = ip_checksum(&with_df[..20]);
+    with_df[10..12].copy_from_slice(&ck.to_be_bytes());
+    gw0.push("outside", &[frag_needed(GW0_OUT, 1300, &with_df, 548)]);
+    assert_eq!((gw0.drop_count("pmtu_update"), gw0.drop_count("pmtu_ignored")), (0, 1));
+    let _ = std::fs::remove_file(cfg);
+    // A quote of a packet without DF, on an SA with df = "copy".
+    let (mut gw0, esp) = after_one_packet("configs/ep0.toml");
+    let mut no_df = esp.clone();
+    no_df[6] &= !0x40;
+    gw0.push("outside", &[frag_needed(GW0_OUT, 1300, &no_df, 548)]);
+    assert_eq!((gw0.drop_count("pmtu_update"), gw0.drop_count("pmtu_ignored")), (0, 1));
+}
+
+/// An IPv6/UDP packet 2001:db8:a::10 → 2001:db8:b::10 of `total` bytes
+/// to `dport` from hostA (checksum zero: the gateway does not check it).
+fn v6_from_host_a(total: usize, dport: u16) -> Vec<u8> {
+    let (a, b): (Ipv6Addr, Ipv6Addr) = ("2001:db8:a::10".parse().unwrap(), "2001:db8:b::10".parse().unwrap());
+    let plen = total - 40;
+    let mut p = vec![0x60, 0, 0, 0];
+    p.extend_from_slice(&(plen as u16).to_be_bytes());
+    p.extend_from_slice(&[17, 64]);
+    p.extend_from_slice(&a.octets());
+    p.extend_from_slice(&b.octets());
+    p.extend_from_slice(&40000u16.to_be_bytes());
+    p.extend_from_slice(&dport.to_be_bytes());
+    p.extend_from_slice(&(plen as u16).to_be_bytes());
+    p.extend_from_slice(&[0, 0]);
+    p.resize(total, 0x6b);
+    eth(mac("02:00:00:00:00:01"), mac("02:00:00:00:0a:01"), 0x86dd, &p)
+}
+
+#[test]
+fn ipv6_hosts_are_never_told_less_than_1280() {
+    // configs/ep0-v6.toml: IPv6 inner traffic to UDP 4000-4999 goes in SA
+    // 1001 (IPv4 outer).
+    let mut gw0 = Gw::from_config("configs/ep0-v6.toml");
+    let out = gw0.push("inside", &[from_host_a(1400, 5001)]);
+    let esp = out[0].1[14..].to_vec();
+    assert_eq!(&esp[20..24], &1001u32.to_be_bytes());
+    // 1300 leaves IPv6 inner packets 1246 bytes: below 1280, not used for them.
+    gw0.push("outside", &[frag_needed(GW0_OUT, 1300, &esp, 548)]);
+    assert_eq!(path_mtu(&gw0, 1001), Some(1300));
+    let out = gw0.push("inside", &[v6_from_host_a(1400, 4001)]);
+    assert_eq!((out.len(), out[0].0.as_str()), (1, "outside"), "sent as before the report");
+    // IPv4 inner packets are told 1246.
+    let big = from_host_a(1400, 5001);
+    assert_eq!(advertised(&gw0.push("inside", std::slice::from_ref(&big)), &big), 1246);
+    // At 1400 the IPv6 packets are told 1346 (Packet Too Big, type 2).
+    let mut gw0 = Gw::from_config("configs/ep0-v6.toml");
+    let out = gw0.push("inside", &[from_host_a(1400, 5001)]);
+    let esp = out[0].1[14..].to_vec();
+    gw0.push("outside", &[frag_needed(GW0_OUT, 1400, &esp, 548)]);
+    let out = gw0.push("inside", &[v6_from_host_a(1400, 4001)]);
+    assert_eq!((out.len(), out[0].0.as_str()), (1, "inside"));
+    let ip = &out[0].1[14..];
+    assert_eq!((ip[6], ip[40]), (58, 2), "ICMPv6 Packet Too Big");
+    assert_eq!(u32::from_be_bytes([ip[44], ip[45], ip[46], ip[47]]) as usize, fits(1400, OVERHEAD4));
+    assert_eq!(fits(1400, OVERHEAD4), 1346);
+}
+
+#[test]
+fn a_decapsulated_packet_too_big_gets_its_error_through_the_tunnel() {
+    // gw1's inside port carries at most 1300 bytes; hostA sends 1400 with DF.
+    let gw1_cfg = edited_config("ep1.toml", "pmtu-decap", |t| t.replacen("name = \"inside\"\n", "name = \"inside\"\nmtu = 1300\n", 1));
+    let mut gw0 = Gw::from_config("configs/ep0.toml");
+    let mut gw1 = Gw::from_config(&gw1_cfg);
+    let big = from_host_a(1400, 5001);
+    let esp = gw0.push("inside", std::slice::from_ref(&big));
+    assert_eq!(esp[0].0, "outside");
+    let back = gw1.push("outside", &[esp[0].1.clone()]);
+    assert_eq!(back.len(), 1, "{back:?}");
+    assert_eq!(back[0].0, "outside", "the error goes back into the tunnel");
+    assert_eq!((back[0].1[14 + 9], &back[0].1[14 + 20..14 + 24]), (50, &1002u32.to_be_bytes()[..]), "in SA 1002's ESP");
+    let s1 = gw1.stats();
+    assert_eq!((s1.drops["mtu_exceeded"], s1.icmp_sent), (1, 1));
+    // gw0 decrypts it and hands hostA a "fragmentation needed" from gw1's
+    // inside address, MTU 1300, quoting hostA's header as gw1 got it (TTL
+    // 63 after gw0) and 8 bytes.
+    let out = gw0.push("outside", &[back[0].1.clone()]);
+    assert_eq!((out.len(), out[0].0.as_str()), (1, "inside"), "{out:?}");
+    let ip = &out[0].1[14..];
+    assert_eq!((ip[9], &ip[12..16], &ip[16..20]), (1, &[198u8, 51, 100, 1][..], &HOST_A.octets()[..]));
+    assert_eq!(ip_checksum(&ip[..20]), 0);
+    let m = &ip[20..];
+    assert_eq!((m[0], m[1], u16::from_be_bytes([m[6], m[7]])), (3, 4, 1300));
+    assert_eq!(ip_checksum(m), 0, "ICMP checksum");
+    assert_eq!((&m[8 + 12..8 + 20], m[8 + 8]), (&big[14 + 12..14 + 20], 63), "quotes hostA's datagram");
+    assert_eq!(&m[8 + 20..8 + 28], &big[14 + 20..14 + 28], "and its UDP header");
+    // 1300 bytes pass; DF clear, 1400 are fragmented by gw1 (no error).
+    let ok = gw1.push("outside", &[gw0.push("inside", &[from_host_a(1300, 5001)])[0].1.clone()]);
+    assert_eq!((ok.len(), ok[0].0.as_str(), ok[0].1.len() - 14), (1, "inside", 1300));
+    let mut no_df = from_host_a(1400, 5001);
+    no_df[14 + 6] = 0;
+    no_df[14 + 10..14 + 12].copy_from_slice(&[0, 0]);
+    let ck = ip_checksum(&no_df[14..34]);
+    no_df[14 + 10..14 + 12].copy_from_slice(&ck.to_be_bytes());
+    let frags = gw1.push("outside", &[gw0.push("inside", &[no_df])[0].1.clone()]);
+    assert_eq!(frags.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(), ["inside", "inside"]);
+    assert_eq!(gw1.stats().icmp_sent, 1);
+    let _ = std::fs::remove_file(gw1_cfg);
+}

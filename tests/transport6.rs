@@ -119,6 +119,7 @@ fn outbound_sa(dev: &SoftDevice, c: &Case) -> OutboundSa {
         dummy: None,
         tfc_pad_to: 0,
         pad_align: 0,
+        path_mtu: Default::default(),
     }
 }
 

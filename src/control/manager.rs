@@ -959,8 +959,9 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         if d == Direction::Outbound {
             // The path to the tunnel end is the same: the new SA keeps the
             // old one's learned path MTU and its expiry (RFC 4301 §8.2.1).
-            if let Some(k) = self.keys(new_spi, d).next() {
-                self.live[&k].life.inherit_path_mtu(&old.life);
+            let new_slot = self.keys(new_spi, d).next().map(|k| self.live[&k].slot);
+            if let (Some(from), Some(to)) = (self.sad.outbound_at(old.slot), new_slot.and_then(|n| self.sad.outbound_at(n))) {
+                to.path_mtu.inherit(&from.path_mtu);
             }
         }
         // Policies naming the old SPI name the new one (only they change:

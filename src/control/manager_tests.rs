@@ -221,14 +221,15 @@ fn rekey_outbound<D: CryptoDevice>(fx: &mut Fixture<'_, D>) {
     let now = Instant::now();
     let old = fx.out_slot(1001).unwrap();
     // A path MTU learned by the old SA (RFC 4301 §8.2.1) goes to the new one.
-    let far = crate::esp::lifetime::epoch_ms(now) + 600_000;
-    fx.snap().sad.outbound_at(old).unwrap().life.set_path_mtu(1300, far);
+    let now_ms = crate::esp::pmtu::epoch_ms(now);
+    let far = now_ms + 600_000;
+    assert!(fx.snap().sad.outbound_at(old).unwrap().path_mtu.lower(1300, now_ms, far, 1500));
     fx.m.rekey(1001, None, None, 1101, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
     fx.m.publish();
     let new = fx.out_slot(1101).expect("new SA published");
     assert_ne!(new, old);
-    assert_eq!(fx.snap().sad.outbound_at(new).unwrap().life.path_mtu(|| far - 1), Some(1300), "path MTU inherited");
-    assert_eq!(fx.snap().sad.outbound_at(new).unwrap().life.path_mtu(|| far), None, "with its expiry");
+    assert_eq!(fx.snap().sad.outbound_at(new).unwrap().path_mtu.get(|| far - 1), Some(1300), "path MTU inherited");
+    assert_eq!(fx.snap().sad.outbound_at(new).unwrap().path_mtu.get(|| far), None, "with its expiry");
     assert_eq!(protect_slots(&fx.snap().spd_out), vec![new], "policies name the new slot at once");
     assert!(fx.snap().sad.outbound_at(old).is_some(), "old slot kept during the grace");
     fx.m.tick(now + OUTBOUND_GRACE / 2);

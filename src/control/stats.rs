@@ -153,8 +153,8 @@ pub fn snapshot(t: &Tables, workers: &[Arc<WorkerCounters>]) -> Snapshot {
         dst,
         path_mtu: None,
     };
-    let now_ms = crate::esp::lifetime::epoch_ms(std::time::Instant::now());
-    s.sas.extend(t.sad.outbound_sas().map(|(_, o)| SaStats { path_mtu: o.life.path_mtu(|| now_ms), ..sa(o.spi, "outbound", &o.life.counters, None) }));
+    let now_ms = crate::esp::pmtu::epoch_ms(std::time::Instant::now());
+    s.sas.extend(t.sad.outbound_sas().map(|(_, o)| SaStats { path_mtu: o.path_mtu.get(|| now_ms).map(u32::from), ..sa(o.spi, "outbound", &o.life.counters, None) }));
     let mut inbound_spis: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
     for (_, e) in t.sad.inbound_sas() {
         *inbound_spis.entry(e.sa.spi).or_default() += 1;

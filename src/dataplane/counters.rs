@@ -83,11 +83,13 @@ pub enum DropReason {
     /// own addresses ([`crate::policy::Tables::martian`]; RFC 1812 §5.3.7,
     /// RFC 3927 §7, RFC 4291 §2.5.2–2.5.6).
     Martian,
-    /// Larger than the egress port's MTU once encapsulated with DF set on
-    /// an inner IPv4 packet, or any inner IPv6 packet (an ICMP
-    /// "fragmentation needed" / ICMPv6 Packet Too Big goes back to its
-    /// source, counted under `icmp_sent`), or too big for its egress port
-    /// with DF set on the packet itself or as IPv6 (not fragmented).
+    /// Larger than the egress port's MTU (or the SA's learned path MTU)
+    /// once encapsulated with DF set on an inner IPv4 packet, or any inner
+    /// IPv6 packet, or, bypassed or decapsulated, too big for its egress
+    /// port with DF set or as IPv6 (not fragmented). An ICMP
+    /// "fragmentation needed" / ICMPv6 Packet Too Big goes to its source
+    /// (through the tunnel for a decapsulated packet), counted under
+    /// `icmp_sent`.
     MtuExceeded,
     /// A NAT keepalive (RFC 3948 §2.3: one 0xFF byte on a NAT-T port):
     /// ignored, counted here.

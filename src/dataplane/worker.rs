@@ -7,7 +7,7 @@ pub use resolve::PendingConf;
 use super::counters::{DropReason, WorkerCounters};
 use super::reassembly::{ReassemblyConf, Reassembler};
 use crate::crypto::{CryptoOp, QueuePair};
-use crate::esp::{inbound, lifetime, outbound, pmtu, transport, InboundState, OutboundSa, OutboundState, SessionCache};
+use crate::esp::{inbound, outbound, pmtu, transport, InboundState, OutboundSa, OutboundState, SessionCache};
 use crate::io::{PktBuf, Port};
 use crate::policy::neighbour::Neighbours;
 use crate::policy::spd::{FlowKey, SpdAction};
@@ -224,6 +224,37 @@ pub struct WorkerConf {
 /// Empty polls in a row before a worker starts sleeping between polls.
 pub const IDLE_POLLS: u32 = 1024;
 
+/// TTL / hop limit of the ICMP errors the gateway sends through a tunnel
+/// (decremented once on the way out, as a forwarded packet).
+const ERROR_TTL: u8 = 64;
+
+/// Where an ICMP error about a packet received on a port goes.
+#[derive(Debug, Clone, Copy)]
+enum ErrorPath {
+    /// Routed to the packet's source, from the first address (of the
+    /// error's family) of the port the packet came in on: the source is on
+    /// that side.
+    Back,
+    /// From the first address of port `from` (the egress port the
+    /// decapsulated packet did not fit), through the outbound SPD: the
+    /// source is behind the tunnel the packet came through.
+    Tunnel {
+        /// The port whose address is the error's source.
+        from: usize,
+    },
+}
+
+impl ErrorPath {
+    /// The port whose address is the error's source, for a packet received
+    /// on `rx_port`.
+    fn from(self, rx_port: usize) -> usize {
+        match self {
+            ErrorPath::Back => rx_port,
+            ErrorPath::Tunnel { from } => from,
+        }
+    }
+}
+
 /// A packet handed to the worker that owns its SA: the buffer and the same
 /// tag a crypto op carries (direction, SA index, ESP offset, receive port).
 #[derive(Debug)]
@@ -286,6 +317,9 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     tx: Vec<Vec<PktBuf>>,
     /// The clock of the current poll, read at most once per poll.
     now: Option<Instant>,
+    /// `now` in [`pmtu::epoch_ms`] milliseconds, worked out at most once
+    /// per poll (learned path MTUs are checked per packet).
+    now_ms: Option<u64>,
     /// (outbound SA reference, when its next dummy packet is due) of every
     /// SA this worker owns that sends dummies (RFC 4303 §2.6); empty when
     /// none does, and then the poll loop spends nothing on dummies.
@@ -365,6 +399,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             in_state: Vec::new(),
             counters,
             now: None,
+            now_ms: None,
             dummies: Vec::new(),
             version: u64::MAX,
             prepared: 0,
@@ -513,6 +548,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         }
         let mut received = 0;
         self.now = now;
+        self.now_ms = None;
         self.last_hop = None;
         {
             let n = t.neighbours.load();
@@ -598,6 +634,19 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         *self.now.get_or_insert_with(Instant::now)
     }
 
+    /// [`Self::now`] in [`pmtu::epoch_ms`] milliseconds.
+    #[inline]
+    fn now_ms(&mut self) -> u64 {
+        match self.now_ms {
+            Some(ms) => ms,
+            None => {
+                let ms = pmtu::epoch_ms(self.now());
+                self.now_ms = Some(ms);
+                ms
+            }
+        }
+    }
+
     /// Sends the dummy packets that are due (RFC 4303 §2.6): one per SA
     /// whose time has come, built in a buffer of the pool by
     /// [`outbound::prepare_dummy`] and sealed and routed like the SA's own
@@ -662,15 +711,15 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     }
 
     /// The packet in `buf` (received on `port`, DF set) is too big for its
-    /// tunnel, or (bypassed) for its egress port: counts it under
-    /// `mtu_exceeded` and turns the buffer into an ICMP "fragmentation
-    /// needed" error (RFC 792 type 3 code 4, next-hop
-    /// MTU `mtu` per RFC 1191) back to its source, from the first address
-    /// of `port`, quoting its header and 8 bytes of payload. No error about
-    /// an ICMP error, a non-first fragment or a non-unicast source (RFC
-    /// 1812 §4.3.2.7), none without an address on `port`, none past the
-    /// rate limit (counted under `icmp_rate_limited`).
-    fn frag_needed(&mut self, t: &Tables, port: usize, mut buf: PktBuf, mtu: usize) {
+    /// tunnel, or (bypassed or decapsulated) for its egress port: counts it
+    /// under `mtu_exceeded` and turns the buffer into an ICMP
+    /// "fragmentation needed" error (RFC 792 type 3 code 4, next-hop MTU
+    /// `mtu` per RFC 1191) to its source, quoting its header and 8 bytes
+    /// of payload, sent as `path` says ([`ErrorPath`]). No error about an
+    /// ICMP error, a non-first fragment or a non-unicast source (RFC 1812
+    /// §4.3.2.7), none without an address on the port it is sent from,
+    /// none past the rate limit (counted under `icmp_rate_limited`).
+    fn frag_needed(&mut self, t: &Tables, port: usize, mut buf: PktBuf, mtu: usize, path: ErrorPath) {
         self.counters.count_drop(port, DropReason::MtuExceeded);
         let (src, quoted) = {
             let Ok(ip) = ipv4::Ipv4Packet::new_checked(&buf.frame()[ethernet::HEADER_LEN..]) else {
@@ -684,7 +733,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             }
             (src, icmp::quoted_len(ip.header_len(), ip.total_len()))
         };
-        let Some(&me) = t.ports.get(port).and_then(|p| p.addresses.first()) else {
+        let Some(&me) = t.ports.get(path.from(port)).and_then(|p| p.addresses.first()) else {
             return self.recycle(buf);
         };
         if !self.icmp_budget(&mut buf, ethernet::HEADER_LEN + icmp::ERROR_FRONT + quoted) {
@@ -697,18 +746,19 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         };
         buf.trim_to(ethernet::HEADER_LEN + n);
         self.counters.icmp_sent.add(1);
-        self.forward(t, port, buf, IpAddr::V4(src))
+        self.send_error(t, port, buf, IpAddr::V4(me), IpAddr::V4(src), ipv4::PROTO_ICMP, path)
     }
 
     /// The IPv6 packet in `buf` (received on `port`) is too big for its
-    /// tunnel, or (bypassed) for its egress port: counts it under
-    /// `mtu_exceeded` and turns the buffer into an ICMPv6 Packet Too Big (RFC 4443 §3.2: type 2, code 0, MTU `mtu`)
-    /// back to its source, from the first IPv6 address of `port`, quoting
-    /// as much of the packet as fits in 1280 bytes. None for a multicast,
-    /// unspecified or loopback source, none about an ICMPv6 error (§2.4
-    /// (e)), none without an IPv6 address on `port`, none past the rate
-    /// limit shared with ICMPv4 (`icmp_rate_limited`).
-    fn packet_too_big(&mut self, t: &Tables, port: usize, mut buf: PktBuf, mtu: usize) {
+    /// tunnel, or (bypassed or decapsulated) for its egress port: counts it
+    /// under `mtu_exceeded` and turns the buffer into an ICMPv6 Packet Too
+    /// Big (RFC 4443 §3.2: type 2, code 0, MTU `mtu`) to its source,
+    /// quoting as much of the packet as fits in 1280 bytes, sent as `path`
+    /// says ([`ErrorPath`]). None for a multicast, unspecified or loopback
+    /// source, none about an ICMPv6 error (§2.4 (e)), none without an IPv6
+    /// address on the port it is sent from, none past the rate limit
+    /// shared with ICMPv4 (`icmp_rate_limited`).
+    fn packet_too_big(&mut self, t: &Tables, port: usize, mut buf: PktBuf, mtu: usize, path: ErrorPath) {
         self.counters.count_drop(port, DropReason::MtuExceeded);
         let (src, quoted) = {
             let Ok(ip) = ipv6::Ipv6Packet::new_checked(&buf.frame()[ethernet::HEADER_LEN..]) else {
@@ -724,7 +774,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             }
             (src, icmpv6::quoted_len(ip.total_len()))
         };
-        let Some(&me) = t.ports.get(port).and_then(|p| p.addresses6.first()) else {
+        let Some(&me) = t.ports.get(path.from(port)).and_then(|p| p.addresses6.first()) else {
             return self.recycle(buf);
         };
         if !self.icmp_budget(&mut buf, ethernet::HEADER_LEN + icmpv6::ERROR_FRONT + quoted) {
@@ -736,7 +786,23 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         };
         buf.trim_to(ethernet::HEADER_LEN + n);
         self.counters.icmp_sent.add(1);
-        self.forward(t, port, buf, IpAddr::V6(src))
+        self.send_error(t, port, buf, IpAddr::V6(me), IpAddr::V6(src), ipv6::NH_ICMPV6, path)
+    }
+
+    /// Sends the ICMP error `buf` (`me` → `to`, protocol `protocol`) built
+    /// about a packet received on `port`: routed to `to` ([`ErrorPath::Back`]),
+    /// or through the outbound SPD like a packet from the protected side
+    /// ([`ErrorPath::Tunnel`]: PROTECT → the SA's ESP, BYPASS → in the
+    /// clear, else dropped as `no_policy` / `policy_discard`).
+    #[allow(clippy::too_many_arguments)]
+    fn send_error(&mut self, t: &Tables, port: usize, buf: PktBuf, me: IpAddr, to: IpAddr, protocol: u8, path: ErrorPath) {
+        match path {
+            ErrorPath::Back => self.forward(t, port, buf, to),
+            ErrorPath::Tunnel { .. } => {
+                let key = FlowKey { src: me, dst: to, protocol, ports: None };
+                self.outbound(t, port, buf, key, ERROR_TTL, true)
+            }
+        }
     }
 
     /// Neighbor Discovery (ICMPv6 133..=137) received on `port`, the ICMPv6
@@ -1072,7 +1138,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 // Ethernet padding after the IP packet is not part of it.
                 buf.trim_to(ethernet::HEADER_LEN + total);
                 if pinfo.protected {
-                    self.outbound(t, port, buf, key, ttl)
+                    self.outbound(t, port, buf, key, ttl, false)
                 } else {
                     self.inbound(t, port, buf, key, ttl, hl, frag)
                 }
@@ -1108,7 +1174,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                     return self.drop_buf(port, DropReason::NotForUs, buf);
                 }
                 if pinfo.protected {
-                    self.outbound(t, port, buf, key, hops)
+                    self.outbound(t, port, buf, key, hops, false)
                 } else {
                     self.inbound(t, port, buf, key, hops, up.offset, up.is_fragment())
                 }
@@ -1167,11 +1233,14 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
 
     /// Plaintext (IPv4 or IPv6) from a protected port: SPD → PROTECT /
     /// BYPASS / DISCARD.
-    fn outbound(&mut self, t: &Tables, port: usize, mut buf: PktBuf, key: FlowKey, ttl: u8) {
+    fn outbound(&mut self, t: &Tables, port: usize, mut buf: PktBuf, key: FlowKey, ttl: u8, from_us: bool) {
         if t.is_local(port, key.dst) {
             return self.drop_buf(port, DropReason::ToUs, buf);
         }
-        if t.martian(key.src, key.dst) {
+        // `from_us`: an ICMP error the gateway built about a decapsulated
+        // packet, from its own address (a martian source otherwise) to a
+        // source already checked when it was decapsulated.
+        if !from_us && t.martian(key.src, key.dst) {
             return self.drop_buf(port, DropReason::Martian, buf);
         }
         let action = match t.spd_out.lookup(&key) {
@@ -1185,7 +1254,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return self.drop_buf(port, DropReason::TtlExceeded, buf);
         }
         let SpdAction::Protect(slot) = action else {
-            return self.bypass(t, port, buf, key.dst);
+            return self.forward_checked(t, port, buf, key.dst, false);
         };
         let Some(sa) = t.sad.outbound_at(slot) else {
             return self.drop_buf(port, DropReason::NoSa, buf);
@@ -1220,20 +1289,25 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             }
         };
         let mut egress_mtu = egress.and_then(|out| t.ports.get(out)).map(|p| p.mtu as usize);
-        // A path MTU learned from ICMP (RFC 4301 §8.2.1), when lower: one
-        // relaxed load while none is known.
-        if let Some(p) = sa.life.path_mtu(|| lifetime::epoch_ms(self.now())) {
-            egress_mtu = Some(egress_mtu.map_or(p as usize, |m| m.min(p as usize)));
-        }
         // The headers kept in front count in transport mode only.
         let hl = if sa.transport { transport_kept_len(&buf) } else { 0 };
+        // A path MTU learned from ICMP (RFC 4301 §8.2.1), when lower: one
+        // relaxed load while none is known. An IPv6 host is never told
+        // less than 1280 (RFC 8201 §4): for an IPv6 inner packet a path
+        // MTU that leaves less is not used (the packet leaves as before).
+        if let Some(p) = sa.path_mtu.get(|| self.now_ms()) {
+            let p = p as usize;
+            if !inner_v6 || outbound::max_inner_len(sa, hl, p) >= ipv6::MIN_MTU {
+                egress_mtu = Some(egress_mtu.map_or(p, |m| m.min(p)));
+            }
+        }
         if let Some(mtu) = egress_mtu.filter(|&m| outbound::encapsulated_len(sa, hl, buf.len() - ethernet::HEADER_LEN) > m) {
             let fits = outbound::max_inner_len(sa, hl, mtu);
             if inner_v6 {
-                return self.packet_too_big(t, port, buf, fits);
+                return self.packet_too_big(t, port, buf, fits, ErrorPath::Back);
             }
             if ipv4_df(&buf) {
-                return self.frag_needed(t, port, buf, fits);
+                return self.frag_needed(t, port, buf, fits, ErrorPath::Back);
             }
             // An outer header that may not be fragmented (IPv6, or IPv4
             // with `df = "set"`): the inner packet is, before encryption.
@@ -1351,7 +1425,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 if ttl <= 1 {
                     return self.drop_buf(port, DropReason::TtlExceeded, buf);
                 }
-                self.bypass(t, port, buf, key.dst)
+                self.forward_checked(t, port, buf, key.dst, false)
             }
         }
     }
@@ -1374,12 +1448,15 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// set. The SA: the outbound SA with the quoted SPI, in tunnel mode,
     /// whose endpoints are the quoted source (= `to`) and destination,
     /// with the quoted encapsulation (ESP, or ESP in UDP with its ports),
-    /// and which has sent the quoted sequence number (≥ 1 and, while the
-    /// count fits 32 bits, at most `first_seq - 1` + packets + dummies +
-    /// errors: a bound from above, counted without a per-packet store).
-    /// The MTU, raised to the family's floor ([`pmtu::clamp`]), must be
-    /// below the current path MTU (the tunnel's egress port MTU when none
-    /// is learned) or equal to a learned one.
+    /// whose outer header can carry DF (not IPv4 with `df = "clear"`: a
+    /// router reports only DF packets), and which has sent the quoted
+    /// sequence number recently: ≥ 1, at least `first_seq`, and fewer than
+    /// [`pmtu::SEQ_WINDOW`] behind the newest (modulo 2^32; the newest is
+    /// bounded from above by `first_seq - 1` + packets + dummies + errors,
+    /// counted without a per-packet store). The MTU, raised to the
+    /// family's floor ([`pmtu::clamp`]), must be below the current path MTU
+    /// (the tunnel's egress port MTU when none is learned) or equal to a
+    /// learned one ([`pmtu::PathMtu::lower`]).
     fn learn_pmtu(&mut self, t: &Tables, buf: &PktBuf, to: IpAddr, hl: usize) -> bool {
         if self.conf.pmtu_timeout_ms == 0 {
             return false;
@@ -1400,25 +1477,27 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         if sa.transport || sa.tunnel_src != to || r.src != to || r.dst != sa.tunnel_dst || r.udp != sa.udp_encap.map(|u| (u.sport, u.dport)) {
             return false;
         }
-        let c = &sa.life.counters;
-        let sent = sa.first_seq.saturating_sub(1).saturating_add(c.packets.get()).saturating_add(c.dummies.get()).saturating_add(c.errors.get());
-        if r.seq == 0 || (sent <= u32::MAX as u64 && r.seq as u64 > sent) {
+        if sa.df == crate::esp::DfMode::Clear && !sa.tunnel_dst.is_ipv6() {
             return false;
         }
-        let mtu = pmtu::clamp(r.mtu, sa.tunnel_dst.is_ipv6());
-        let now_ms = lifetime::epoch_ms(self.now());
-        match sa.life.path_mtu(|| now_ms) {
-            Some(known) if mtu > known => return false,
-            Some(_) => {}
-            None => {
-                let port_mtu = t.routes.lookup(sa.tunnel_dst).and_then(|(out, _)| t.ports.get(out)).map(|p| p.mtu as u32);
-                if port_mtu.is_some_and(|m| mtu >= m) {
-                    return false;
-                }
-            }
+        // The quoted sequence number: one of the last `SEQ_WINDOW` the SA
+        // has sent (modulo 2^32: the low half of an ESN). `sent` bounds the
+        // newest from above (packets, dummies and errors all counted).
+        let c = &sa.life.counters;
+        let count = c.packets.get().saturating_add(c.dummies.get()).saturating_add(c.errors.get());
+        let newest = sa.first_seq.saturating_sub(1).saturating_add(count);
+        let behind = (newest as u32).wrapping_sub(r.seq) as u64;
+        if r.seq == 0 || behind >= count.min(pmtu::SEQ_WINDOW) {
+            return false;
         }
-        sa.life.set_path_mtu(mtu, now_ms.saturating_add(self.conf.pmtu_timeout_ms));
-        true
+        let Ok(mtu) = u16::try_from(pmtu::clamp(r.mtu, sa.tunnel_dst.is_ipv6())) else {
+            return false;
+        };
+        let Some(port_mtu) = t.routes.lookup(sa.tunnel_dst).and_then(|(out, _)| t.ports.get(out)).map(|p| p.mtu as u32) else {
+            return false;
+        };
+        let now_ms = self.now_ms();
+        sa.path_mtu.lower(mtu, now_ms, now_ms.saturating_add(self.conf.pmtu_timeout_ms), port_mtu)
     }
 
     fn finish(&mut self, t: &Tables, op: CryptoOp<PktBuf>) {
@@ -1457,7 +1536,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         // For inbound ops the tag's aux field is the outer DS + ECN byte.
         let outer_tos = inner_len as u8;
         let done = if e.sa.transport { transport::inbound_finish_cached(st, op, &mut self.sessions) } else { inbound::finish_cached(st, op, outer_tos, &mut self.sessions) };
-        let mut buf = match done {
+        let buf = match done {
             Ok(b) => b,
             Err((err, b)) => {
                 // A dummy packet (RFC 4303 §2.6) is discarded, not an error.
@@ -1508,20 +1587,18 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         if ttl <= 1 {
             return self.drop_buf(port, DropReason::TtlExceeded, buf);
         }
-        decrement_hops(&mut buf);
         let c = &e.sa.life.counters;
         c.packets.add(1);
         c.bytes.add(len as u64);
-        self.forward(t, port, buf, key.dst)
+        self.forward_checked(t, port, buf, key.dst, true)
     }
 
     /// Routes on `dst`, writes the Ethernet header (EtherType of the IP
     /// version in the frame) and stages for tx. An IPv4 packet larger than
     /// the egress MTU is fragmented (DF clear) or dropped; an IPv6 one is
     /// dropped (`mtu_exceeded`: routers do not fragment IPv6, RFC 8200 §5;
-    /// tunnel and bypassed traffic got its ICMP error before, in
-    /// [`Self::outbound`] / [`Self::bypass`]; a decapsulated packet gets
-    /// none, README "Not yet").
+    /// tunnel, bypassed and decapsulated traffic got its ICMP error before,
+    /// in [`Self::outbound`] / [`Self::forward_checked`]).
     ///
     /// The destination MAC: a static neighbour entry, else one learned on
     /// the egress port, else the port's `peer_mac`, else the packet waits
@@ -1567,29 +1644,33 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         }
     }
 
-    /// A packet a BYPASS policy lets through, either direction (TTL / hop
-    /// limit already checked to be above 1): routed on `dst`, checked
-    /// against the egress port's MTU as a router does (RFC 1812 §4.2.2.5
-    /// / RFC 1191 §3, RFC 8200 §5), then decremented and sent. Too big
-    /// with DF set, or IPv6 (never fragmented on the way): dropped as
-    /// `mtu_exceeded` and an ICMP "fragmentation needed" / ICMPv6 Packet
-    /// Too Big advertising the egress MTU goes back to the source from the
-    /// port it came in on, quoting the header as received (before the
-    /// decrement), under the rules and rate limit of the tunnel's errors
-    /// ([`Self::frag_needed`], [`Self::packet_too_big`]). Too big with DF
-    /// clear: fragmented by [`Self::transmit`].
-    fn bypass(&mut self, t: &Tables, rx_port: usize, mut buf: PktBuf, dst: IpAddr) {
+    /// A packet a BYPASS policy lets through, either direction, or a
+    /// decapsulated one (`decapsulated`; TTL / hop limit already checked
+    /// to be above 1): routed on `dst`, checked against the egress port's
+    /// MTU as a router checks it (RFC 1812 §4.2.2.5 / RFC 1191 §3, RFC 8200
+    /// §5), then decremented and sent. Too big with DF set, or IPv6 (never
+    /// fragmented on the way): dropped as `mtu_exceeded`, and an ICMP
+    /// "fragmentation needed" / ICMPv6 Packet Too Big advertising the
+    /// egress MTU goes to its source, quoting the header as received
+    /// (before the decrement), under the rules and rate limit of the
+    /// tunnel's errors ([`Self::frag_needed`], [`Self::packet_too_big`]):
+    /// bypassed, back from the port it came in on; decapsulated, its source
+    /// is behind the tunnel, so from the egress port's address through the
+    /// outbound SPD ([`ErrorPath::Tunnel`]). Too big with DF clear:
+    /// fragmented by [`Self::transmit`].
+    fn forward_checked(&mut self, t: &Tables, rx_port: usize, mut buf: PktBuf, dst: IpAddr, decapsulated: bool) {
         let Some(hop) = self.route(t, dst) else {
             return self.drop_buf(rx_port, DropReason::NoRoute, buf);
         };
         let (NextHop::Known { out, .. } | NextHop::Unresolved { out, .. }) = hop;
         let mtu = t.ports.get(out).map_or(usize::MAX, |p| p.mtu as usize);
         if buf.len().saturating_sub(ethernet::HEADER_LEN) > mtu {
+            let path = if decapsulated { ErrorPath::Tunnel { from: out } } else { ErrorPath::Back };
             if is_ipv6(buf.frame()) {
-                return self.packet_too_big(t, rx_port, buf, mtu);
+                return self.packet_too_big(t, rx_port, buf, mtu, path);
             }
             if ipv4_df(&buf) {
-                return self.frag_needed(t, rx_port, buf, mtu);
+                return self.frag_needed(t, rx_port, buf, mtu, path);
             }
         }
         decrement_hops(&mut buf);

@@ -16,9 +16,7 @@
 //! Bytes are the inner IP packet's bytes (the plaintext the transform
 //! protects), as in the SA's `bytes` counter.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::OnceLock;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 /// A counter with a single writer (its worker): increments are a relaxed
 /// load and store, not a locked read-modify-write; readers (the control
@@ -143,24 +141,6 @@ pub struct SaLife {
     /// First hard limit crossed ([`Expiry`] as u8), 0 = none. Set once;
     /// from then on the SA's packets are dropped.
     pub hard: AtomicU8,
-    /// Outbound tunnel SAs: the path MTU to the tunnel end learned from
-    /// ICMP (RFC 4301 §8.2.1, the SAD's "Path MTU"), in bytes of the outer
-    /// IP packet; 0 = none learned. Written by whichever worker receives
-    /// the report, read by the owner per packet (relaxed: a stale read
-    /// costs one packet an ICMP error or a fragment, nothing more).
-    pmtu: AtomicU32,
-    /// When `pmtu` is forgotten (RFC 1191 §6.3 / RFC 4301 §8.2.2 aging):
-    /// milliseconds of [`epoch_ms`].
-    pmtu_until_ms: AtomicU64,
-}
-
-/// Milliseconds from the process's first call of this function to `now`
-/// (0 for an instant before it): a clock that fits in an atomic, for the
-/// path MTU's aging ([`SaLife::path_mtu`]).
-pub fn epoch_ms(now: Instant) -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    let epoch = *EPOCH.get_or_init(Instant::now);
-    now.saturating_duration_since(epoch).as_millis() as u64
 }
 
 impl SaLife {
@@ -195,43 +175,6 @@ impl SaLife {
     /// The hard limit crossed, if any.
     pub fn hard_expiry(&self) -> Option<Expiry> {
         Expiry::from_flag(self.hard.load(Ordering::Relaxed))
-    }
-
-    /// The learned path MTU (bytes of the outer packet) if one is known and
-    /// has not aged out at `now_ms` ([`epoch_ms`]). One relaxed load when
-    /// none is known; an aged-out value is cleared.
-    #[inline]
-    pub fn path_mtu(&self, now_ms: impl FnOnce() -> u64) -> Option<u32> {
-        let m = self.pmtu.load(Ordering::Relaxed);
-        if m == 0 {
-            return None;
-        }
-        if now_ms() >= self.pmtu_until_ms.load(Ordering::Relaxed) {
-            // Aged out: forget it unless a report replaced it meanwhile.
-            let _ = self.pmtu.compare_exchange(m, 0, Ordering::Relaxed, Ordering::Relaxed);
-            return None;
-        }
-        Some(m)
-    }
-
-    /// Sets the path MTU to `mtu` bytes until `until_ms` ([`epoch_ms`]);
-    /// the caller has checked that it lowers or repeats the current one.
-    pub fn set_path_mtu(&self, mtu: u32, until_ms: u64) {
-        // Relaxed: a reader that pairs the new MTU with the old expiry
-        // ages it out early or late once, nothing worse.
-        self.pmtu_until_ms.store(until_ms, Ordering::Relaxed);
-        self.pmtu.store(mtu, Ordering::Relaxed);
-    }
-
-    /// Takes `old`'s path MTU and its expiry (an SA replacing `old` on the
-    /// same tunnel, in a rekey).
-    pub fn inherit_path_mtu(&self, old: &SaLife) {
-        self.set_path_mtu(old.pmtu.load(Ordering::Relaxed), old.pmtu_until_ms.load(Ordering::Relaxed));
-    }
-
-    /// The learned path MTU without aging it (stats): 0 when none.
-    pub fn path_mtu_raw(&self) -> u32 {
-        self.pmtu.load(Ordering::Relaxed)
     }
 }
 

@@ -18,6 +18,94 @@
 
 use crate::wire::{checksum, icmp, icmpv6, ipv4, ipv6, udp};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// How far behind the newest sequence number an SA has sent a quoted one
+/// may be (a router answers within milliseconds; 2^20 packets is a second
+/// at a million packets a second on one SA). Older quotes are ignored, so
+/// a forger cannot use the SA's first packets forever.
+pub const SEQ_WINDOW: u64 = 1 << 20;
+
+/// Milliseconds from the process's first call of this function to `now`
+/// (0 for an instant before it): a clock that fits in an atomic, for the
+/// path MTU's expiry ([`PathMtu`]).
+pub fn epoch_ms(now: Instant) -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    now.saturating_duration_since(epoch).as_millis() as u64
+}
+
+/// An outbound tunnel SA's path MTU learned from ICMP (the SAD's "Path
+/// MTU", RFC 4301 §4.4.2.1 / §8.2.1) and when it is forgotten (§8.2.2
+/// aging), in one atomic word: the MTU in bytes of the outer packet in
+/// the low 16 bits, the expiry in [`epoch_ms`] milliseconds above; 0 =
+/// none. Part of the immutable [`super::OutboundSa`], away from the
+/// owner's per-packet counters: read per packet by whichever worker routes
+/// the SA's packets, written only when a report is taken (by the worker
+/// that receives it) or when an aged value is cleared. Every change is a
+/// compare-and-swap of the whole word, so two reports, or a report and
+/// an expiry, never mix.
+#[derive(Debug, Default)]
+pub struct PathMtu(AtomicU64);
+
+impl Clone for PathMtu {
+    /// A copy of the current value.
+    fn clone(&self) -> Self {
+        PathMtu(AtomicU64::new(self.0.load(Ordering::Relaxed)))
+    }
+}
+
+impl PathMtu {
+    fn unpack(w: u64) -> (u16, u64) {
+        (w as u16, w >> 16)
+    }
+
+    /// The path MTU if one is known and has not expired at `now_ms()`
+    /// ([`epoch_ms`]); an expired one is cleared. One relaxed load when
+    /// none is known.
+    #[inline]
+    pub fn get(&self, now_ms: impl FnOnce() -> u64) -> Option<u16> {
+        let w = self.0.load(Ordering::Relaxed);
+        if w == 0 {
+            return None;
+        }
+        let (mtu, until) = Self::unpack(w);
+        if now_ms() >= until {
+            // Only this value: a report that replaced it meanwhile stays.
+            let _ = self.0.compare_exchange(w, 0, Ordering::Relaxed, Ordering::Relaxed);
+            return None;
+        }
+        Some(mtu)
+    }
+
+    /// Takes a report of `mtu` bytes at `now_ms`, to hold until `until_ms`:
+    /// true if it lowered the known path MTU or repeated it (then its
+    /// expiry moves to `until_ms`); false, changing nothing, if the known
+    /// one is lower, or none is known and `mtu` is not below `ceiling` (the
+    /// egress port's MTU).
+    pub fn lower(&self, mtu: u16, now_ms: u64, until_ms: u64, ceiling: u32) -> bool {
+        let new = (until_ms << 16) | mtu as u64;
+        let mut cur = self.0.load(Ordering::Relaxed);
+        loop {
+            let (known, until) = Self::unpack(cur);
+            let fresh = cur != 0 && now_ms < until;
+            if (fresh && mtu > known) || (!fresh && mtu as u32 >= ceiling) {
+                return false;
+            }
+            match self.0.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(w) => cur = w,
+            }
+        }
+    }
+
+    /// Takes `old`'s value (an SA replacing `old` on the same tunnel).
+    pub fn inherit(&self, old: &PathMtu) {
+        self.0.store(old.0.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+}
 
 /// Lowest IPv4 path MTU taken from a report (Linux's default
 /// `net.ipv4.route.min_pmtu`): a lower report is taken as this.
@@ -71,8 +159,10 @@ fn quoted_esp(protocol: u8, rest: &[u8]) -> Option<QuotedEsp> {
 /// IP packet that carries it): `Some` for a "fragmentation needed" (type
 /// 3, code 4) with a valid checksum (RFC 792), a non-zero next-hop MTU
 /// (RFC 1191 §4; a zero comes from routers older than it) and a quoted
-/// IPv4 header (version 4, header length ≥ 20) followed by an ESP header,
-/// or a UDP header and an ESP header. `None` for anything else.
+/// IPv4 header (version 4, header length ≥ 20, options skipped, DF set,
+/// not a later fragment) followed by an ESP header, or a UDP header and
+/// an ESP header (so a quote of only 8 bytes after the header, RFC 792's
+/// minimum, names no SA in ESP in UDP). `None` for anything else.
 pub fn parse_v4(msg: &[u8]) -> Option<PmtuReport> {
     let h = msg.get(..icmp::HEADER_LEN)?;
     if h[icmp::TYPE] != icmp::TYPE_DEST_UNREACHABLE || h[icmp::CODE] != icmp::CODE_FRAG_NEEDED || checksum::sum(msg) != 0xffff {
@@ -82,7 +172,10 @@ pub fn parse_v4(msg: &[u8]) -> Option<PmtuReport> {
     let q = &msg[icmp::HEADER_LEN..];
     let qh = q.get(..ipv4::MIN_HEADER_LEN)?;
     let ihl = ((qh[0] & 0x0f) as usize) * 4;
-    if mtu == 0 || qh[0] >> 4 != 4 || ihl < ipv4::MIN_HEADER_LEN {
+    // A router sends code 4 only about a packet with DF set (RFC 1191
+    // §3), and only a first fragment quotes the ESP header.
+    let flags_frag = u16::from_be_bytes([qh[ipv4::FLAGS_FRAG], qh[ipv4::FLAGS_FRAG + 1]]);
+    if mtu == 0 || qh[0] >> 4 != 4 || ihl < ipv4::MIN_HEADER_LEN || flags_frag & ipv4::FLAG_DF == 0 || flags_frag & 0x1fff != 0 {
         return None;
     }
     let (ports, spi, seq) = quoted_esp(qh[ipv4::PROTOCOL], q.get(ihl..)?)?;
@@ -93,13 +186,14 @@ pub fn parse_v4(msg: &[u8]) -> Option<PmtuReport> {
 
 /// Parses `msg`, an ICMPv6 message from `src` to `dst` (from its type byte
 /// to the end of the IPv6 payload): `Some` for a Packet Too Big (type 2,
-/// code 0, RFC 4443 §3.2) with a valid checksum (§2.3) quoting an IPv6
+/// any code, RFC 4443 §3.2) with a valid checksum (§2.3) quoting an IPv6
 /// header whose next header is ESP or UDP (the gateway's own ESP packets
 /// carry no extension headers) followed by an ESP header. `None` for
 /// anything else.
 pub fn parse_v6(src: &Ipv6Addr, dst: &Ipv6Addr, msg: &[u8]) -> Option<PmtuReport> {
     let h = msg.get(..icmpv6::HEADER_LEN)?;
-    if h[icmpv6::TYPE] != icmpv6::TYPE_PACKET_TOO_BIG || h[icmpv6::CODE] != 0 || !ipv6::upper_layer_checksum_ok(src, dst, ipv6::NH_ICMPV6, msg) {
+    // The code is ignored by the receiver (RFC 4443 §3.2).
+    if h[icmpv6::TYPE] != icmpv6::TYPE_PACKET_TOO_BIG || !ipv6::upper_layer_checksum_ok(src, dst, ipv6::NH_ICMPV6, msg) {
         return None;
     }
     let mtu = u32::from_be_bytes([h[icmpv6::MTU], h[icmpv6::MTU + 1], h[icmpv6::MTU + 2], h[icmpv6::MTU + 3]]);
@@ -171,6 +265,17 @@ mod tests {
             ("ESP truncated", v4(1300, 50, &ESP[..7])),
             ("UDP without ESP", v4(1300, 17, &[0x11, 0x94, 0x11, 0x94, 0, 100, 0, 0])),
             ("short", good[..20].to_vec()),
+            ("quoted DF clear", {
+                let mut m = v4(1300, 50, &ESP);
+                m[8 + 6] = 0; // the quoted header's flags
+                let ck = checksum::checksum(&{
+                    let mut c = m.clone();
+                    c[2..4].copy_from_slice(&[0, 0]);
+                    c
+                });
+                m[2..4].copy_from_slice(&ck.to_be_bytes());
+                m
+            }),
         ] {
             assert_eq!(parse_v4(&m), None, "{what}");
         }
@@ -192,5 +297,24 @@ mod tests {
         // The checksum covers the pseudo-header: another sender fails it.
         assert_eq!(parse_v6(&b, &b, &m), None);
         assert_eq!((clamp(68, false), clamp(1000, true), clamp(1400, false)), (552, 1280, 1400));
+    }
+
+    #[test]
+    fn path_mtu_lowers_refreshes_and_ages() {
+        let p = PathMtu::default();
+        assert_eq!(p.get(|| 0), None);
+        assert!(!p.lower(1500, 10, 1000, 1500), "not below the port's MTU");
+        assert!(p.lower(1400, 10, 1000, 1500));
+        assert!(!p.lower(1450, 20, 1100, 1500), "higher than the known one");
+        assert!(p.lower(1400, 30, 2000, 1500), "equal: refreshed");
+        assert_eq!(p.get(|| 1500), Some(1400), "past the first expiry, within the refreshed one");
+        assert!(p.lower(1300, 40, 2000, 1500));
+        assert_eq!(p.get(|| 1999), Some(1300));
+        assert_eq!(p.get(|| 2000), None, "expired");
+        assert_eq!(p.get(|| 0), None, "and cleared");
+        assert!(p.lower(1450, 2100, 3000, 1500), "after expiry the port's MTU is the ceiling again");
+        let q = PathMtu::default();
+        q.inherit(&p);
+        assert_eq!(q.get(|| 2999), Some(1450));
     }
 }

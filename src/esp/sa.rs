@@ -85,6 +85,9 @@ pub struct OutboundSa {
     /// blocks: 16 spares AES-GCM providers their partial-block path
     /// (README, Figures), and hides lengths a little (§2.4, §2.7).
     pub pad_align: usize,
+    /// Tunnel mode: the path MTU to `tunnel_dst` learned from ICMP (RFC
+    /// 4301 §8.2.1), none at first ([`super::pmtu`]).
+    pub path_mtu: super::pmtu::PathMtu,
 }
 
 /// When and how big the dummy packets of a tunnel-mode outbound SA are

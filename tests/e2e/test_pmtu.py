@@ -24,6 +24,11 @@ with IP_PMTUDISC_DO (DF set, the host's path MTU honoured): Linux applies a
 UDP frag-needed to its route only while the sending socket exists. Every test
 flushes hostA's route cache at its start and in a `finally`, so a learned
 path MTU never leaks into the next test.
+
+The last test is the other end of the tunnel: a decapsulated DF packet too
+big for gw1's inside port (`mtu = 1300` in a derived ep1.toml) gets its
+frag-needed from gw1's inside address back through SA 1002, decrypted on the
+wan by scapy and taken by hostA's kernel.
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ import ipaddress
 import json
 import re
 import struct
+import subprocess
 import sys
 import textwrap
 import time
@@ -173,13 +179,18 @@ def ip_bytes(frame) -> bytes:
     return ip[:int.from_bytes(ip[2:4], "big")]
 
 
-def esp_from_gw0(frames) -> list[bytes]:
+def esp_from(frames, src: str) -> list[bytes]:
+    """The ESP packets from `src` among captured frames (outer IP bytes)."""
     out = []
     for f in frames:
         ip = ip_bytes(f)
-        if ip and ip[9] == ESP_PROTO and ip[12:16] == ipaddress.ip_address(L.GW0_OUT_IP).packed:
+        if ip and ip[9] == ESP_PROTO and ip[12:16] == ipaddress.ip_address(src).packed:
             out.append(ip)
     return out
+
+
+def esp_from_gw0(frames) -> list[bytes]:
+    return esp_from(frames, L.GW0_OUT_IP)
 
 
 def not_esp(frames) -> list[str]:
@@ -211,9 +222,13 @@ def udp_of(frames, sport: int) -> list[bytes]:
     return out
 
 
-def icmp_from_gw0(frames) -> list:
+def icmp_from(frames, src: str) -> list:
     from scapy.layers.inet import ICMP, IP
-    return [f for f in frames if IP in f and ICMP in f and f[IP].src == "192.0.2.1"]
+    return [f for f in frames if IP in f and ICMP in f and f[IP].src == src]
+
+
+def icmp_from_gw0(frames) -> list:
+    return icmp_from(frames, "192.0.2.1")
 
 
 def summaries(frames) -> list[str]:
@@ -266,7 +281,7 @@ _HOSTA = textwrap.dedent("""
     print(json.dumps(out))
 """)
 
-PMTUDISC_DO, PMTUDISC_PROBE = 2, 3
+PMTUDISC_DONT, PMTUDISC_DO, PMTUDISC_PROBE = 0, 2, 3
 
 
 def hosta(sport: int, dport: int, steps: list[dict], pmtudisc=PMTUDISC_DO) -> list[dict]:
@@ -525,15 +540,19 @@ def test_pmtu_learned_only_from_valid_reports(gws, artifacts):
         flush_hosta_route_cache()
 
 
-def check_frag_needed(icmp, sent: bytes, mtu: int, seen: str):
-    """gw0's frag-needed to hostA about `sent` (hostA's IP bytes), advertising `mtu`."""
+def check_frag_needed(icmp, sent: bytes, mtu: int, seen: str, src: str = "192.0.2.1"):
+    """The frag-needed from `src` (gw0's inside address unless told) to hostA
+    about `sent` (hostA's IP bytes), advertising `mtu`; `icmp` a captured
+    frame or a scapy IP packet (decrypted from ESP)."""
+    from scapy.compat import raw
     from scapy.layers.inet import ICMP, IP
-    ip = ip_bytes(icmp)
+    from scapy.layers.l2 import Ether
+    ip = ip_bytes(icmp) if Ether in icmp else raw(icmp[IP])[:icmp[IP].len]
     ihl = (ip[0] & 0xF) * 4
-    assert (icmp[IP].src, icmp[IP].dst, icmp[ICMP].type, icmp[ICMP].code) == ("192.0.2.1", L.A_IP, 3, 4), \
-        f"not a frag-needed from 192.0.2.1 to hostA: {icmp.summary()}\n{seen}"
+    assert (icmp[IP].src, icmp[IP].dst, icmp[ICMP].type, icmp[ICMP].code) == (src, L.A_IP, 3, 4), \
+        f"not a frag-needed from {src} to hostA: {icmp.summary()}\n{seen}"
     assert icmp[ICMP].nexthopmtu == mtu, f"next-hop MTU {icmp[ICMP].nexthopmtu}, want {mtu}\n{seen}"
-    assert ip_checksum(ip[ihl:]) == 0, f"bad ICMP checksum in gw0's frag-needed: {ip.hex()}\n{seen}"
+    assert ip_checksum(ip[ihl:]) == 0, f"bad ICMP checksum in the frag-needed from {src}: {ip.hex()}\n{seen}"
     quote = ip[ihl + 8:]
     # hostA's header and 8 bytes of its payload (the UDP header); TTL and header
     # checksum aside (README: "as sent"; not what this file tests).
@@ -603,5 +622,184 @@ def test_pmtu_timeout_zero_ignores_reports(testbed, start_gws, artifacts):
         st = stats(gw0)
         assert st["icmp_sent"] == 0 and st["drops"]["mtu_exceeded"] == 0 and pmtu_counts(st) == (0, 1), state(st)
     finally:
+        caps.stop_all()
+        flush_hosta_route_cache()
+
+
+# --------------------------------------------------------------------------
+# a decapsulated packet too big for gw1's inside port
+
+INSIDE_MTU = 1300                   # gw1's inside port in the derived ep1.toml
+
+_HOSTB = textwrap.dedent("""
+    import json, select, socket, sys, time
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((sys.argv[1], int(sys.argv[2])))
+    print("ready", flush=True)
+    got = []
+    deadline = time.monotonic() + float(sys.argv[3])
+    while time.monotonic() < deadline:  # until a line on stdin
+        r, _, _ = select.select([s, sys.stdin], [], [], 0.1)
+        if s in r:
+            data, (ip, port) = s.recvfrom(65535)
+            got.append({"src": ip, "sport": port, "len": len(data), "data": data.hex()})
+        elif sys.stdin in r:
+            break
+    print(json.dumps(got), flush=True)
+""")
+
+
+class HostBSocket:
+    """A UDP socket bound on hostB: what hostB's kernel delivers (reassembled)
+    is recorded, and datagrams to it draw no ICMP port unreachable (which
+    would travel SA 1002 and change its count). stop() returns the datagrams
+    received: {src, sport, len, data (hex)}."""
+
+    def __init__(self, port: int, limit_s: float = 60):
+        self.proc = subprocess.Popen(L.ns_cmd("hostB", sys.executable, "-c", _HOSTB, L.B_IP, port, limit_s),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        assert line.strip() == "ready", f"hostB socket on port {port}: {line!r} {self.proc.stderr.read()}"
+
+    def stop(self) -> list[dict]:
+        out, err = self.proc.communicate("stop\n", timeout=10)
+        assert self.proc.returncode == 0, f"hostB socket: exit {self.proc.returncode}\n{err}"
+        return json.loads(out)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def fragments(frames) -> list[tuple[int, int, bool, bool]]:
+    """(IP total length, fragment offset in bytes, MF, DF) of each captured IPv4 packet."""
+    out = []
+    for f in frames:
+        ip = ip_bytes(f)
+        if ip:
+            flags = int.from_bytes(ip[6:8], "big")
+            out.append((len(ip), (flags & 0x1FFF) * 8, bool(flags & 0x2000), bool(flags & 0x4000)))
+    return out
+
+
+def gw_state(st, spis) -> str:
+    """What a failure message shows of a gateway: its drops, icmp_sent,
+    frags_sent and the SA entries (spi, direction) of `spis`."""
+    sas = [s for s in st.get("sas", []) if (s.get("spi"), s.get("direction")) in spis]
+    return f"drops {nonzero_drops(st)}, icmp_sent {st.get('icmp_sent')}, frags_sent {st.get('frags_sent')}, SAs {sas}"
+
+
+def test_decapsulated_too_big_error_comes_back_through_the_tunnel(testbed, start_gws, artifacts):
+    """gw1's inside port with `mtu = 1300` (a derived ep1.toml), gw0 as is.
+    1. hostA's 1400-byte DF datagram crosses the wan (ESP SPI 1001), gw1
+    decrypts it and drops it (`mtu_exceeded`, `icmp_sent` 1): the
+    frag-needed it builds, from its inside address 198.51.100.1 to hostA
+    with MTU 1300, quoting hostA's header as decapsulated (TTL 63) and the
+    UDP header, goes back through SA 1002 — the next ESP packet on the wan,
+    from 203.0.113.2, decrypted here by scapy with the key of
+    configs/ep1.toml — and gw0 delivers it to hostA (SA 1002 inbound counts
+    1); hostB gets nothing. 2. hostA's kernel takes it: IP_MTU 1300, `mtu
+    1300` in its route cache, the next 1400-byte DF send fails with
+    EMSGSIZE. 3. A 1300-byte DF datagram reaches hostB's socket whole.
+    4. hostA's route cache flushed (else hostA fragments at 1300 itself), a
+    1400-byte datagram with DF clear leaves hostA whole, gw1 fragments it
+    (1300 + 120 bytes on b0) and hostB's kernel reassembles it."""
+    text = (L.CONFIG_DIR / L.GW_CONFIG["gw1"]).read_text()
+    inside = 'interface = "gw1-in"\n'
+    assert text.count(inside) == 1 and "mtu" not in text, "configs/ep1.toml is not what this test assumes"
+    cfg1 = artifacts / "ep1-inside-mtu1300.toml"
+    cfg1.write_text(text.replace(inside, f"{inside}mtu = {INSIDE_MTU}\n", 1))
+    p = L.run([testbed["binary"], "check", cfg1], check=False, timeout=30)
+    assert p.returncode == 0, f"secgw check {cfg1}: {p.returncode}\n{p.stdout}{p.stderr}"
+    gws = start_gws({"gw0": L.CONFIG_DIR / L.GW_CONFIG["gw0"], "gw1": cfg1})
+    gw0, gw1 = gws["gw0"], gws["gw1"]
+    sa_err = L.load_sa("gw1", SA_IN)
+    assert (sa_err.direction, sa_err.src, sa_err.dst) == ("outbound", L.GW1_OUT_IP, L.GW0_OUT_IP), sa_err
+    gw1_inside = "198.51.100.1"
+    caps = Captures(artifacts)
+    dport, sport, sport_nodf = 5731, 40731, 40732
+    flush_hosta_route_cache()
+    rx_b = HostBSocket(dport)
+    try:
+        cap_w = caps.start("wan", "br0", f"ip proto {ESP_PROTO}", "wan")
+        cap_a, cap_b = caps.a0("a0"), caps.b0("b0")
+        res = hosta(sport, dport, [{"send": BIG}, {"wait_mtu_below": PORT_MTU, "timeout": 3}, {"so_error": 1},
+                                   {"ip_mtu": 1}, {"send": BIG}, {"send": INSIDE_MTU, "retry": 1}, {"sleep": 0.3}])
+        route = hosta_route()
+        flush_hosta_route_cache()
+        res_nodf = hosta(sport_nodf, dport, [{"send": BIG}, {"sleep": 0.3}], pmtudisc=PMTUDISC_DONT)
+        fb, fa, fw = cap_b.stop(settle=0.3), cap_a.stop(settle=0), cap_w.stop(settle=0)
+        at_b = rx_b.stop()
+        st0, st1 = stats(gw0), stats(gw1)
+        wan = [esp_summary(e) for e in esp_from(fw, L.GW0_OUT_IP) + esp_from(fw, L.GW1_OUT_IP)]
+        seen = (f"hostA's socket (DF): {res}\nhostA's socket (DF clear): {res_nodf}\nroute: {route!r}\n"
+                f"a0: {summaries(fa)}\nb0: {summaries(fb)} fragments {fragments(fb)}\n"
+                f"hostB's socket: {[(d['src'], d['sport'], d['len']) for d in at_b]}\n"
+                f"wan (in capture order): {[esp_summary(ip_bytes(f)) for f in fw if ip_bytes(f)]}\n"
+                f"gw0: {gw_state(st0, {(SA_OUT, 'outbound'), (SA_IN, 'inbound')})}\n"
+                f"gw1: {gw_state(st1, {(SA_OUT, 'inbound'), (SA_IN, 'outbound')})}")
+
+        # hostA sent: 1400 (DF), 1300 (DF; the second 1400 refused), 1400 (DF clear)
+        sent, sent_nodf = udp_of(fa, sport), udp_of(fa, sport_nodf)
+        assert res[0]["errno"] == 0, f"hostA could not send the first {BIG}-byte datagram\n{seen}"
+        assert [len(p) for p in sent] == [BIG, INSIDE_MTU] and all(p[6] & 0x40 for p in sent), \
+            f"hostA should have sent {BIG} then {INSIDE_MTU} bytes, DF set (the second {BIG} refused)\n{seen}"
+        assert [(len(p), bool(p[6] & 0x40)) for p in sent_nodf] == [(BIG, False)], \
+            f"hostA should have sent one whole {BIG}-byte datagram with DF clear\n{seen}"
+
+        # the wan: SPI 1001 seq 1 (the 1400), SPI 1002 seq 1 (the error), then 1001 seq 2 and 3
+        order = [(ipaddress.ip_address(ip[12:16]).exploded, *spi_seq(ip), len(ip))
+                 for ip in (ip_bytes(f) for f in fw) if ip]
+        # the error: IPv4 20 + ICMP 8 + quote 28, sealed like SA 1001 (both AES-128-GCM, IPv4 tunnels)
+        want = [(L.GW0_OUT_IP, SA_OUT, 1, esp_len(BIG)), (L.GW1_OUT_IP, SA_IN, 1, esp_len(20 + 8 + 28)),
+                (L.GW0_OUT_IP, SA_OUT, 2, esp_len(INSIDE_MTU)), (L.GW0_OUT_IP, SA_OUT, 3, esp_len(BIG))]
+        assert order == want, f"ESP on the wan (src, spi, seq, length): {order}, want {want}\n{seen}"
+        err_esp = esp_from(fw, L.GW1_OUT_IP)[0]
+        from scapy.compat import raw
+        from scapy.layers.inet import IP
+        try:
+            err = L.scapy_sa(sa_err).decrypt(IP(err_esp))
+        except Exception as e:  # noqa: BLE001 - what scapy said goes into the message
+            raise AssertionError(f"scapy cannot decrypt gw1's SPI {SA_IN} packet {err_esp.hex()}: {e!r}\n{seen}")
+        seen += f"\ndecrypted SPI {SA_IN}: {err.summary()} ttl {err[IP].ttl}: {raw(err).hex()}"
+        check_frag_needed(err, sent[0], INSIDE_MTU, seen, src=gw1_inside)
+        quote = raw(err)[err[IP].ihl * 4 + 8:]
+        assert quote[8] == sent[0][8] - 1 == 63 and L.ip_checksum_ok(quote[:20]), \
+            (f"the error quotes TTL {quote[8]} (checksum ok: {L.ip_checksum_ok(quote[:20])}), want hostA's header "
+             f"as gw1 decapsulated it: TTL {sent[0][8]} − 1 = 63, valid checksum\n{seen}")
+
+        # delivered to hostA, taken by hostA's kernel
+        icmps = icmp_from(fa, gw1_inside)
+        assert len(icmps) == 1 and not icmp_from_gw0(fa), \
+            f"want one ICMP from {gw1_inside} on a0 (and none from gw0's inside address)\n{seen}"
+        check_frag_needed(icmps[0], sent[0], INSIDE_MTU, seen, src=gw1_inside)
+        assert ip_bytes(icmps[0])[20:] == raw(err)[20:], \
+            f"the ICMP on a0 differs from the one decrypted on the wan: {ip_bytes(icmps[0]).hex()}\n{seen}"
+        assert res[3]["value"] == INSIDE_MTU, f"hostA's IP_MTU {res[3]['value']}, want {INSIDE_MTU}\n{seen}"
+        assert re.search(rf"\bmtu {INSIDE_MTU}\b", route), f"hostA's route cache, want mtu {INSIDE_MTU}\n{seen}"
+        assert res[4]["errno"] == EMSGSIZE, f"the second {BIG}-byte send: errno {res[4]['errno']}, want EMSGSIZE\n{seen}"
+        assert res[5]["errno"] == 0, f"the {INSIDE_MTU}-byte send failed: {res[5]}\n{seen}"
+
+        # hostB: nothing of the first 1400; the 1300 whole; the DF-clear 1400 in gw1's 2 fragments, reassembled
+        assert [(d["sport"], d["len"]) for d in at_b] == [(sport, INSIDE_MTU - 28), (sport_nodf, BIG - 28)], \
+            f"hostB's socket should get the {INSIDE_MTU}-byte then the DF-clear {BIG}-byte datagram only\n{seen}"
+        assert bytes.fromhex(at_b[0]["data"]) == sent[1][28:] and bytes.fromhex(at_b[1]["data"]) == sent_nodf[0][28:], \
+            f"hostB's socket got other bytes than hostA sent\n{seen}"
+        frags = fragments(fb)
+        first = (INSIDE_MTU - 20) // 8 * 8  # data in the first fragment: 1280
+        want_b = [(INSIDE_MTU, 0, False, True), (20 + first, 0, True, False), (BIG - first, first, False, False)]
+        assert frags == want_b, f"b0 (length, offset, MF, DF): {frags}, want {want_b}\n{seen}"
+
+        # the gateways' counts
+        d1 = st1.get("drops", {})
+        assert (d1.get("mtu_exceeded"), st1.get("icmp_sent"), st1.get("frags_sent")) == (1, 1, 2), \
+            f"gw1: mtu_exceeded {d1.get('mtu_exceeded')}, icmp_sent {st1.get('icmp_sent')}, frags_sent " \
+            f"{st1.get('frags_sent')}, want 1, 1, 2\n{seen}"
+        assert sa_entry(st1, SA_IN, "outbound").get("packets") == 1, f"gw1's SA {SA_IN} should carry the error\n{seen}"
+        assert sa_entry(st0, SA_IN, "inbound").get("packets") == 1, f"gw0's SA {SA_IN} should count the error\n{seen}"
+        assert (st0.get("icmp_sent"), st0.get("drops", {}).get("mtu_exceeded")) == (0, 0), f"gw0\n{seen}"
+    finally:
+        rx_b.kill()
         caps.stop_all()
         flush_hosta_route_cache()
