@@ -412,3 +412,38 @@ fn a_decapsulated_packet_too_big_gets_its_error_through_the_tunnel() {
     assert_eq!(gw1.stats().icmp_sent, 1);
     let _ = std::fs::remove_file(gw1_cfg);
 }
+
+#[test]
+fn a_decapsulated_packets_error_goes_only_into_esp_back_to_its_peer() {
+    // gw1's inside address outside every policy's prefix: the error (from
+    // it) has no PROTECT policy. With a catch-all BYPASS it would leave in
+    // the clear, quoting decrypted bytes: dropped either way.
+    for (tag, extra) in [("nopolicy", ""), ("bypass", "\n[[policy]]\ndirection = \"outbound\"\nsrc = \"0.0.0.0/0\"\ndst = \"0.0.0.0/0\"\npriority = 1000\naction = \"bypass\"\n")] {
+        let gw1_cfg = edited_config("ep1.toml", &format!("pmtu-leak-{tag}"), |t| {
+            let t = t.replacen("name = \"inside\"\n", "name = \"inside\"\nmtu = 1300\n", 1).replacen("addresses = [\"198.51.100.1/24\"]", "addresses = [\"198.51.99.1/24\"]", 1);
+            format!("{t}{extra}")
+        });
+        let mut gw0 = Gw::from_config("configs/ep0.toml");
+        let mut gw1 = Gw::from_config(&gw1_cfg);
+        let esp = gw0.push("inside", &[from_host_a(1400, 5001)]);
+        let out = gw1.push("outside", &[esp[0].1.clone()]);
+        assert!(out.is_empty(), "{tag}: nothing leaves: {:?}", out.iter().map(|(p, f)| (p, f.len())).collect::<Vec<_>>());
+        let s = gw1.stats();
+        assert_eq!((s.drops["mtu_exceeded"], s.drops["tunnel_error_dropped"], s.icmp_sent), (1, 1, 1), "{tag}");
+        let _ = std::fs::remove_file(gw1_cfg);
+    }
+}
+
+#[test]
+fn a_quoted_sequence_number_below_first_seq_was_never_sent() {
+    let cfg = ep0_sa1001("pmtu-firstseq", "first_seq = 100");
+    let (mut gw0, esp) = after_one_packet(&cfg);
+    assert_eq!(&esp[24..28], &100u32.to_be_bytes(), "the first packet carries 100");
+    let mut older = esp.clone();
+    older[24..28].copy_from_slice(&99u32.to_be_bytes());
+    gw0.push("outside", &[frag_needed(GW0_OUT, 1300, &older, 548)]);
+    assert_eq!((gw0.drop_count("pmtu_update"), gw0.drop_count("pmtu_ignored")), (0, 1));
+    gw0.push("outside", &[frag_needed(GW0_OUT, 1300, &esp, 548)]);
+    assert_eq!((gw0.drop_count("pmtu_update"), path_mtu(&gw0, 1001)), (1, Some(1300)));
+    let _ = std::fs::remove_file(cfg);
+}

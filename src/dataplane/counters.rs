@@ -164,12 +164,18 @@ pub enum DropReason {
     /// sequence number it has sent; the MTU is not below the current path
     /// MTU).
     PmtuIgnored,
+    /// An ICMP error about a decapsulated packet that cannot go back into
+    /// ESP to the peer the packet came from: no PROTECT policy for it, or
+    /// one whose SA leads elsewhere (the error quotes decrypted bytes: never
+    /// in the clear, never to another peer), or the worker's crypto burst
+    /// was full. The packet it reports is counted under `mtu_exceeded`.
+    TunnelErrorDropped,
 }
 
 impl DropReason {
     /// Every reason, in the order stats list them (`Martian`, added later, is
     /// listed after `NeighReply`; the counter index is the discriminant).
-    pub const ALL: [DropReason; 49] = [
+    pub const ALL: [DropReason; 50] = [
         DropReason::Malformed,
         DropReason::UnsupportedEthertype,
         DropReason::NotForUs,
@@ -219,6 +225,7 @@ impl DropReason {
         DropReason::Martian,
         DropReason::PmtuUpdate,
         DropReason::PmtuIgnored,
+        DropReason::TunnelErrorDropped,
     ];
 
     /// Number of reasons.
@@ -275,6 +282,7 @@ impl DropReason {
             DropReason::NeighReply => "neigh_reply",
             DropReason::PmtuUpdate => "pmtu_update",
             DropReason::PmtuIgnored => "pmtu_ignored",
+            DropReason::TunnelErrorDropped => "tunnel_error_dropped",
             DropReason::Martian => "martian",
         }
     }

@@ -11,7 +11,7 @@ use crate::esp::{inbound, outbound, pmtu, transport, InboundState, OutboundSa, O
 use crate::io::{PktBuf, Port};
 use crate::policy::neighbour::Neighbours;
 use crate::policy::spd::{FlowKey, SpdAction};
-use crate::policy::Tables;
+use crate::policy::{self, Tables};
 use crate::wire::{arp, esp as esp_hdr, ethernet, icmp, icmpv6, ipv4, ipv6, udp};
 use arc_swap::ArcSwap;
 use crossbeam_queue::ArrayQueue;
@@ -224,9 +224,11 @@ pub struct WorkerConf {
 /// Empty polls in a row before a worker starts sleeping between polls.
 pub const IDLE_POLLS: u32 = 1024;
 
-/// TTL / hop limit of the ICMP errors the gateway sends through a tunnel
-/// (decremented once on the way out, as a forwarded packet).
-const ERROR_TTL: u8 = 64;
+/// Largest ICMPv6 error sent back through a tunnel, in bytes: RFC 4443
+/// §2.4 (c)'s 1280 less room for any SA's encapsulation (outer header,
+/// UDP, ESP header, IV, padding, ICV), so the sealed error still fits a
+/// path of the IPv6 minimum MTU.
+const TUNNEL_ERROR_MAX_V6: usize = 1280 - 160;
 
 /// Where an ICMP error about a packet received on a port goes.
 #[derive(Debug, Clone, Copy)]
@@ -237,10 +239,15 @@ enum ErrorPath {
     Back,
     /// From the first address of port `from` (the egress port the
     /// decapsulated packet did not fit), through the outbound SPD: the
-    /// source is behind the tunnel the packet came through.
+    /// source is behind the tunnel the packet came through, whose far end
+    /// is `peer` (the inbound SA's `tunnel_src`; in transport mode the
+    /// packet's own source). The error quotes decrypted bytes, so it goes
+    /// only into ESP back to `peer`.
     Tunnel {
         /// The port whose address is the error's source.
         from: usize,
+        /// The far end of the tunnel the packet came through.
+        peer: IpAddr,
     },
 }
 
@@ -250,7 +257,7 @@ impl ErrorPath {
     fn from(self, rx_port: usize) -> usize {
         match self {
             ErrorPath::Back => rx_port,
-            ErrorPath::Tunnel { from } => from,
+            ErrorPath::Tunnel { from, .. } => from,
         }
     }
 }
@@ -719,6 +726,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// ICMP error, a non-first fragment or a non-unicast source (RFC 1812
     /// §4.3.2.7), none without an address on the port it is sent from,
     /// none past the rate limit (counted under `icmp_rate_limited`).
+    #[cold]
+    #[inline(never)]
     fn frag_needed(&mut self, t: &Tables, port: usize, mut buf: PktBuf, mtu: usize, path: ErrorPath) {
         self.counters.count_drop(port, DropReason::MtuExceeded);
         let (src, quoted) = {
@@ -758,6 +767,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// source, none about an ICMPv6 error (§2.4 (e)), none without an IPv6
     /// address on the port it is sent from, none past the rate limit
     /// shared with ICMPv4 (`icmp_rate_limited`).
+    #[cold]
+    #[inline(never)]
     fn packet_too_big(&mut self, t: &Tables, port: usize, mut buf: PktBuf, mtu: usize, path: ErrorPath) {
         self.counters.count_drop(port, DropReason::MtuExceeded);
         let (src, quoted) = {
@@ -772,7 +783,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             if icmp_error || ipv6::is_multicast(&src) || src.is_unspecified() || src.is_loopback() {
                 return self.recycle(buf);
             }
-            (src, icmpv6::quoted_len(ip.total_len()))
+            let quoted = icmpv6::quoted_len(ip.total_len());
+            // Through a tunnel, small enough to fit a minimum-MTU path sealed.
+            let quoted = if matches!(path, ErrorPath::Tunnel { .. }) { quoted.min(TUNNEL_ERROR_MAX_V6 - icmpv6::ERROR_FRONT) } else { quoted };
+            (src, quoted)
         };
         let Some(&me) = t.ports.get(path.from(port)).and_then(|p| p.addresses6.first()) else {
             return self.recycle(buf);
@@ -781,7 +795,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return self.recycle(buf);
         }
         let mtu = mtu.min(u32::MAX as usize) as u32;
-        let Some(n) = icmpv6::packet_too_big_in_place(&mut buf.frame_mut()[ethernet::HEADER_LEN..], quoted, &me, &src, mtu, 64) else {
+        let Some(n) = icmpv6::packet_too_big_in_place(&mut buf.frame_mut()[ethernet::HEADER_LEN..], quoted, &me, &src, mtu, icmp::ERROR_TTL) else {
             return self.recycle(buf);
         };
         buf.trim_to(ethernet::HEADER_LEN + n);
@@ -792,15 +806,18 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// Sends the ICMP error `buf` (`me` → `to`, protocol `protocol`) built
     /// about a packet received on `port`: routed to `to` ([`ErrorPath::Back`]),
     /// or through the outbound SPD like a packet from the protected side
-    /// ([`ErrorPath::Tunnel`]: PROTECT → the SA's ESP, BYPASS → in the
-    /// clear, else dropped as `no_policy` / `policy_discard`).
+    /// ([`ErrorPath::Tunnel`]): only a PROTECT policy whose SA goes to the
+    /// peer the packet came from takes it, else it is dropped as
+    /// `tunnel_error_dropped` (see [`Self::outbound`]).
+    #[cold]
+    #[inline(never)]
     #[allow(clippy::too_many_arguments)]
     fn send_error(&mut self, t: &Tables, port: usize, buf: PktBuf, me: IpAddr, to: IpAddr, protocol: u8, path: ErrorPath) {
         match path {
             ErrorPath::Back => self.forward(t, port, buf, to),
-            ErrorPath::Tunnel { .. } => {
+            ErrorPath::Tunnel { peer, .. } => {
                 let key = FlowKey { src: me, dst: to, protocol, ports: None };
-                self.outbound(t, port, buf, key, ERROR_TTL, true)
+                self.outbound(t, port, buf, key, icmp::ERROR_TTL, Some(peer))
             }
         }
     }
@@ -1138,7 +1155,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 // Ethernet padding after the IP packet is not part of it.
                 buf.trim_to(ethernet::HEADER_LEN + total);
                 if pinfo.protected {
-                    self.outbound(t, port, buf, key, ttl, false)
+                    self.outbound(t, port, buf, key, ttl, None)
                 } else {
                     self.inbound(t, port, buf, key, ttl, hl, frag)
                 }
@@ -1174,7 +1191,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                     return self.drop_buf(port, DropReason::NotForUs, buf);
                 }
                 if pinfo.protected {
-                    self.outbound(t, port, buf, key, hops, false)
+                    self.outbound(t, port, buf, key, hops, None)
                 } else {
                     self.inbound(t, port, buf, key, hops, up.offset, up.is_fragment())
                 }
@@ -1233,17 +1250,26 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
 
     /// Plaintext (IPv4 or IPv6) from a protected port: SPD → PROTECT /
     /// BYPASS / DISCARD.
-    fn outbound(&mut self, t: &Tables, port: usize, mut buf: PktBuf, key: FlowKey, ttl: u8, from_us: bool) {
+    fn outbound(&mut self, t: &Tables, port: usize, mut buf: PktBuf, key: FlowKey, ttl: u8, error_to: Option<IpAddr>) {
         if t.is_local(port, key.dst) {
             return self.drop_buf(port, DropReason::ToUs, buf);
         }
-        // `from_us`: an ICMP error the gateway built about a decapsulated
-        // packet, from its own address (a martian source otherwise) to a
-        // source already checked when it was decapsulated.
-        if !from_us && t.martian(key.src, key.dst) {
+        // `error_to`: an ICMP error the gateway built about a packet that
+        // came out of a tunnel from that peer, from its own address (so not
+        // `martian` for being ours); it quotes decrypted bytes, so only a
+        // PROTECT policy whose SA goes back to that peer takes it.
+        let martian = match error_to {
+            None => t.martian(key.src, key.dst),
+            Some(_) => policy::unforwardable(key.src) || policy::unforwardable(key.dst),
+        };
+        if martian {
             return self.drop_buf(port, DropReason::Martian, buf);
         }
-        let action = match t.spd_out.lookup(&key) {
+        let found = t.spd_out.lookup(&key);
+        if error_to.is_some() && !matches!(found, Some(SpdAction::Protect(_))) {
+            return self.drop_buf(port, DropReason::TunnelErrorDropped, buf);
+        }
+        let action = match found {
             None => return self.drop_buf(port, DropReason::NoPolicy, buf),
             Some(SpdAction::Discard) => return self.drop_buf(port, DropReason::PolicyDiscard, buf),
             Some(a) => a,
@@ -1254,7 +1280,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return self.drop_buf(port, DropReason::TtlExceeded, buf);
         }
         let SpdAction::Protect(slot) = action else {
-            return self.forward_checked(t, port, buf, key.dst, false);
+            return self.forward_checked(t, port, buf, key.dst, None);
         };
         let Some(sa) = t.sad.outbound_at(slot) else {
             return self.drop_buf(port, DropReason::NoSa, buf);
@@ -1278,6 +1304,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         // The MTU in the errors is the largest inner packet that fits.
         let inner_v6 = key.dst.is_ipv6();
         let via = if sa.transport { key.dst } else { sa.tunnel_dst };
+        if error_to.is_some_and(|peer| peer != via) {
+            return self.drop_buf(port, DropReason::TunnelErrorDropped, buf);
+        }
         // The egress port of the tunnel end, remembered for the tables
         // snapshot it was looked up in (a run of one tunnel routes once).
         let egress = match self.via_memo {
@@ -1320,6 +1349,12 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         decrement_hops(&mut buf);
         let owner = sa.owner;
         if owner == self.conf.id {
+            // An error built while crypto completions are drained: the ops
+            // burst may be full (ops the queue pair refused), and it never
+            // grows past its capacity.
+            if error_to.is_some() && self.ops.len() >= self.ops.capacity() {
+                return self.drop_buf(port, DropReason::TunnelErrorDropped, buf);
+            }
             // Ours: prepared here, without the tag's round trip to the SAD.
             return self.prepare_outbound(sa, slot, i, port, buf);
         }
@@ -1425,7 +1460,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 if ttl <= 1 {
                     return self.drop_buf(port, DropReason::TtlExceeded, buf);
                 }
-                self.forward_checked(t, port, buf, key.dst, false)
+                self.forward_checked(t, port, buf, key.dst, None)
             }
         }
     }
@@ -1590,7 +1625,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let c = &e.sa.life.counters;
         c.packets.add(1);
         c.bytes.add(len as u64);
-        self.forward_checked(t, port, buf, key.dst, true)
+        // The far end of its tunnel, where an ICMP error about it goes.
+        let peer = if e.sa.transport { key.src } else { e.sa.tunnel_src };
+        self.forward_checked(t, port, buf, key.dst, Some(peer))
     }
 
     /// Routes on `dst`, writes the Ethernet header (EtherType of the IP
@@ -1645,8 +1682,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     }
 
     /// A packet a BYPASS policy lets through, either direction, or a
-    /// decapsulated one (`decapsulated`; TTL / hop limit already checked
-    /// to be above 1): routed on `dst`, checked against the egress port's
+    /// decapsulated one (`decapsulated`: the far end of its tunnel; TTL /
+    /// hop limit already checked to be above 1): routed on `dst`, checked against the egress port's
     /// MTU as a router checks it (RFC 1812 §4.2.2.5 / RFC 1191 §3, RFC 8200
     /// §5), then decremented and sent. Too big with DF set, or IPv6 (never
     /// fragmented on the way): dropped as `mtu_exceeded`, and an ICMP
@@ -1655,17 +1692,20 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// (before the decrement), under the rules and rate limit of the
     /// tunnel's errors ([`Self::frag_needed`], [`Self::packet_too_big`]):
     /// bypassed, back from the port it came in on; decapsulated, its source
-    /// is behind the tunnel, so from the egress port's address through the
-    /// outbound SPD ([`ErrorPath::Tunnel`]). Too big with DF clear:
+    /// is behind the tunnel, so from the egress port's address into ESP
+    /// back to that peer ([`ErrorPath::Tunnel`]). Too big with DF clear:
     /// fragmented by [`Self::transmit`].
-    fn forward_checked(&mut self, t: &Tables, rx_port: usize, mut buf: PktBuf, dst: IpAddr, decapsulated: bool) {
+    fn forward_checked(&mut self, t: &Tables, rx_port: usize, mut buf: PktBuf, dst: IpAddr, decapsulated: Option<IpAddr>) {
         let Some(hop) = self.route(t, dst) else {
             return self.drop_buf(rx_port, DropReason::NoRoute, buf);
         };
         let (NextHop::Known { out, .. } | NextHop::Unresolved { out, .. }) = hop;
         let mtu = t.ports.get(out).map_or(usize::MAX, |p| p.mtu as usize);
         if buf.len().saturating_sub(ethernet::HEADER_LEN) > mtu {
-            let path = if decapsulated { ErrorPath::Tunnel { from: out } } else { ErrorPath::Back };
+            let path = match decapsulated {
+                Some(peer) => ErrorPath::Tunnel { from: out, peer },
+                None => ErrorPath::Back,
+            };
             if is_ipv6(buf.frame()) {
                 return self.packet_too_big(t, rx_port, buf, mtu, path);
             }

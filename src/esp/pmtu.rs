@@ -82,7 +82,8 @@ impl PathMtu {
 
     /// Takes a report of `mtu` bytes at `now_ms`, to hold until `until_ms`:
     /// true if it lowered the known path MTU or repeated it (then its
-    /// expiry moves to `until_ms`); false, changing nothing, if the known
+    /// expiry moves to `until_ms`, if that is a second or more later);
+    /// false, changing nothing, if the known
     /// one is lower, or none is known and `mtu` is not below `ceiling` (the
     /// egress port's MTU).
     pub fn lower(&self, mtu: u16, now_ms: u64, until_ms: u64, ceiling: u32) -> bool {
@@ -93,6 +94,12 @@ impl PathMtu {
             let fresh = cur != 0 && now_ms < until;
             if (fresh && mtu > known) || (!fresh && mtu as u32 >= ceiling) {
                 return false;
+            }
+            // A repeat that moves the expiry by less than a second is taken
+            // without a write: a flood of reports does not keep rewriting
+            // a word every worker reads per packet.
+            if fresh && mtu == known && until_ms < until.saturating_add(1000) {
+                return true;
             }
             match self.0.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return true,

@@ -19,6 +19,8 @@ pub const NEXT_HOP_MTU: usize = 6;
 pub const TYPE_DEST_UNREACHABLE: u8 = 3;
 /// Code 4 of type 3: fragmentation needed and DF set.
 pub const CODE_FRAG_NEEDED: u8 = 4;
+/// TTL (IPv4) / hop limit (IPv6) of the ICMP errors the gateway sends.
+pub const ERROR_TTL: u8 = 64;
 /// Payload bytes after the quoted IP header (RFC 792: the first 64 bits).
 pub const QUOTED_PAYLOAD: usize = 8;
 /// Bytes in front of the quoted packet: IPv4 header (20) + ICMP header (8).
@@ -56,7 +58,7 @@ pub fn frag_needed_in_place(pkt: &mut [u8], quoted: usize, src: Ipv4Addr, dst: I
     icmp[NEXT_HOP_MTU..NEXT_HOP_MTU + 2].copy_from_slice(&mtu.to_be_bytes());
     let ck = checksum::checksum(icmp);
     icmp[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
-    ipv4::write_header(&mut pkt[..ipv4::MIN_HEADER_LEN], 0xc0, total as u16, ident, 0, 64, ipv4::PROTO_ICMP, src, dst);
+    ipv4::write_header(&mut pkt[..ipv4::MIN_HEADER_LEN], 0xc0, total as u16, ident, 0, ERROR_TTL, ipv4::PROTO_ICMP, src, dst);
     Some(total)
 }
 
