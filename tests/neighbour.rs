@@ -47,15 +47,6 @@ fn from_a(n: u8) -> Vec<u8> {
     eth(mac(GW0_IN_MAC), mac(A_MAC), 0x0800, &udp_packet(HOST_A, HOST_B, 0, 64, 40000, 5001, &[n; 16]))
 }
 
-fn icmpv6_checksum(src: &Ipv6Addr, dst: &Ipv6Addr, msg: &[u8]) -> u16 {
-    let mut ph = Vec::new();
-    ph.extend_from_slice(&src.octets());
-    ph.extend_from_slice(&dst.octets());
-    ph.extend_from_slice(&(msg.len() as u32).to_be_bytes());
-    ph.extend_from_slice(&[0, 0, 0, 58]);
-    !(sum(msg, sum(&ph, 0)) as u16)
-}
-
 /// hostA → hostB over IPv6 UDP to port 5001 (SA 1101, tunnel to 2001:db8:ff::2).
 fn from_a6(n: u8) -> Vec<u8> {
     let (src, dst) = (v6("2001:db8:a::10"), v6("2001:db8:b::10"));

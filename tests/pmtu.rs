@@ -197,17 +197,6 @@ fn pmtu_timeout_0_ignores_reports() {
     let _ = std::fs::remove_file(cfg);
 }
 
-/// The ICMPv6 checksum over the pseudo-header (RFC 4443 §2.3, RFC 8200 §8.1).
-fn icmpv6_checksum(src: &Ipv6Addr, dst: &Ipv6Addr, msg: &[u8]) -> u16 {
-    let mut pseudo = Vec::new();
-    pseudo.extend_from_slice(&src.octets());
-    pseudo.extend_from_slice(&dst.octets());
-    pseudo.extend_from_slice(&(msg.len() as u32).to_be_bytes());
-    pseudo.extend_from_slice(&[0, 0, 0, 58]);
-    pseudo.extend_from_slice(msg);
-    ip_checksum(&pseudo)
-}
-
 #[test]
 fn packet_too_big_for_an_ipv6_tunnel() {
     // configs/ep0-v6.toml: UDP to ports 6000-6999 goes in SA 1101, IPv6

@@ -92,6 +92,17 @@ pub fn ip_checksum(h: &[u8]) -> u16 {
     !(s as u16)
 }
 
+/// The ICMPv6 checksum of `msg` from `src` to `dst`, over the IPv6
+/// pseudo-header (RFC 4443 §2.3, RFC 8200 §8.1).
+pub fn icmpv6_checksum(src: &std::net::Ipv6Addr, dst: &std::net::Ipv6Addr, msg: &[u8]) -> u16 {
+    let mut ph = Vec::new();
+    ph.extend_from_slice(&src.octets());
+    ph.extend_from_slice(&dst.octets());
+    ph.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    ph.extend_from_slice(&[0, 0, 0, 58]);
+    !(sum(msg, sum(&ph, 0)) as u16)
+}
+
 /// IPv4/UDP packet (no Ethernet), built by hand so the test does not share
 /// the gateway's builders.
 pub fn udp_packet(src: Ipv4Addr, dst: Ipv4Addr, tos: u8, ttl: u8, sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
