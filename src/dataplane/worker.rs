@@ -133,7 +133,7 @@ fn ip_tos(f: &[u8]) -> u8 {
 
 /// The forwarding decrement of the IP header after the Ethernet header:
 /// IPv4 TTL (checksum updated) or IPv6 hop limit.
-#[inline]
+#[inline(always)]
 fn decrement_hops(buf: &mut PktBuf) {
     let v6 = is_ipv6(buf.frame());
     let ip = buf.frame_mut().get_mut(ethernet::HEADER_LEN..).unwrap_or(&mut []);

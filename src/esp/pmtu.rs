@@ -65,14 +65,24 @@ impl PathMtu {
     /// The path MTU if one is known and has not expired at `now_ms()`
     /// ([`epoch_ms`]); an expired one is cleared. One relaxed load when
     /// none is known.
-    #[inline]
+    /// Inlined into the per-packet PROTECT path: the load and the test
+    /// for "none known" only; a known value is checked out of line.
+    #[inline(always)]
     pub fn get(&self, now_ms: impl FnOnce() -> u64) -> Option<u16> {
         let w = self.0.load(Ordering::Relaxed);
         if w == 0 {
             return None;
         }
+        self.known(w, now_ms())
+    }
+
+    /// [`Self::get`] for a known word `w`: its MTU unless it has expired
+    /// at `now_ms`, when it is cleared.
+    #[cold]
+    #[inline(never)]
+    fn known(&self, w: u64, now_ms: u64) -> Option<u16> {
         let (mtu, until) = Self::unpack(w);
-        if now_ms() >= until {
+        if now_ms >= until {
             // Only this value: a report that replaced it meanwhile stays.
             let _ = self.0.compare_exchange(w, 0, Ordering::Relaxed, Ordering::Relaxed);
             return None;
