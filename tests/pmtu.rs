@@ -331,33 +331,141 @@ fn v6_from_host_a(total: usize, dport: u16) -> Vec<u8> {
     eth(mac("02:00:00:00:00:01"), mac("02:00:00:00:0a:01"), 0x86dd, &p)
 }
 
+/// The MTU of the ICMPv6 Packet Too Big gw0 sent hostA about `sent` (an
+/// IPv6 frame from hostA), after checking it is one, from gw0's inside
+/// address, quoting `sent` from its start.
+fn ptb_mtu(out: &[(String, Vec<u8>)], sent: &[u8]) -> u32 {
+    assert_eq!(out.len(), 1, "one frame: {:?}", out.iter().map(|(p, f)| (p, f.len())).collect::<Vec<_>>());
+    assert_eq!(out[0].0, "inside", "the error goes back to hostA");
+    let ip = &out[0].1[14..];
+    let gw0_in: Ipv6Addr = "2001:db8:a::1".parse().unwrap();
+    assert_eq!((ip[0] >> 4, ip[6], ip[40], ip[41]), (6, 58, 2, 0), "ICMPv6 Packet Too Big");
+    assert_eq!(&ip[8..24], &gw0_in.octets()[..]);
+    let src = Ipv6Addr::from(<[u8; 16]>::try_from(&ip[8..24]).unwrap());
+    let dst = Ipv6Addr::from(<[u8; 16]>::try_from(&ip[24..40]).unwrap());
+    assert_eq!(icmpv6_checksum(&src, &dst, &ip[40..]), 0, "ICMPv6 checksum");
+    assert_eq!(&ip[48..88], &sent[14..54], "quotes hostA's header");
+    u32::from_be_bytes([ip[44], ip[45], ip[46], ip[47]])
+}
+
+/// `p` (an IPv6 frame from hostA) as hostB gets it: hop limit two less
+/// (gw0 and gw1 each forward it), addressed to hostB's MAC.
+fn assert_delivered_v6(got: &[(String, Vec<u8>)], p: &[u8]) {
+    assert_eq!(got.len(), 1, "one frame: {:?}", got.iter().map(|(p, f)| (p, f.len())).collect::<Vec<_>>());
+    assert_eq!(got[0].0, "inside");
+    let (ip, sent) = (&got[0].1[14..], &p[14..]);
+    assert_eq!(ip.len(), sent.len());
+    assert_eq!(ip[7], sent[7] - 2, "hop limit");
+    assert_eq!((&ip[..7], &ip[8..]), (&sent[..7], &sent[8..]), "the packet hostA sent");
+}
+
 #[test]
 fn ipv6_hosts_are_never_told_less_than_1280() {
     // configs/ep0-v6.toml: IPv6 inner traffic to UDP 4000-4999 goes in SA
-    // 1001 (IPv4 outer).
+    // 1001 (IPv4 outer); ep1-v6.toml is its peer.
     let mut gw0 = Gw::from_config("configs/ep0-v6.toml");
+    let mut gw1 = Gw::from_config("configs/ep1-v6.toml");
     let out = gw0.push("inside", &[from_host_a(1400, 5001)]);
     let esp = out[0].1[14..].to_vec();
     assert_eq!(&esp[20..24], &1001u32.to_be_bytes());
-    // 1300 leaves IPv6 inner packets 1246 bytes: below 1280, not used for them.
+    // 1300 leaves IPv6 inner packets 1246 bytes: below IPv6's 1280, so the
+    // tunnel MTU counts as 1280 (RFC 4213 §3.2).
     gw0.push("outside", &[frag_needed(GW0_OUT, 1300, &esp, 548)]);
     assert_eq!(path_mtu(&gw0, 1001), Some(1300));
-    let out = gw0.push("inside", &[v6_from_host_a(1400, 4001)]);
-    assert_eq!((out.len(), out[0].0.as_str()), (1, "outside"), "sent as before the report");
+    let big = v6_from_host_a(1281, 4001);
+    assert_eq!(ptb_mtu(&gw0.push("inside", std::slice::from_ref(&big)), &big), 1280);
+    // 1280 bytes go out with the outer DF clear, for a router of the 1300
+    // path to fragment; whole here, as they fit the port's 1500.
+    let p = v6_from_host_a(1280, 4001);
+    let out = gw0.push("inside", std::slice::from_ref(&p));
+    assert_eq!((out.len(), out[0].0.as_str()), (1, "outside"));
+    let ip = &out[0].1[14..];
+    assert_eq!((ip.len(), ip[9], &ip[20..24]), (1280 + 4 + OVERHEAD4, 50, &1001u32.to_be_bytes()[..]));
+    assert_eq!(u16::from_be_bytes([ip[6], ip[7]]), 0, "DF clear, not a fragment");
+    assert_eq!(ip_checksum(&ip[..20]), 0, "header checksum after clearing DF");
+    assert_delivered_v6(&gw1.push("outside", &[out[0].1.clone()]), &p);
+    // What fits the path keeps DF (`df = "copy"` of an IPv6 packet).
+    let out = gw0.push("inside", &[v6_from_host_a(fits(1300, OVERHEAD4), 4001)]);
+    assert_eq!((out[0].0.as_str(), out[0].1.len() - 14, out[0].1[14 + 6] & 0x40), ("outside", 1300, 0x40));
     // IPv4 inner packets are told 1246.
     let big = from_host_a(1400, 5001);
     assert_eq!(advertised(&gw0.push("inside", std::slice::from_ref(&big)), &big), 1246);
+    assert_eq!(gw0.drop_count("mtu_exceeded"), 2);
     // At 1400 the IPv6 packets are told 1346 (Packet Too Big, type 2).
     let mut gw0 = Gw::from_config("configs/ep0-v6.toml");
     let out = gw0.push("inside", &[from_host_a(1400, 5001)]);
     let esp = out[0].1[14..].to_vec();
     gw0.push("outside", &[frag_needed(GW0_OUT, 1400, &esp, 548)]);
-    let out = gw0.push("inside", &[v6_from_host_a(1400, 4001)]);
-    assert_eq!((out.len(), out[0].0.as_str()), (1, "inside"));
-    let ip = &out[0].1[14..];
-    assert_eq!((ip[6], ip[40]), (58, 2), "ICMPv6 Packet Too Big");
-    assert_eq!(u32::from_be_bytes([ip[44], ip[45], ip[46], ip[47]]) as usize, fits(1400, OVERHEAD4));
+    let big = v6_from_host_a(1400, 4001);
+    assert_eq!(ptb_mtu(&gw0.push("inside", std::slice::from_ref(&big)), &big) as usize, fits(1400, OVERHEAD4));
     assert_eq!(fits(1400, OVERHEAD4), 1346);
+}
+
+#[test]
+fn a_port_mtu_below_ipv6s_minimum_fragments_the_outer_ipv4_packet() {
+    // gw0's outside port carries at most 1300 bytes: 1246 of IPv6 inner in
+    // SA 1001 (IPv4 outer), 1226 in SA 1101 (IPv6 outer).
+    let cfg = edited_config("ep0-v6.toml", "v6-min", |t| t.replacen("name = \"outside\"\n", "name = \"outside\"\nmtu = 1300\n", 1));
+    let mut gw0 = Gw::from_config(&cfg);
+    let mut gw1 = Gw::from_config("configs/ep1-v6.toml");
+    let big = v6_from_host_a(1281, 4001);
+    assert_eq!(ptb_mtu(&gw0.push("inside", std::slice::from_ref(&big)), &big), 1280);
+    // 1280 bytes: one ESP packet with DF clear, fragmented to the port's
+    // MTU after encryption (RFC 4213 §3.2); gw1 reassembles and opens it.
+    let p = v6_from_host_a(1280, 4001);
+    let out = gw0.push("inside", std::slice::from_ref(&p));
+    assert_eq!(out.len(), 2, "{:?}", out.iter().map(|(p, f)| (p, f.len())).collect::<Vec<_>>());
+    let mut payload = 0;
+    for (k, (port, f)) in out.iter().enumerate() {
+        let ip = &f[14..];
+        assert_eq!((port.as_str(), ip[9]), ("outside", 50));
+        assert!(ip.len() <= 1300, "fragment {k}: {} bytes", ip.len());
+        assert_eq!(ip_checksum(&ip[..20]), 0);
+        let ff = u16::from_be_bytes([ip[6], ip[7]]);
+        assert_eq!(ff & 0x4000, 0, "DF clear");
+        assert_eq!((ff & 0x2000 != 0, (ff & 0x1fff) as usize * 8), (k == 0, payload), "MF and offset of fragment {k}");
+        payload += ip.len() - 20;
+    }
+    assert_eq!(payload, 1280 + 4 + OVERHEAD4 - 20);
+    assert_eq!(gw0.stats().frags_sent, 2);
+    assert_delivered_v6(&gw1.push("outside", &[out[0].1.clone(), out[1].1.clone()]), &p);
+    // The IPv6 outer header is not fragmented here (not built): a packet
+    // of at most 1280 bytes that does not fit SA 1101 is dropped, counted;
+    // a bigger one is told 1280.
+    let p = v6_from_host_a(1280, 5001);
+    assert!(gw0.push("inside", std::slice::from_ref(&p)).is_empty());
+    let big = v6_from_host_a(1281, 5001);
+    assert_eq!(ptb_mtu(&gw0.push("inside", std::slice::from_ref(&big)), &big), 1280);
+    let out = gw0.push("inside", &[v6_from_host_a(fits(1300, 72), 5001)]);
+    assert_eq!((out[0].0.as_str(), out[0].1.len() - 14), ("outside", 1300), "what fits goes");
+    assert_eq!(gw0.drop_count("mtu_exceeded"), 3);
+    let _ = std::fs::remove_file(cfg);
+    // The same when SA 1001 belongs to another worker than the one that
+    // received the packet: the DF decision travels with the handoff.
+    let cfg = edited_config("ep0-v6.toml", "v6-min-2w", |t| {
+        t.replacen("name = \"outside\"\n", "name = \"outside\"\nmtu = 1300\n", 1)
+            .replacen("workers = 1\n", "workers = 2\n", 1)
+            .replacen("cores = [0]", "cores = [0, 1]", 1)
+            .replacen("spi = 1001\n", "spi = 1001\nworker = 1\n", 1)
+    });
+    let mut gw0 = Gw::from_config(&cfg);
+    let p = v6_from_host_a(1280, 4001);
+    let out = gw0.push("inside", std::slice::from_ref(&p));
+    assert_eq!(out.len(), 2, "{:?}", out.iter().map(|(p, f)| (p, f.len())).collect::<Vec<_>>());
+    assert!(out.iter().all(|(_, f)| f[14 + 6] & 0x40 == 0 && f.len() - 14 <= 1300));
+    let w = gw0.stats().workers;
+    assert_eq!((w[0].handoff_out, w[1].handoff_in), (1, 1), "handed to SA 1001's owner");
+    let mut gw1 = Gw::from_config("configs/ep1-v6.toml"); // sequence numbers start again
+    assert_delivered_v6(&gw1.push("outside", &[out[0].1.clone(), out[1].1.clone()]), &p);
+    let _ = std::fs::remove_file(cfg);
+    // `df = "set"` on SA 1001 keeps its word: dropped, not fragmented.
+    let cfg = edited_config("ep0-v6.toml", "v6-min-dfset", |t| {
+        t.replacen("name = \"outside\"\n", "name = \"outside\"\nmtu = 1300\n", 1).replacen("spi = 1001\n", "spi = 1001\ndf = \"set\"\n", 1)
+    });
+    let mut gw0 = Gw::from_config(&cfg);
+    assert!(gw0.push("inside", &[v6_from_host_a(1280, 4001)]).is_empty());
+    assert_eq!(gw0.drop_count("mtu_exceeded"), 1);
+    let _ = std::fs::remove_file(cfg);
 }
 
 #[test]

@@ -50,6 +50,11 @@ fn untag(t: u64) -> (bool, usize, u64, usize) {
     (t & TAG_INBOUND != 0, ((t >> 32) & 0x3fff_ffff) as usize, (t >> 16) & 0xffff, (t & 0xffff) as usize)
 }
 
+/// Aux value of a handed outbound packet whose outer IPv4 header must go
+/// out with DF clear (an IPv6 inner packet of at most 1280 bytes over a
+/// tunnel MTU below that, RFC 4213 §3.2; see [`Worker::outbound`]).
+const AUX_OUTER_DF_CLEAR: u64 = 1;
+
 /// Bits of an SA reference that hold the SA's slot in the SAD.
 const SLOT_BITS: u32 = 20;
 /// SAD slots a worker can address in a tag (per direction).
@@ -1074,7 +1079,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             let Some((slot, sa)) = out_sa(t, r) else {
                 return self.drop_buf(port, DropReason::NoSa, buf);
             };
-            return self.prepare_outbound(sa, slot, r, port, buf);
+            return self.prepare_outbound(sa, slot, r, port, buf, aux == AUX_OUTER_DF_CLEAR);
         }
         let Some((i, e)) = in_sa(t, r) else {
             return self.drop_buf(port, DropReason::NoSa, buf);
@@ -1101,9 +1106,12 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     }
 
     /// ESP prepare for a packet of outbound SA `sa` (in SAD slot `slot`,
-    /// referred to as `r` in tags) that this worker owns.
+    /// referred to as `r` in tags) that this worker owns; `outer_df_clear`:
+    /// its outer IPv4 header goes out with DF clear whatever `sa.df` says
+    /// (the outer header is not covered by the ICV, so it is cleared after
+    /// prepare).
     #[inline]
-    fn prepare_outbound(&mut self, sa: &OutboundSa, slot: usize, r: usize, port: usize, buf: PktBuf) {
+    fn prepare_outbound(&mut self, sa: &OutboundSa, slot: usize, r: usize, port: usize, buf: PktBuf, outer_df_clear: bool) {
         let Some(st) = self.out_state.get_mut(slot) else {
             return self.drop_buf(port, DropReason::NotOwner, buf);
         };
@@ -1117,6 +1125,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         match outbound::prepare_cached(sa, st, buf, &mut self.sessions) {
             Ok(mut op) => {
                 spent_if_last(sa, st);
+                if outer_df_clear {
+                    ipv4::clear_df(&mut op.buf.frame_mut()[ethernet::HEADER_LEN..]);
+                }
                 op.user[1] = tag(false, r, inner_len, port as u16);
                 self.push_op(op);
             }
@@ -1291,7 +1302,15 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         // before the decrement, so an error quotes the header as the host
         // sent it):
         // * IPv6 inner: ICMPv6 Packet Too Big (RFC 4443 §3.2; IPv6 is never
-        //   fragmented on the way, RFC 8200 §5);
+        //   fragmented on the way, RFC 8200 §5), never advertising less
+        //   than 1280 (RFC 8201 §4). A tunnel MTU below 1280 counts as
+        //   1280 (RFC 4213 §3.2, RFC 2473 §6.7): a packet of at most 1280
+        //   bytes that does not fit is encapsulated with the outer IPv4
+        //   header's DF clear (whatever `df` says but `set`), and the ESP
+        //   packet is fragmented on the way (here if it exceeds the port's
+        //   MTU, else by a router of the path); with an IPv6 outer header
+        //   (outer fragmentation not built), `df = "set"`, or in transport
+        //   mode it is dropped as `mtu_exceeded`;
         // * IPv4 inner with DF: ICMP "fragmentation needed" (RFC 1191);
         // * IPv4 inner without DF into an IPv6 outer header: the inner
         //   packet is fragmented before encapsulation (RFC 4459 §3), each
@@ -1321,29 +1340,33 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         // The headers kept in front count in transport mode only.
         let hl = if sa.transport { transport_kept_len(&buf) } else { 0 };
         // A path MTU learned from ICMP (RFC 4301 §8.2.1), when lower: one
-        // relaxed load while none is known. An IPv6 host is never told
-        // less than 1280 (RFC 8201 §4): for an IPv6 inner packet a path
-        // MTU that leaves less is not used (the packet leaves as before).
+        // relaxed load while none is known.
         if let Some(p) = sa.path_mtu.get(|| self.now_ms()) {
             let p = p as usize;
-            if !inner_v6 || outbound::max_inner_len(sa, hl, p) >= ipv6::MIN_MTU {
-                egress_mtu = Some(egress_mtu.map_or(p, |m| m.min(p)));
-            }
+            egress_mtu = Some(egress_mtu.map_or(p, |m| m.min(p)));
         }
+        let mut outer_df_clear = false;
         if let Some(mtu) = egress_mtu.filter(|&m| outbound::encapsulated_len(sa, hl, buf.len() - ethernet::HEADER_LEN) > m) {
             let fits = outbound::max_inner_len(sa, hl, mtu);
             if inner_v6 {
-                return self.packet_too_big(t, port, buf, fits, ErrorPath::Back);
-            }
-            if ipv4_df(&buf) {
-                return self.frag_needed(t, port, buf, fits, ErrorPath::Back);
-            }
-            // An outer header that may not be fragmented (IPv6, or IPv4
-            // with `df = "set"`): the inner packet is, before encryption.
-            if !sa.transport && (sa.tunnel_dst.is_ipv6() || sa.df == crate::esp::DfMode::Set) {
-                decrement_hops(&mut buf);
-                let owner = sa.owner;
-                return self.fragment(t, port, FragSink::Sa { sa: i, owner }, buf, fits);
+                if fits >= ipv6::MIN_MTU || buf.len() - ethernet::HEADER_LEN > ipv6::MIN_MTU {
+                    return self.packet_too_big(t, port, buf, fits.max(ipv6::MIN_MTU), ErrorPath::Back);
+                }
+                if sa.transport || sa.tunnel_dst.is_ipv6() || sa.df == crate::esp::DfMode::Set {
+                    return self.drop_buf(port, DropReason::MtuExceeded, buf);
+                }
+                outer_df_clear = true;
+            } else {
+                if ipv4_df(&buf) {
+                    return self.frag_needed(t, port, buf, fits, ErrorPath::Back);
+                }
+                // An outer header that may not be fragmented (IPv6, or IPv4
+                // with `df = "set"`): the inner packet is, before encryption.
+                if !sa.transport && (sa.tunnel_dst.is_ipv6() || sa.df == crate::esp::DfMode::Set) {
+                    decrement_hops(&mut buf);
+                    let owner = sa.owner;
+                    return self.fragment(t, port, FragSink::Sa { sa: i, owner }, buf, fits);
+                }
             }
         }
         decrement_hops(&mut buf);
@@ -1356,9 +1379,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 return self.drop_buf(port, DropReason::TunnelErrorDropped, buf);
             }
             // Ours: prepared here, without the tag's round trip to the SAD.
-            return self.prepare_outbound(sa, slot, i, port, buf);
+            return self.prepare_outbound(sa, slot, i, port, buf, outer_df_clear);
         }
-        self.hand_to_owner(t, owner, port, buf, tag(false, i, 0, port as u16))
+        let aux = if outer_df_clear { AUX_OUTER_DF_CLEAR as usize } else { 0 };
+        self.hand_to_owner(t, owner, port, buf, tag(false, i, aux, port as u16))
     }
 
     /// A frame from an unprotected port: ESP to us, or UDP to us on a NAT-T

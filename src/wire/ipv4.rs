@@ -148,6 +148,23 @@ pub fn decrement_ttl(hdr: &mut [u8]) {
     hdr[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
 }
 
+/// Clears DF in the IPv4 header at the start of `hdr` and updates the
+/// header checksum incrementally (RFC 1624); nothing to do if it is clear.
+/// `hdr` must hold at least 20 bytes of a checked header (else no-op).
+pub fn clear_df(hdr: &mut [u8]) {
+    if hdr.len() < MIN_HEADER_LEN {
+        return;
+    }
+    let old = be16(hdr, FLAGS_FRAG);
+    let new = old & !FLAG_DF;
+    if new == old {
+        return;
+    }
+    hdr[FLAGS_FRAG..FLAGS_FRAG + 2].copy_from_slice(&new.to_be_bytes());
+    let ck = checksum::update16(be16(hdr, CHECKSUM), old, new);
+    hdr[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
+}
+
 /// Sets the DS + ECN byte of the IPv4 header at the start of `hdr` and
 /// updates the header checksum incrementally (RFC 1624). `hdr` must hold at
 /// least 20 bytes of a checked header.
