@@ -238,6 +238,19 @@ fn packet_too_big_for_an_ipv6_tunnel() {
     // SA 1001 (IPv4 outer) still carries 1400 bytes.
     let out = gw0.push("inside", &[from_host_a(1400, 5001)]);
     assert_eq!(out[0].0, "outside");
+    // IPv6 inner packets in SA 1101 have 1206 bytes left at a path MTU of
+    // 1280: hosts are told 1280, and 1280 bytes go out as two fragments of
+    // at most 1280 (not the port's 1500: IPv6 routers do not fragment),
+    // which gw1 reassembles.
+    let mut gw1 = Gw::from_config("configs/ep1-v6.toml");
+    let big = v6_from_host_a(1281, 5001);
+    assert_eq!(ptb_mtu(&gw0.push("inside", std::slice::from_ref(&big)), &big), 1280);
+    let p = v6_from_host_a(1280, 5001);
+    let out = gw0.push("inside", std::slice::from_ref(&p));
+    assert_outer_v6_fragments(&out, 1280, 1101);
+    assert_delivered_v6(&gw1.push("outside", &[out[0].1.clone(), out[1].1.clone()]), &p);
+    let out = gw0.push("inside", &[v6_from_host_a(fits(1280, 72), 5001)]);
+    assert_eq!((out.len(), out[0].1.len() - 14, out[0].1[14 + 6]), (1, 1280, 50), "what fits goes whole");
 }
 
 /// ep0.toml with `lines` added to SA 1001 (after its `spi = 1001` line).
@@ -401,8 +414,35 @@ fn ipv6_hosts_are_never_told_less_than_1280() {
     assert_eq!(fits(1400, OVERHEAD4), 1346);
 }
 
+/// `out`: one ESP packet of SA `spi` with an IPv6 outer header from gw0,
+/// fragmented by gw0 to `mtu` (RFC 8200 §4.5): two packets of at most
+/// `mtu` bytes on the outside port, each the 40-byte header (next header
+/// 44) and a Fragment header (next header 50, one identification, offsets
+/// in order, M on the first only), the first carrying the ESP header.
+fn assert_outer_v6_fragments(out: &[(String, Vec<u8>)], mtu: usize, spi: u32) {
+    assert_eq!(out.len(), 2, "{:?}", out.iter().map(|(p, f)| (p, f.len())).collect::<Vec<_>>());
+    let mut off = 0;
+    let mut ident = None;
+    for (k, (port, f)) in out.iter().enumerate() {
+        let ip = &f[14..];
+        assert_eq!((port.as_str(), ip[0] >> 4, ip[6]), ("outside", 6, 44), "fragment {k}");
+        assert!(ip.len() <= mtu, "fragment {k}: {} bytes", ip.len());
+        assert_eq!(u16::from_be_bytes([ip[4], ip[5]]) as usize, ip.len() - 40, "payload length");
+        let fh = &ip[40..48];
+        let word = u16::from_be_bytes([fh[2], fh[3]]);
+        assert_eq!((fh[0], fh[1], (word & !7) as usize, word & 1 == 1), (50, 0, off, k == 0), "fragment {k}");
+        assert!(k == 1 || (ip.len() - 48) % 8 == 0, "a non-last fragment carries a multiple of 8 bytes");
+        let id = u32::from_be_bytes([fh[4], fh[5], fh[6], fh[7]]);
+        assert_eq!(*ident.get_or_insert(id), id, "one identification");
+        if k == 0 {
+            assert_eq!(&ip[48..52], &spi.to_be_bytes(), "the ESP header in the first");
+        }
+        off += ip.len() - 48;
+    }
+}
+
 #[test]
-fn a_port_mtu_below_ipv6s_minimum_fragments_the_outer_ipv4_packet() {
+fn a_port_mtu_below_ipv6s_minimum_fragments_the_outer_packet() {
     // gw0's outside port carries at most 1300 bytes: 1246 of IPv6 inner in
     // SA 1001 (IPv4 outer), 1226 in SA 1101 (IPv6 outer).
     let cfg = edited_config("ep0-v6.toml", "v6-min", |t| t.replacen("name = \"outside\"\n", "name = \"outside\"\nmtu = 1300\n", 1));
@@ -429,16 +469,19 @@ fn a_port_mtu_below_ipv6s_minimum_fragments_the_outer_ipv4_packet() {
     assert_eq!(payload, 1280 + 4 + OVERHEAD4 - 20);
     assert_eq!(gw0.stats().frags_sent, 2);
     assert_delivered_v6(&gw1.push("outside", &[out[0].1.clone(), out[1].1.clone()]), &p);
-    // The IPv6 outer header is not fragmented here (not built): a packet
-    // of at most 1280 bytes that does not fit SA 1101 is dropped, counted;
-    // a bigger one is told 1280.
+    // SA 1101 (IPv6 outer): gw0, the outer packet's source, fragments it
+    // (RFC 2473 §7.1); a bigger packet is told 1280.
     let p = v6_from_host_a(1280, 5001);
-    assert!(gw0.push("inside", std::slice::from_ref(&p)).is_empty());
+    let out = gw0.push("inside", std::slice::from_ref(&p));
+    assert_outer_v6_fragments(&out, 1300, 1101);
+    assert_delivered_v6(&gw1.push("outside", &[out[0].1.clone(), out[1].1.clone()]), &p);
     let big = v6_from_host_a(1281, 5001);
     assert_eq!(ptb_mtu(&gw0.push("inside", std::slice::from_ref(&big)), &big), 1280);
     let out = gw0.push("inside", &[v6_from_host_a(fits(1300, 72), 5001)]);
-    assert_eq!((out[0].0.as_str(), out[0].1.len() - 14), ("outside", 1300), "what fits goes");
-    assert_eq!(gw0.drop_count("mtu_exceeded"), 3);
+    assert_eq!((out.len(), out[0].0.as_str(), out[0].1.len() - 14), (1, "outside", 1300), "what fits goes whole");
+    assert_eq!(out[0].1[14 + 6], 50, "no Fragment header");
+    assert_eq!(gw0.drop_count("mtu_exceeded"), 2);
+    assert_eq!(gw0.stats().frags_sent, 4);
     let _ = std::fs::remove_file(cfg);
     // The same when SA 1001 belongs to another worker than the one that
     // received the packet: the DF decision travels with the handoff.

@@ -36,8 +36,9 @@ const NO_PORT: usize = 0xffff;
 /// Packs what the owner and `finish` need into a handoff tag / an op's
 /// `user[1]`: direction (bit 63), dummy (bit 62, [`TAG_DUMMY`], set
 /// separately), SA index (bits 32..62), a 16-bit auxiliary
-/// value (bits 16..32: inner length for outbound ops, ESP offset for handed
-/// inbound packets, outer DS + ECN byte for inbound ops), receive port
+/// value (bits 16..32: inner length for outbound ops, [`AUX_OUTER_DF_CLEAR`]
+/// or 0 for handed outbound packets, ESP offset for handed inbound
+/// packets, outer DS + ECN byte for inbound ops), receive port
 /// (bits 0..16).
 #[inline]
 fn tag(inbound: bool, sa: usize, aux: usize, port: u16) -> u64 {
@@ -347,6 +348,9 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     icmp_tokens: u32,
     icmp_refill: Instant,
     icmp_ident: u16,
+    /// Identification of the next outer IPv6 packet the worker fragments
+    /// ([`Self::fragment6`]); starts at a random value (RFC 7739 §5).
+    frag6_ident: u32,
     reasm: Reassembler,
     /// The neighbour snapshot of this poll (checked once per poll, cloned
     /// only when the control thread published a new one).
@@ -420,6 +424,12 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             icmp_tokens: ICMP_RATE,
             icmp_refill: Instant::now(),
             icmp_ident: 0,
+            frag6_ident: {
+                let mut b = [0u8; 4];
+                // Without randomness a fixed start works; it is only guessable.
+                let _ = getrandom::getrandom(&mut b);
+                u32::from_ne_bytes(b)
+            },
             reasm: Reassembler::new(conf.reasm),
             neigh: t.neighbours.load_full(),
             snap: None,
@@ -1352,10 +1362,16 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 if fits >= ipv6::MIN_MTU || buf.len() - ethernet::HEADER_LEN > ipv6::MIN_MTU {
                     return self.packet_too_big(t, port, buf, fits.max(ipv6::MIN_MTU), ErrorPath::Back);
                 }
-                if sa.transport || sa.tunnel_dst.is_ipv6() || sa.df == crate::esp::DfMode::Set {
+                if sa.transport || (sa.tunnel_dst.is_ipv4() && sa.df == crate::esp::DfMode::Set) {
                     return self.drop_buf(port, DropReason::MtuExceeded, buf);
                 }
-                outer_df_clear = true;
+                if sa.tunnel_dst.is_ipv6() {
+                    // The IPv6 outer packet is fragmented here once sealed
+                    // (RFC 2473 §7.1), to pieces that fit this MTU.
+                    buf.outer_frag_mtu = mtu.min(u16::MAX as usize) as u16;
+                } else {
+                    outer_df_clear = true;
+                }
             } else {
                 if ipv4_df(&buf) {
                     return self.frag_needed(t, port, buf, fits, ErrorPath::Back);
@@ -1576,6 +1592,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                     } else {
                         c.packets.add(1);
                         c.bytes.add(inner_len);
+                    }
+                    if buf.outer_frag_mtu != 0 {
+                        return self.fragment6(t, port, buf, dst);
                     }
                     self.forward(t, port, buf, dst)
                 }
@@ -1820,6 +1839,68 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             }
             FragSink::Sa { sa, owner } => self.hand_to_owner(t, owner, rx_port, f, tag(false, sa, 0, rx_port as u16)),
         }
+    }
+
+    /// Fragments the outer IPv6 packet of `buf`, an ESP packet the gateway
+    /// sealed (Ethernet + the 40-byte IPv6 header it wrote, no extension
+    /// headers), into packets of at most `buf.outer_frag_mtu` bytes as its
+    /// source (RFC 8200 §4.5: a Fragment header after the IPv6 header with
+    /// the original Next Header, offsets in 8-byte units, M on all but the
+    /// last, one identification; RFC 2473 §7.1) and forwards each to `dst`,
+    /// counting them under `frags_sent`. The last piece reuses `buf`, the
+    /// others take buffers from the pool; too few → `frag_no_buffer`.
+    #[cold]
+    #[inline(never)]
+    fn fragment6(&mut self, t: &Tables, rx_port: usize, mut buf: PktBuf, dst: IpAddr) {
+        const ETH: usize = ethernet::HEADER_LEN;
+        const HL: usize = ipv6::HEADER_LEN;
+        const FH: usize = ipv6::FRAGMENT_HEADER_LEN;
+        let mtu = std::mem::take(&mut buf.outer_frag_mtu) as usize;
+        let total = buf.len() - ETH;
+        if total <= mtu {
+            return self.forward(t, rx_port, buf, dst);
+        }
+        let chunk = mtu.saturating_sub(HL + FH) / 8 * 8;
+        if total <= HL || !is_ipv6(buf.frame()) || chunk == 0 {
+            return self.drop_buf(rx_port, DropReason::MtuExceeded, buf);
+        }
+        let nh = buf.frame()[ETH + ipv6::NEXT_HEADER];
+        let payload = total - HL;
+        let pieces = payload.div_ceil(chunk);
+        if self.pool.len() < pieces - 1 {
+            return self.drop_buf(rx_port, DropReason::FragNoBuffer, buf);
+        }
+        let ident = self.frag6_ident;
+        self.frag6_ident = ident.wrapping_add(1);
+        let piece_header = |f: &mut [u8], off: usize, n: usize, more: bool| {
+            f[ETH + ipv6::PAYLOAD_LEN..ETH + ipv6::PAYLOAD_LEN + 2].copy_from_slice(&((FH + n) as u16).to_be_bytes());
+            f[ETH + ipv6::NEXT_HEADER] = ipv6::NH_FRAGMENT;
+            let fh = &mut f[ETH + HL..ETH + HL + FH];
+            fh[0] = nh;
+            fh[1] = 0;
+            fh[2..4].copy_from_slice(&((off as u16) | more as u16).to_be_bytes());
+            fh[4..8].copy_from_slice(&ident.to_be_bytes());
+        };
+        for k in 0..pieces - 1 {
+            let off = k * chunk;
+            let Some(mut f) = self.pool.pop() else { break };
+            let area = f.reset();
+            area[..ETH + HL].copy_from_slice(&buf.frame()[..ETH + HL]);
+            area[ETH + HL + FH..ETH + HL + FH + chunk].copy_from_slice(&buf.frame()[ETH + HL + off..ETH + HL + off + chunk]);
+            f.set_len(ETH + HL + FH + chunk);
+            f.port = buf.port;
+            piece_header(f.frame_mut(), off, chunk, true);
+            self.counters.frags_sent.add(1);
+            self.forward(t, rx_port, f, dst);
+        }
+        // The last piece moves up behind the two headers in place.
+        let off = (pieces - 1) * chunk;
+        let n = payload - off;
+        buf.frame_mut().copy_within(ETH + HL + off..ETH + HL + off + n, ETH + HL + FH);
+        buf.trim_to(ETH + HL + FH + n);
+        piece_header(buf.frame_mut(), off, n, false);
+        self.counters.frags_sent.add(1);
+        self.forward(t, rx_port, buf, dst)
     }
 }
 

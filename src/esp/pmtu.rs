@@ -77,8 +77,8 @@ impl PathMtu {
     }
 
     /// [`Self::get`] for a known word `w`: its MTU unless it has expired
-    /// at `now_ms`, when it is cleared.
-    #[cold]
+    /// at `now_ms`, when it is cleared. Out of line: most SAs never learn
+    /// a path MTU, and their packets pay only `get`'s load and test.
     #[inline(never)]
     fn known(&self, w: u64, now_ms: u64) -> Option<u16> {
         let (mtu, until) = Self::unpack(w);

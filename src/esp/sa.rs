@@ -11,12 +11,15 @@ use std::sync::Arc;
 /// Outer DF bit handling for tunnel mode (RFC 4301 §8.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DfMode {
-    /// Copy the inner header's DF bit.
+    /// Copy the inner header's DF bit (an IPv6 inner packet counts as DF,
+    /// except one of at most 1280 bytes over a tunnel MTU below 1280,
+    /// which leaves with DF clear: RFC 4213 §3.2, done by the worker).
     Copy,
     /// Always set.
     Set,
     /// Always clear.
     Clear,
+    // `Set` holds even for such an IPv6 packet: it is dropped instead.
 }
 
 /// UDP encapsulation of ESP (RFC 3948) for an SA behind a NAT: the ports of

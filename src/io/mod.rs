@@ -32,6 +32,15 @@ pub struct PktBuf {
     /// Worker whose pool the buffer belongs to (buffers handed to another
     /// worker go back home when freed).
     pub home: u16,
+    /// Bytes each piece of the packet's outer IPv6 packet may take once
+    /// it is encrypted, when the gateway must fragment that outer header
+    /// itself (RFC 2473 §7.1: an IPv6 inner packet of at most 1280 bytes
+    /// over a tunnel MTU below 1280); 0 = no such fragmentation. Set by the
+    /// worker before ESP prepare, it travels with the buffer through a
+    /// handoff and the crypto device (as a DPDK mbuf's `tso_segsz`);
+    /// cleared whenever the buffer takes a new frame ([`PktBuf::reset`],
+    /// [`PktBuf::copy_from`], [`PktBuf::move_to_area`]).
+    pub outer_frag_mtu: u16,
 }
 
 impl std::fmt::Debug for PktBuf {
@@ -50,7 +59,7 @@ impl PktBuf {
     /// A zeroed buffer with the frame empty at `HEADROOM`. Allocates: call at
     /// start-up only.
     pub fn new() -> Self {
-        PktBuf { data: vec![0u8; BUF_SIZE].into_boxed_slice(), head: HEADROOM, len: 0, port: 0, home: 0 }
+        PktBuf { data: vec![0u8; BUF_SIZE].into_boxed_slice(), head: HEADROOM, len: 0, port: 0, home: 0, outer_frag_mtu: 0 }
     }
 
     /// The frame bytes.
@@ -96,6 +105,7 @@ impl PktBuf {
     pub fn reset(&mut self) -> &mut [u8] {
         self.head = HEADROOM;
         self.len = 0;
+        self.outer_frag_mtu = 0;
         &mut self.data[HEADROOM..]
     }
 
@@ -124,6 +134,7 @@ impl PktBuf {
         self.data.copy_within(self.head + from.start..self.head + from.end, HEADROOM + to);
         self.head = HEADROOM;
         self.len = 0;
+        self.outer_frag_mtu = 0;
         true
     }
 

@@ -150,9 +150,10 @@ pub fn decrement_ttl(hdr: &mut [u8]) {
 
 /// Clears DF in the IPv4 header at the start of `hdr` and updates the
 /// header checksum incrementally (RFC 1624); nothing to do if it is clear.
-/// `hdr` must hold at least 20 bytes of a checked header (else no-op).
+/// `hdr` must hold at least 20 bytes of a checked header; anything shorter
+/// or not IPv4 (version 4) is left alone.
 pub fn clear_df(hdr: &mut [u8]) {
-    if hdr.len() < MIN_HEADER_LEN {
+    if hdr.len() < MIN_HEADER_LEN || hdr[VER_IHL] >> 4 != 4 {
         return;
     }
     let old = be16(hdr, FLAGS_FRAG);
@@ -394,6 +395,33 @@ mod tests {
         let mut short = with_l4(PROTO_TCP, a, b, &[0; 17]);
         assert!(!recompute_l4_checksum(&mut short));
         assert!(!recompute_l4_checksum(&mut [0x45; 10]));
+    }
+
+    #[test]
+    fn clearing_df_keeps_the_checksum_valid_and_touches_nothing_else() {
+        let mut p = sample();
+        p[FLAGS_FRAG] = 0x40 | 0x20; // DF and MF
+        p[FLAGS_FRAG + 1] = 0;
+        p[CHECKSUM..CHECKSUM + 2].copy_from_slice(&[0, 0]);
+        let ck = checksum::checksum(&p[..MIN_HEADER_LEN]);
+        p[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
+        let before = p.clone();
+        clear_df(&mut p);
+        assert_eq!(be16(&p, FLAGS_FRAG), 0x2000, "MF stays");
+        assert_eq!(checksum::checksum(&p[..MIN_HEADER_LEN]), 0, "checksum verifies");
+        let changed: Vec<usize> = (0..p.len()).filter(|&i| p[i] != before[i]).collect();
+        assert!(changed.iter().all(|&i| i == FLAGS_FRAG || i == CHECKSUM || i == CHECKSUM + 1), "{changed:?}");
+        // Already clear: nothing changes.
+        let again = p.clone();
+        clear_df(&mut p);
+        assert_eq!(p, again);
+        // Not IPv4, or too short: left alone.
+        let mut v6 = [0x60u8; 40];
+        clear_df(&mut v6);
+        assert_eq!(v6, [0x60u8; 40]);
+        let mut short = [0x45u8, 0, 0, 20, 0, 0, 0x40, 0];
+        clear_df(&mut short);
+        assert_eq!(short[6], 0x40);
     }
 
     #[test]

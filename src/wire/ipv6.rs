@@ -38,6 +38,8 @@ pub const NH_IPV6: u8 = 41;
 pub const NH_ROUTING: u8 = 43;
 /// Next header: Fragment (RFC 8200 §4.5).
 pub const NH_FRAGMENT: u8 = 44;
+/// Bytes of a Fragment header (RFC 8200 §4.5).
+pub const FRAGMENT_HEADER_LEN: usize = 8;
 /// Next header: ICMPv6 (RFC 4443).
 pub const NH_ICMPV6: u8 = 58;
 /// Next header: Destination Options (RFC 8200 §4.6).

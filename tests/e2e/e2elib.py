@@ -457,3 +457,63 @@ class EventLog:
         self.proc.terminate()
         out, _ = self.proc.communicate(timeout=10)
         return [json.loads(line) for line in out.decode().splitlines() if line.strip()]
+
+
+_UDP_SINK = textwrap.dedent("""
+    import json, select, socket, sys, time
+    s = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((sys.argv[1], int(sys.argv[2])))
+    print("ready", flush=True)
+    got = []
+    deadline = time.monotonic() + float(sys.argv[3])
+    while time.monotonic() < deadline:  # until a line on stdin
+        r, _, _ = select.select([s, sys.stdin], [], [], 0.1)
+        if s in r:
+            data, addr = s.recvfrom(65535)
+            got.append({"src": addr[0], "sport": addr[1], "len": len(data), "data": data.hex()})
+        elif sys.stdin in r:
+            break
+    print(json.dumps(got), flush=True)
+""")
+
+
+class UdpSink:
+    """A UDP socket bound in namespace `ns` on addr:port (IPv4 or IPv6) for
+    at most `limit_s` seconds: what the kernel delivers (reassembled) is
+    recorded, and datagrams to it draw no ICMP port unreachable. stop()
+    returns the datagrams received: [{src, sport, len, data (hex)}]."""
+
+    def __init__(self, ns: str, addr: str, port: int, limit_s: float = 60):
+        self.proc = subprocess.Popen(ns_cmd(ns, sys.executable, "-c", _UDP_SINK, addr, port, limit_s),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        assert line.strip() == "ready", f"{ns} socket on port {port}: {line!r} {self.proc.stderr.read()}"
+
+    def stop(self) -> list:
+        out, err = self.proc.communicate("stop\n", timeout=10)
+        assert self.proc.returncode == 0, f"socket: exit {self.proc.returncode}\n{err}"
+        return json.loads(out)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Captures:
+    """The captures a test started (each a `Capture` into `artifacts`);
+    stop_all() stops any still running (for a `finally`)."""
+
+    def __init__(self, artifacts):
+        self.artifacts = artifacts
+        self.started: list = []
+
+    def start(self, nsname, iface, bpf, name):
+        c = Capture(nsname, iface, bpf, self.artifacts / name)
+        self.started.append(c)
+        return c
+
+    def stop_all(self):
+        for c in self.started:
+            if c.proc.poll() is None:
+                c.stop(settle=0, parse=False)

@@ -141,22 +141,8 @@ def check_reasons_listed(st):
 # --------------------------------------------------------------------------
 # captures
 
-class Captures:
-    """The captures a test started; stop_all() stops any still running (finally)."""
-
-    def __init__(self, artifacts):
-        self.artifacts = artifacts
-        self.started: list[L.Capture] = []
-
-    def start(self, nsname, iface, bpf, name) -> L.Capture:
-        c = L.Capture(nsname, iface, bpf, self.artifacts / name)
-        self.started.append(c)
-        return c
-
-    def stop_all(self):
-        for c in self.started:
-            if c.proc.poll() is None:
-                c.stop(settle=0, parse=False)
+class Captures(L.Captures):
+    """The common captures of this file's tests."""
 
     # the usual three
     def wan(self, name):  # everything gw0 sends on the wan
@@ -631,45 +617,9 @@ def test_pmtu_timeout_zero_ignores_reports(testbed, start_gws, artifacts):
 
 INSIDE_MTU = 1300                   # gw1's inside port in the derived ep1.toml
 
-_HOSTB = textwrap.dedent("""
-    import json, select, socket, sys, time
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind((sys.argv[1], int(sys.argv[2])))
-    print("ready", flush=True)
-    got = []
-    deadline = time.monotonic() + float(sys.argv[3])
-    while time.monotonic() < deadline:  # until a line on stdin
-        r, _, _ = select.select([s, sys.stdin], [], [], 0.1)
-        if s in r:
-            data, (ip, port) = s.recvfrom(65535)
-            got.append({"src": ip, "sport": port, "len": len(data), "data": data.hex()})
-        elif sys.stdin in r:
-            break
-    print(json.dumps(got), flush=True)
-""")
-
-
-class HostBSocket:
-    """A UDP socket bound on hostB: what hostB's kernel delivers (reassembled)
-    is recorded, and datagrams to it draw no ICMP port unreachable (which
-    would travel SA 1002 and change its count). stop() returns the datagrams
-    received: {src, sport, len, data (hex)}."""
-
-    def __init__(self, port: int, limit_s: float = 60):
-        self.proc = subprocess.Popen(L.ns_cmd("hostB", sys.executable, "-c", _HOSTB, L.B_IP, port, limit_s),
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        assert line.strip() == "ready", f"hostB socket on port {port}: {line!r} {self.proc.stderr.read()}"
-
-    def stop(self) -> list[dict]:
-        out, err = self.proc.communicate("stop\n", timeout=10)
-        assert self.proc.returncode == 0, f"hostB socket: exit {self.proc.returncode}\n{err}"
-        return json.loads(out)
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+def HostBSocket(port: int, limit_s: float = 60) -> L.UdpSink:
+    """A UDP socket on hostB (B_IP): what hostB's kernel delivers."""
+    return L.UdpSink("hostB", L.B_IP, port, limit_s)
 
 
 def fragments(frames) -> list[tuple[int, int, bool, bool]]:

@@ -1,0 +1,472 @@
+"""A tunnel MTU below IPv6's 1280 counts as 1280 (README "Forwarding and header
+rules", RFC 4213 §3.2, RFC 2473 §6.7, RFC 8201 §4).
+
+gw0 runs configs/ep0-v6.toml with `mtu = 1300` on its outside port (a derived
+copy), gw1 configs/ep1-v6.toml. IPv6 UDP from hostA to hostB port 4001 takes
+SA 1001 (IPv4 outer 203.0.113.1 → 203.0.113.2, AES-128-GCM): a 1300-byte
+outer packet leaves 1246 bytes of inner packet, below IPv6's minimum MTU.
+
+1. A 1280-byte IPv6 packet (1232-byte UDP payload) from hostA: gw0 seals it
+   with the outer IPv4 DF clear and fragments the 1336-byte ESP packet into 2
+   IPv4 fragments of at most 1300 bytes (captured on the wan; reassembled and
+   decrypted here with scapy, they hold hostA's packet, hop limit − 1); gw1
+   reassembles and opens it; hostB's socket receives the 1232 bytes.
+2. A 1281-byte one (1233-byte payload): gw0 drops it (`mtu_exceeded`) and
+   sends hostA an ICMPv6 Packet Too Big with MTU 1280 (not 1246), which
+   hostA's kernel takes: IPV6_MTU 1280, `mtu 1280` in its route cache.
+3. With 1280 learned, a 1280-byte packet from a fresh socket crosses as in 1.
+
+hostA's route cache is flushed at the start and in a `finally`, so the
+learned 1280 never leaks into another test.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+
+import e2elib as L
+
+V6_CONFIG = {"gw0": "ep0-v6.toml", "gw1": "ep1-v6.toml"}
+SA_OUT = 1001
+ESP_PROTO = 50
+DPORT = 4001                 # in SA 1001's IPv6 selector (UDP 4000-4999)
+PORT_MTU = 1300              # gw0's outside port in the derived config
+IPV6_MIN_MTU = 1280
+IPV6_MTU_OPT = 24            # getsockopt IPV6_MTU (path MTU of a connected socket)
+
+# ESP overhead of SA 1001 (AES-128-GCM, IPv4 outer): checked against the config.
+OUTER_IP, ESP_HDR, IV, ICV, ALIGN, TRAILER = 20, 8, 8, 16, 4, 2
+
+
+def esp_len(inner: int) -> int:
+    """IPv4 total length of the ESP packet carrying an `inner`-byte packet."""
+    return OUTER_IP + ESP_HDR + IV + -(-(inner + TRAILER) // ALIGN) * ALIGN + ICV
+
+
+def max_inner(mtu: int) -> int:
+    return ((mtu - OUTER_IP - ESP_HDR - IV - ICV) // ALIGN) * ALIGN - TRAILER
+
+
+assert esp_len(IPV6_MIN_MTU) == 1336  # 1280 + 2 trailer + 2 padding + 20 + 8 + 8 + 16
+assert max_inner(PORT_MTU) == 1246 < IPV6_MIN_MTU
+
+
+# --------------------------------------------------------------------------
+# config
+
+def load_v6(gw: str) -> tuple[str, dict]:
+    import tomllib
+    path = L.CONFIG_DIR / V6_CONFIG[gw]
+    assert path.is_file(), f"config {path} not found"
+    text = path.read_text()
+    return text, tomllib.loads(text)
+
+
+def check_config_assumptions(cfg: dict):
+    """SA 1001 and the policies of ep0-v6.toml are what the numbers here assume."""
+    problems = []
+    sa = next((s for s in cfg.get("sa", []) if int(s["spi"]) == SA_OUT), None)
+    if sa is None:
+        problems.append(f"no SA {SA_OUT}")
+    else:
+        if (sa.get("direction"), sa.get("mode"), str(sa.get("algorithm")).lower()) != ("outbound", "tunnel", "aes-128-gcm"):
+            problems.append(f"SA {SA_OUT}: {sa.get('direction')} {sa.get('mode')} {sa.get('algorithm')}")
+        if (sa.get("tunnel_src"), sa.get("tunnel_dst")) != (L.GW0_OUT_IP, L.GW1_OUT_IP):
+            problems.append(f"SA {SA_OUT} tunnel {sa.get('tunnel_src')} → {sa.get('tunnel_dst')}")
+        extras = {k: sa.get(k, d) for k, d in (("df", "copy"), ("udp_encap", False), ("pad_align", 0),
+                                                ("icv_len", 16), ("tfc_pad_to", 0), ("dummy_interval_ms", 0))}
+        if (extras["df"] == "set" or extras["udp_encap"] or extras["pad_align"] not in (0, 4)
+                or extras["icv_len"] != 16 or extras["tfc_pad_to"] or extras["dummy_interval_ms"]):
+            problems.append(f"SA {SA_OUT}: {extras}")
+    pol = [p for p in cfg.get("policy", []) if p.get("direction") == "outbound" and p.get("dst_ports") == "4000-4999"
+           and p.get("dst") == "2001:db8:b::/64"]
+    if len(pol) != 1 or pol[0].get("action") != f"protect {SA_OUT}":
+        problems.append(f"outbound IPv6 UDP 4000-4999 policies: {pol}")
+    out = [p for p in cfg.get("port", []) if p.get("name") == "outside"]
+    if len(out) != 1 or "mtu" in out[0]:
+        problems.append(f"outside port: {out}")
+    assert not problems, f"configs/{V6_CONFIG['gw0']} is not what this test assumes: {problems}"
+
+
+# --------------------------------------------------------------------------
+# stats
+
+def stats(gw) -> dict:
+    return json.loads(gw.ctl("stats", "--json"))
+
+
+def sa_packets(st, spi: int, direction: str) -> int:
+    got = [s for s in st.get("sas", []) if s.get("spi") == spi and s.get("direction") == direction]
+    assert len(got) == 1, f"{len(got)} entries for SA {spi} {direction} in the stats: {st.get('sas')}"
+    return int(got[0].get("packets", 0))
+
+
+def nonzero_drops(st) -> dict:
+    return {k: v for k, v in st.get("drops", {}).items() if v}
+
+
+def counters(st0: dict, st1: dict) -> dict:
+    """The counters this test follows, of gw0 (st0) and gw1 (st1)."""
+    return {
+        "gw0.frags_sent": int(st0.get("frags_sent", 0)),
+        "gw0.mtu_exceeded": int(st0.get("drops", {}).get("mtu_exceeded", 0)),
+        "gw0.icmp_sent": int(st0.get("icmp_sent", 0)),
+        "gw0.sa1001_out": sa_packets(st0, SA_OUT, "outbound"),
+        "gw1.frags_received": int(st1.get("frags_received", 0)),
+        "gw1.reassembled": int(st1.get("reassembled", 0)),
+        "gw1.frags_reassembled": int(st1.get("frags_reassembled", 0)),
+        "gw1.sa1001_in": sa_packets(st1, SA_OUT, "inbound"),
+    }
+
+
+def gw_state(st) -> str:
+    return (f"drops {nonzero_drops(st)}, icmp_sent {st.get('icmp_sent')}, frags_sent {st.get('frags_sent')}, "
+            f"frags_received {st.get('frags_received')}, reassembled {st.get('reassembled')}, "
+            f"frags_reassembled {st.get('frags_reassembled')}, frags_pending {st.get('frags_pending')}, "
+            f"SAs {[(s.get('spi'), s.get('direction'), s.get('packets')) for s in st.get('sas', [])]}")
+
+
+# --------------------------------------------------------------------------
+# hosts
+
+def HostBSocket(port: int, limit_s: float = 30) -> L.UdpSink:
+    """A UDP socket on hostB (B_IP6): what hostB's kernel delivers."""
+    return L.UdpSink("hostB", L.B_IP6, port, limit_s)
+
+
+_HOSTA = textwrap.dedent("""
+    import json, socket, sys, time
+    IPV6_MTU = 24
+    spec = json.loads(sys.argv[1])
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    s.bind((spec["src"], spec["sport"]))
+    s.connect((spec["dst"], spec["dport"]))
+    out = []
+    for st in spec["steps"]:
+        r = dict(st)
+        r.pop("payload", None)
+        if "payload" in st:
+            errs = []
+            for _ in range(1 + st.get("retry", 0)):
+                try:
+                    s.send(bytes.fromhex(st["payload"]))
+                    errs.append(0)
+                    break
+                except OSError as e:
+                    errs.append(e.errno)
+            r["errno"] = errs[-1]
+            r["errnos"] = errs
+        elif "wait_mtu_below" in st:
+            deadline = time.monotonic() + st["timeout"]
+            while s.getsockopt(socket.IPPROTO_IPV6, IPV6_MTU) >= st["wait_mtu_below"] and time.monotonic() < deadline:
+                time.sleep(0.02)
+            r["value"] = s.getsockopt(socket.IPPROTO_IPV6, IPV6_MTU)
+        elif "ip_mtu" in st:
+            r["value"] = s.getsockopt(socket.IPPROTO_IPV6, IPV6_MTU)
+        elif "sleep" in st:
+            time.sleep(st["sleep"])
+        out.append(r)
+    s.close()
+    print(json.dumps(out))
+""")
+
+
+def payload(sport: int, ip_len: int) -> bytes:
+    """A UDP payload making an `ip_len`-byte IPv6 packet (40 + 8 + payload)."""
+    tag = f"v6min-{sport}-{ip_len}-".encode()
+    n = ip_len - 40 - 8
+    return tag + bytes((sport + j * 7) & 0xFF for j in range(n - len(tag)))
+
+
+def hosta(sport: int, steps: list[dict]) -> list[dict]:
+    """Runs `steps` on one plain UDP socket bound to [hostA]:sport and connected
+    to [hostB]:4001 (kept open throughout: Linux applies a Packet Too Big to
+    the route only while the socket it is about exists): {"payload": bytes,
+    "retry": n}, {"wait_mtu_below": m, "timeout": s}, {"ip_mtu": 1},
+    {"sleep": s}; returns each step with its result (errno / value)."""
+    spec = {"src": L.A_IP6, "dst": L.B_IP6, "sport": sport, "dport": DPORT,
+            "steps": [dict(st, payload=st["payload"].hex()) if "payload" in st else st for st in steps]}
+    return json.loads(L.run_ns("hostA", sys.executable, "-c", _HOSTA, json.dumps(spec), timeout=20).stdout)
+
+
+def flush_hosta_route_cache():
+    L.run_ns("hostA", "ip", "-6", "route", "flush", "cache", timeout=10)
+
+
+def hosta_route() -> str:
+    return L.run_ns("hostA", "ip", "-6", "route", "get", L.B_IP6, timeout=10).stdout.strip()
+
+
+# --------------------------------------------------------------------------
+# captures
+
+class Captures(L.Captures):
+    """The common captures of this file's tests."""
+
+    def phase(self, tag):
+        """wan: all gw0 sends on the wan (captured in `wan`: a capture in gw0
+        misses XDP-redirected frames); a0: ICMPv6 and hostA's IPv6; b0: IPv6
+        from hostA at hostB."""
+        return (self.start("wan", "br0", f"ether src {L.GW0_OUT_MAC}", f"wan-{tag}"),
+                self.start("hostA", "a0", f"icmp6 or (ip6 and src host {L.A_IP6})", f"a0-{tag}"),
+                self.start("hostB", "b0", f"ip6 and src host {L.A_IP6}", f"b0-{tag}"))
+
+
+def raw_frame(f) -> bytes:
+    from scapy.compat import raw
+    return raw(f)
+
+
+def ipv4_of(frame: bytes) -> bytes:
+    if len(frame) < 34 or frame[12:14] != b"\x08\x00":
+        return b""
+    ip = frame[14:]
+    return ip[:int.from_bytes(ip[2:4], "big")]
+
+
+def ipv6_of(frame: bytes) -> bytes:
+    if len(frame) < 54 or frame[12:14] != b"\x86\xdd":
+        return b""
+    ip = frame[14:]
+    return ip[:40 + int.from_bytes(ip[4:6], "big")]
+
+
+def v4_desc(ip: bytes) -> str:
+    flags = int.from_bytes(ip[6:8], "big")
+    return (f"IPv4 {ipaddress.ip_address(ip[12:16])} > {ipaddress.ip_address(ip[16:20])} proto {ip[9]} "
+            f"len {len(ip)} id {int.from_bytes(ip[4:6], 'big')} DF {bool(flags & 0x4000)} "
+            f"MF {bool(flags & 0x2000)} off {(flags & 0x1FFF) * 8}")
+
+
+def summaries(frames) -> list[str]:
+    out = []
+    for f in frames:
+        b = raw_frame(f)
+        ip4 = ipv4_of(b)
+        out.append(v4_desc(ip4) if ip4 else f"{f.summary()} ({len(b)} B frame)")
+    return out
+
+
+def udp6_from_hosta(frames, sport: int) -> list[bytes]:
+    """hostA's unfragmented IPv6 UDP packets from `sport` (IPv6 bytes)."""
+    out = []
+    for f in frames:
+        ip = ipv6_of(raw_frame(f))
+        if ip and ip[6] == 17 and ip[8:24] == ipaddress.ip_address(L.A_IP6).packed \
+                and int.from_bytes(ip[40:42], "big") == sport:
+            out.append(ip)
+    return out
+
+
+def ptbs(frames) -> list:
+    from scapy.layers.inet6 import ICMPv6PacketTooBig
+    return [f for f in frames if ICMPv6PacketTooBig in f]
+
+
+# --------------------------------------------------------------------------
+# the ESP packet on the wan
+
+def check_fragmented_esp(wan_frames, sent: bytes, sa, seen: str) -> list[str]:
+    """gw0's frames on the wan for one 1280-byte inner packet `sent` (hostA's
+    IPv6 bytes): exactly 2 IPv4 fragments of one ESP packet 203.0.113.1 →
+    203.0.113.2, DF clear, ≤ 1300 bytes, contiguous, whose payloads make the
+    1336-byte ESP packet of SA 1001; decrypted by scapy, it holds `sent` with
+    the hop limit decremented. Returns the fragments' descriptions."""
+    from scapy.compat import raw
+    from scapy.layers.inet import IP
+    frames = [raw_frame(f) for f in wan_frames]
+    others = [summaries([f])[0] for f, b in zip(wan_frames, frames) if not ipv4_of(b)]
+    assert not others, f"gw0 sent non-IPv4 frames on the wan: {others}\n{seen}"
+    ips = [ipv4_of(b) for b in frames]
+    descs = [v4_desc(ip) for ip in ips]
+    assert len(ips) == 2, f"{len(ips)} IPv4 packets from gw0 on the wan, want 2 fragments: {descs}\n{seen}"
+    for ip in ips:
+        flags = int.from_bytes(ip[6:8], "big")
+        assert (ip[12:16], ip[16:20]) == (ipaddress.ip_address(L.GW0_OUT_IP).packed,
+                                          ipaddress.ip_address(L.GW1_OUT_IP).packed), f"{descs}\n{seen}"
+        assert ip[9] == ESP_PROTO, f"not ESP (protocol {ip[9]}): {descs}\n{seen}"
+        assert not flags & 0x4000, f"outer IPv4 DF set: {descs}\n{seen}"
+        assert len(ip) <= PORT_MTU, f"a {len(ip)}-byte packet on a {PORT_MTU}-byte port: {descs}\n{seen}"
+        assert (ip[0] & 0xF) == 5 and L.ip_checksum_ok(ip[:20]), f"bad outer header {ip[:20].hex()}: {descs}\n{seen}"
+    ips.sort(key=lambda ip: int.from_bytes(ip[6:8], "big") & 0x1FFF)
+    (f1, f2) = ips
+    fl1, fl2 = int.from_bytes(f1[6:8], "big"), int.from_bytes(f2[6:8], "big")
+    assert f1[4:6] == f2[4:6], f"fragments with different IP ids: {descs}\n{seen}"
+    assert fl1 & 0x1FFF == 0 and fl1 & 0x2000, f"first fragment: offset 0 with MF set, got {descs}\n{seen}"
+    assert not fl2 & 0x2000 and (fl2 & 0x1FFF) * 8 == len(f1) - 20, \
+        f"last fragment: MF clear, offset right after the first's data, got {descs}\n{seen}"
+    assert (len(f1) - 20) % 8 == 0, f"first fragment's data not a multiple of 8: {descs}\n{seen}"
+    assert (len(f1) - 20) + (len(f2) - 20) == esp_len(IPV6_MIN_MTU) - 20, \
+        f"fragment payloads sum to {(len(f1) - 20) + (len(f2) - 20)}, want {esp_len(IPV6_MIN_MTU) - 20}: {descs}\n{seen}"
+    body = f1[20:] + f2[20:]
+    spi = struct.unpack("!I", body[:4])[0]
+    assert spi == SA_OUT, f"SPI {spi}, want {SA_OUT}\n{seen}"
+    hdr = bytearray(f1[:20])
+    hdr[2:4] = struct.pack("!H", 20 + len(body))
+    hdr[6:8] = b"\0\0"
+    hdr[10:12] = b"\0\0"
+    whole = IP(bytes(hdr) + body)
+    try:
+        inner = raw(sa.decrypt(whole))
+    except Exception as e:  # noqa: BLE001 - what scapy said goes into the message
+        raise AssertionError(f"scapy cannot open the reassembled ESP packet ({len(body) + 20} B): {e!r}\n{seen}")
+    want = bytearray(sent)
+    want[7] -= 1  # gw0 decrements the hop limit
+    assert inner == bytes(want), \
+        f"the ESP packet holds {len(inner)} B {inner[:64].hex()}…, want hostA's packet, hop limit − 1\n{seen}"
+    return descs
+
+
+# --------------------------------------------------------------------------
+# the test
+
+def test_ipv6_inner_below_1280_fragments_outer_ipv4(testbed, start_gws, artifacts):
+    """See the module docstring: port MTU 1300, SA 1001 (IPv4 outer, AES-GCM)
+    leaves 1246 bytes: 1280 crosses as 2 outer fragments (DF clear), 1281 gets a
+    Packet Too Big of 1280 that hostA learns, then 1280 still crosses."""
+    from scapy.layers.inet6 import ICMPv6PacketTooBig, IPerror6, IPv6, UDPerror
+    text, cfg = load_v6("gw0")
+    check_config_assumptions(cfg)
+    outside = 'name = "outside"\n'
+    assert text.count(outside) == 1 and "mtu" not in text, f"configs/{V6_CONFIG['gw0']} is not what this test assumes"
+    cfg0 = artifacts / "ep0-v6-outside-mtu1300.toml"
+    cfg0.write_text(text.replace(outside, f"{outside}mtu = {PORT_MTU}\n", 1))
+    p = L.run([testbed["binary"], "check", cfg0], check=False, timeout=30)
+    assert p.returncode == 0, f"secgw check {cfg0}: {p.returncode}\n{p.stdout}{p.stderr}"
+    cfg1 = L.CONFIG_DIR / V6_CONFIG["gw1"]
+    assert cfg1.is_file(), f"config {cfg1} not found"
+
+    sa_info = next(s for s in cfg["sa"] if int(s["spi"]) == SA_OUT)
+    sa = L.scapy_sa(L.SaInfo(SA_OUT, "outbound", "aes-128-gcm", bytes.fromhex(sa_info["key"]),
+                             sa_info["tunnel_src"], sa_info["tunnel_dst"]))
+
+    caps = Captures(artifacts)
+    rx_b = None
+    flush_hosta_route_cache()
+    try:
+        route0 = hosta_route()
+        assert not re.search(r"\bmtu \d+", route0), f"hostA's route cache not flushed: {route0!r}"
+        gws = start_gws({"gw0": cfg0, "gw1": cfg1})
+        gw0, gw1 = gws["gw0"], gws["gw1"]
+        st0, st1 = stats(gw0), stats(gw1)
+        assert "mtu_exceeded" in st0.get("drops", {}) and "frags_sent" in st0, f"gw0's stats: {gw_state(st0)}"
+        base = counters(st0, st1)
+        assert not any(base.values()), f"fresh gateways with counts: {base}"
+
+        def settle(want: dict, timeout=5.0) -> tuple[dict, dict, dict]:
+            """Polls both gateways until the counters equal `want` (or
+            timeout); returns (gw0 stats, gw1 stats, counters)."""
+            deadline = time.monotonic() + timeout
+            while True:
+                s0, s1 = stats(gw0), stats(gw1)
+                c = counters(s0, s1)
+                if c == want or time.monotonic() > deadline:
+                    time.sleep(0.2)  # and nothing more comes
+                    s0, s1 = stats(gw0), stats(gw1)
+                    return s0, s1, counters(s0, s1)
+                time.sleep(0.05)
+
+        def crossing(phase: str, sport: int, before: dict, pre_steps=()) -> tuple[list, dict]:
+            """hostA sends one 1280-byte packet; it must cross as 2 wan
+            fragments and reach hostB's socket whole. Returns (hostA's
+            results, counters after)."""
+            nonlocal rx_b
+            data = payload(sport, IPV6_MIN_MTU)
+            assert len(data) == 1232
+            rx_b = HostBSocket(DPORT)
+            cap_w, cap_a, cap_b = caps.phase(phase)
+            res = hosta(sport, [*pre_steps, {"payload": data, "retry": 1}, {"sleep": 0.3}])
+            want = dict(before)
+            for k, d in (("gw0.frags_sent", 2), ("gw0.sa1001_out", 1), ("gw1.frags_received", 2),
+                         ("gw1.reassembled", 1), ("gw1.frags_reassembled", 2), ("gw1.sa1001_in", 1)):
+                want[k] += d
+            s0, s1, after = settle(want)
+            fb, fa, fw = cap_b.stop(settle=0.2), cap_a.stop(settle=0), cap_w.stop(settle=0)
+            at_b = rx_b.stop()
+            rx_b = None
+            seen = (f"[{phase}] hostA's socket: {res}\na0: {summaries(fa)}\nb0: {summaries(fb)}\n"
+                    f"wan: {summaries(fw)}\nhostB's socket: {[(d['src'], d['sport'], d['len']) for d in at_b]}\n"
+                    f"counters before {before}\ncounters after  {after}\ngw0: {gw_state(s0)}\ngw1: {gw_state(s1)}\n"
+                    f"pcaps in {artifacts}")
+            assert res[-2]["errno"] == 0, f"hostA could not send its 1280-byte packet\n{seen}"
+            sent = udp6_from_hosta(fa, sport)
+            assert [len(ip) for ip in sent] == [IPV6_MIN_MTU], f"hostA should send one whole 1280-byte packet\n{seen}"
+            assert sent[0][48:] == data, f"hostA's packet on a0 does not carry the payload\n{seen}"
+            assert not ptbs(fa), f"a Packet Too Big to hostA for a 1280-byte packet\n{seen}"
+            descs = check_fragmented_esp(fw, sent[0], sa, seen)
+            assert [(d["src"], d["sport"], d["len"]) for d in at_b] == [(L.A_IP6, sport, len(data))], \
+                f"hostB's socket should receive exactly the {len(data)}-byte payload once\n{seen}"
+            assert bytes.fromhex(at_b[0]["data"]) == data, f"hostB's socket got other bytes than hostA sent\n{seen}"
+            assert after == want, f"counters: want {want}\n{seen}"
+            for name, s in (("gw0", s0), ("gw1", s1)):
+                drops = nonzero_drops(s)
+                if name == "gw0":
+                    drops.pop("mtu_exceeded", None)  # phase 2's, checked by the counters
+                assert not drops, f"{name} dropped something: {drops}\n{seen}"
+            print(f"\n[{phase}] wan: {descs}; hostB got {len(data)} bytes")
+            return res, after
+
+        # 1. a 1280-byte packet: 2 outer fragments, DF clear
+        _, c1 = crossing("1-1280", 40801, base)
+
+        # 2. a 1281-byte packet: dropped, Packet Too Big 1280, learned by hostA
+        sport2 = 40802
+        data2 = payload(sport2, IPV6_MIN_MTU + 1)
+        assert len(data2) == 1233
+        rx_b = HostBSocket(DPORT)
+        cap_w, cap_a, cap_b = caps.phase("2-1281")
+        res2 = hosta(sport2, [{"payload": data2}, {"wait_mtu_below": 1500, "timeout": 3}, {"ip_mtu": 1}])
+        route2 = hosta_route()
+        want2 = dict(c1, **{"gw0.mtu_exceeded": c1["gw0.mtu_exceeded"] + 1, "gw0.icmp_sent": c1["gw0.icmp_sent"] + 1})
+        s0, s1, c2 = settle(want2)
+        fb, fa, fw = cap_b.stop(settle=0.2), cap_a.stop(settle=0), cap_w.stop(settle=0)
+        at_b = rx_b.stop()
+        rx_b = None
+        t0 = fa[0].time if fa else 0
+        timeline = "\n".join(f"  {float(f.time - t0):8.4f} {f.summary()} ({len(raw_frame(f))} B)" for f in fa)
+        seen = (f"[2-1281] hostA's socket: {res2}\nroute: {route2!r}\na0:\n{timeline}\nb0: {summaries(fb)}\n"
+                f"wan: {summaries(fw)}\nhostB's socket: {[(d['src'], d['sport'], d['len']) for d in at_b]}\n"
+                f"counters before {c1}\ncounters after  {c2}\ngw0: {gw_state(s0)}\ngw1: {gw_state(s1)}\n"
+                f"pcaps in {artifacts}")
+        assert res2[0]["errno"] == 0, f"hostA could not send its 1281-byte packet\n{seen}"
+        sent2 = udp6_from_hosta(fa, sport2)
+        assert [len(ip) for ip in sent2] == [IPV6_MIN_MTU + 1], f"hostA should send one whole 1281-byte packet\n{seen}"
+        p = ptbs(fa)
+        assert len(p) == 1, f"{len(p)} Packet Too Big on a0, want 1\n{seen}"
+        ptb = p[0]
+        assert (ptb[IPv6].src, ptb[IPv6].dst) == (L.GW0_IN_IP6, L.A_IP6), \
+            f"PTB {ptb[IPv6].src} > {ptb[IPv6].dst}, want {L.GW0_IN_IP6} > {L.A_IP6}\n{seen}"
+        assert (ptb[ICMPv6PacketTooBig].type, ptb[ICMPv6PacketTooBig].code) == (2, 0), seen
+        assert ptb[ICMPv6PacketTooBig].mtu == IPV6_MIN_MTU, \
+            f"PTB MTU {ptb[ICMPv6PacketTooBig].mtu}, want {IPV6_MIN_MTU} (never less, RFC 8201 §4)\n{seen}"
+        ptb_ip = ipv6_of(raw_frame(ptb))
+        assert len(ptb_ip) <= IPV6_MIN_MTU, f"a {len(ptb_ip)}-byte PTB\n{seen}"
+        assert IPerror6 in ptb and UDPerror in ptb and (ptb[IPerror6].src, ptb[IPerror6].dst) == (L.A_IP6, L.B_IP6) \
+            and (ptb[UDPerror].sport, ptb[UDPerror].dport) == (sport2, DPORT), f"the PTB quotes another packet\n{seen}"
+        quote = ptb_ip[48:]
+        assert quote == sent2[0][:len(quote)], f"the PTB's quote differs from hostA's packet\n{seen}"
+        assert res2[1]["value"] == IPV6_MIN_MTU and res2[2]["value"] == IPV6_MIN_MTU, \
+            f"hostA's socket path MTU (IPV6_MTU) {res2[2]['value']}, want {IPV6_MIN_MTU}\n{seen}"
+        assert re.search(rf"\bmtu {IPV6_MIN_MTU}\b", route2), f"hostA's route cache, want mtu {IPV6_MIN_MTU}\n{seen}"
+        assert not fw, f"gw0 sent something on the wan for the 1281-byte packet\n{seen}"
+        assert not at_b and not udp6_from_hosta(fb, sport2), f"the 1281-byte packet reached hostB\n{seen}"
+        assert c2 == want2, f"counters: want {want2}\n{seen}"
+        assert nonzero_drops(s0) == {"mtu_exceeded": 1} and not nonzero_drops(s1), f"drops\n{seen}"
+        print(f"\n[2-1281] PTB {ptb[IPv6].src} > {ptb[IPv6].dst} mtu {ptb[ICMPv6PacketTooBig].mtu}; "
+              f"hostA: {route2}")
+
+        # 3. hostA knows 1280: a 1280-byte packet from a fresh socket still crosses
+        res3, _ = crossing("3-1280-after-ptb", 40803, c2, pre_steps=[{"ip_mtu": 1}])
+        assert res3[0]["value"] == IPV6_MIN_MTU, f"hostA's new socket starts with path MTU {res3[0]['value']}"
+        assert re.search(rf"\bmtu {IPV6_MIN_MTU}\b", hosta_route()), f"hostA forgot 1280: {hosta_route()!r}"
+    finally:
+        if rx_b is not None:
+            rx_b.kill()
+        caps.stop_all()
+        flush_hosta_route_cache()
