@@ -36,9 +36,8 @@ const NO_PORT: usize = 0xffff;
 /// Packs what the owner and `finish` need into a handoff tag / an op's
 /// `user[1]`: direction (bit 63), dummy (bit 62, [`TAG_DUMMY`], set
 /// separately), SA index (bits 32..62), a 16-bit auxiliary
-/// value (bits 16..32: inner length for outbound ops, [`AUX_OUTER_DF_CLEAR`]
-/// or 0 for handed outbound packets, ESP offset for handed inbound
-/// packets, outer DS + ECN byte for inbound ops), receive port
+/// value (bits 16..32: inner length for outbound ops, ESP offset for handed
+/// inbound packets, outer DS + ECN byte for inbound ops), receive port
 /// (bits 0..16).
 #[inline]
 fn tag(inbound: bool, sa: usize, aux: usize, port: u16) -> u64 {
@@ -50,11 +49,6 @@ fn tag(inbound: bool, sa: usize, aux: usize, port: u16) -> u64 {
 fn untag(t: u64) -> (bool, usize, u64, usize) {
     (t & TAG_INBOUND != 0, ((t >> 32) & 0x3fff_ffff) as usize, (t >> 16) & 0xffff, (t & 0xffff) as usize)
 }
-
-/// Aux value of a handed outbound packet whose outer IPv4 header must go
-/// out with DF clear (an IPv6 inner packet of at most 1280 bytes over a
-/// tunnel MTU below that, RFC 4213 §3.2; see [`Worker::outbound`]).
-const AUX_OUTER_DF_CLEAR: u64 = 1;
 
 /// Bits of an SA reference that hold the SA's slot in the SAD.
 const SLOT_BITS: u32 = 20;
@@ -349,7 +343,7 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     icmp_refill: Instant,
     icmp_ident: u16,
     /// Identification of the next outer IPv6 packet the worker fragments
-    /// ([`Self::fragment6`]); starts at a random value (RFC 7739 §5).
+    /// ([`Self::fragment_outer`]); starts at a random value (RFC 7739 §5).
     frag6_ident: u32,
     reasm: Reassembler,
     /// The neighbour snapshot of this poll (checked once per poll, cloned
@@ -1089,7 +1083,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             let Some((slot, sa)) = out_sa(t, r) else {
                 return self.drop_buf(port, DropReason::NoSa, buf);
             };
-            return self.prepare_outbound(sa, slot, r, port, buf, aux == AUX_OUTER_DF_CLEAR);
+            return self.prepare_outbound(sa, slot, r, port, buf);
         }
         let Some((i, e)) = in_sa(t, r) else {
             return self.drop_buf(port, DropReason::NoSa, buf);
@@ -1116,12 +1110,12 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     }
 
     /// ESP prepare for a packet of outbound SA `sa` (in SAD slot `slot`,
-    /// referred to as `r` in tags) that this worker owns; `outer_df_clear`:
-    /// its outer IPv4 header goes out with DF clear whatever `sa.df` says
-    /// (the outer header is not covered by the ICV, so it is cleared after
-    /// prepare).
+    /// referred to as `r` in tags) that this worker owns. A packet whose
+    /// outer packet is to be fragmented ([`PktBuf::outer_frag_mtu`]) gets
+    /// an outer IPv4 header with DF clear whatever `sa.df` says (the outer
+    /// header is not covered by the ICV, so it is cleared after prepare).
     #[inline]
-    fn prepare_outbound(&mut self, sa: &OutboundSa, slot: usize, r: usize, port: usize, buf: PktBuf, outer_df_clear: bool) {
+    fn prepare_outbound(&mut self, sa: &OutboundSa, slot: usize, r: usize, port: usize, buf: PktBuf) {
         let Some(st) = self.out_state.get_mut(slot) else {
             return self.drop_buf(port, DropReason::NotOwner, buf);
         };
@@ -1135,7 +1129,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         match outbound::prepare_cached(sa, st, buf, &mut self.sessions) {
             Ok(mut op) => {
                 spent_if_last(sa, st);
-                if outer_df_clear {
+                if op.buf.outer_frag_mtu != 0 && sa.tunnel_dst.is_ipv4() {
                     ipv4::clear_df(&mut op.buf.frame_mut()[ethernet::HEADER_LEN..]);
                 }
                 op.user[1] = tag(false, r, inner_len, port as u16);
@@ -1315,12 +1309,13 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         //   fragmented on the way, RFC 8200 §5), never advertising less
         //   than 1280 (RFC 8201 §4). A tunnel MTU below 1280 counts as
         //   1280 (RFC 4213 §3.2, RFC 2473 §6.7): a packet of at most 1280
-        //   bytes that does not fit is encapsulated with the outer IPv4
-        //   header's DF clear (whatever `df` says but `set`), and the ESP
-        //   packet is fragmented on the way (here if it exceeds the port's
-        //   MTU, else by a router of the path); with an IPv6 outer header
-        //   (outer fragmentation not built), `df = "set"`, or in transport
-        //   mode it is dropped as `mtu_exceeded`;
+        //   bytes that does not fit is encapsulated and its outer packet
+        //   fragmented: an IPv4 outer header goes with DF clear (whatever
+        //   `df` says but `set`), fragmented here if it exceeds the port's
+        //   MTU, else by a router of the path; an IPv6 outer header is
+        //   fragmented here to this MTU (RFC 2473 §7.1, `fragment_outer`).
+        //   With `df = "set"` over IPv4, or in transport mode, it is
+        //   dropped as `mtu_exceeded`;
         // * IPv4 inner with DF: ICMP "fragmentation needed" (RFC 1191);
         // * IPv4 inner without DF into an IPv6 outer header: the inner
         //   packet is fragmented before encapsulation (RFC 4459 §3), each
@@ -1355,7 +1350,6 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             let p = p as usize;
             egress_mtu = Some(egress_mtu.map_or(p, |m| m.min(p)));
         }
-        let mut outer_df_clear = false;
         if let Some(mtu) = egress_mtu.filter(|&m| outbound::encapsulated_len(sa, hl, buf.len() - ethernet::HEADER_LEN) > m) {
             let fits = outbound::max_inner_len(sa, hl, mtu);
             if inner_v6 {
@@ -1365,13 +1359,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 if sa.transport || (sa.tunnel_dst.is_ipv4() && sa.df == crate::esp::DfMode::Set) {
                     return self.drop_buf(port, DropReason::MtuExceeded, buf);
                 }
-                if sa.tunnel_dst.is_ipv6() {
-                    // The IPv6 outer packet is fragmented here once sealed
-                    // (RFC 2473 §7.1), to pieces that fit this MTU.
-                    buf.outer_frag_mtu = mtu.min(u16::MAX as usize) as u16;
-                } else {
-                    outer_df_clear = true;
-                }
+                // Travels with the buffer (handoff, crypto) to
+                // `prepare_outbound` and `fragment_outer`.
+                buf.outer_frag_mtu = mtu.min(u16::MAX as usize) as u16;
             } else {
                 if ipv4_df(&buf) {
                     return self.frag_needed(t, port, buf, fits, ErrorPath::Back);
@@ -1395,10 +1385,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 return self.drop_buf(port, DropReason::TunnelErrorDropped, buf);
             }
             // Ours: prepared here, without the tag's round trip to the SAD.
-            return self.prepare_outbound(sa, slot, i, port, buf, outer_df_clear);
+            return self.prepare_outbound(sa, slot, i, port, buf);
         }
-        let aux = if outer_df_clear { AUX_OUTER_DF_CLEAR as usize } else { 0 };
-        self.hand_to_owner(t, owner, port, buf, tag(false, i, aux, port as u16))
+        self.hand_to_owner(t, owner, port, buf, tag(false, i, 0, port as u16))
     }
 
     /// A frame from an unprotected port: ESP to us, or UDP to us on a NAT-T
@@ -1594,7 +1583,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                         c.bytes.add(inner_len);
                     }
                     if buf.outer_frag_mtu != 0 {
-                        return self.fragment6(t, port, buf, dst);
+                        return self.fragment_outer(t, port, buf, dst);
                     }
                     self.forward(t, port, buf, dst)
                 }
@@ -1841,27 +1830,32 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         }
     }
 
-    /// Fragments the outer IPv6 packet of `buf`, an ESP packet the gateway
-    /// sealed (Ethernet + the 40-byte IPv6 header it wrote, no extension
-    /// headers), into packets of at most `buf.outer_frag_mtu` bytes as its
-    /// source (RFC 8200 §4.5: a Fragment header after the IPv6 header with
-    /// the original Next Header, offsets in 8-byte units, M on all but the
-    /// last, one identification; RFC 2473 §7.1) and forwards each to `dst`,
-    /// counting them under `frags_sent`. The last piece reuses `buf`, the
-    /// others take buffers from the pool; too few → `frag_no_buffer`.
+    /// Sends `buf`, an ESP packet the gateway sealed whose outer packet is
+    /// to be fragmented ([`PktBuf::outer_frag_mtu`], set by
+    /// [`Self::outbound`]), to `dst`. An IPv4 outer header (its DF cleared
+    /// in [`Self::prepare_outbound`]) is forwarded as it is: fragmented by
+    /// [`Self::transmit`] beyond the port's MTU, else by the routers of the
+    /// path. An IPv6 outer header (Ethernet + the 40-byte header the
+    /// gateway wrote, no extension headers) is cut by the gateway, its
+    /// source, into packets of at most `outer_frag_mtu` bytes (RFC 8200
+    /// §4.5: a Fragment header after the IPv6 header with the original Next
+    /// Header, offsets in 8-byte units, M on all but the last, one
+    /// identification; RFC 2473 §7.1), each forwarded to `dst` and counted
+    /// under `frags_sent`. The last piece reuses `buf`, the others take
+    /// buffers from the pool; too few → `frag_no_buffer`.
     #[cold]
     #[inline(never)]
-    fn fragment6(&mut self, t: &Tables, rx_port: usize, mut buf: PktBuf, dst: IpAddr) {
+    fn fragment_outer(&mut self, t: &Tables, rx_port: usize, mut buf: PktBuf, dst: IpAddr) {
         const ETH: usize = ethernet::HEADER_LEN;
         const HL: usize = ipv6::HEADER_LEN;
         const FH: usize = ipv6::FRAGMENT_HEADER_LEN;
         let mtu = std::mem::take(&mut buf.outer_frag_mtu) as usize;
         let total = buf.len() - ETH;
-        if total <= mtu {
+        if total <= mtu || !is_ipv6(buf.frame()) {
             return self.forward(t, rx_port, buf, dst);
         }
         let chunk = mtu.saturating_sub(HL + FH) / 8 * 8;
-        if total <= HL || !is_ipv6(buf.frame()) || chunk == 0 {
+        if total <= HL || chunk == 0 {
             return self.drop_buf(rx_port, DropReason::MtuExceeded, buf);
         }
         let nh = buf.frame()[ETH + ipv6::NEXT_HEADER];

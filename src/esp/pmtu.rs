@@ -63,10 +63,9 @@ impl PathMtu {
     }
 
     /// The path MTU if one is known and has not expired at `now_ms()`
-    /// ([`epoch_ms`]); an expired one is cleared. One relaxed load when
-    /// none is known.
-    /// Inlined into the per-packet PROTECT path: the load and the test
-    /// for "none known" only; a known value is checked out of line.
+    /// ([`epoch_ms`]); an expired one is cleared. Inlined into the
+    /// per-packet PROTECT path: one relaxed load and a test while none is
+    /// known; a known value is checked out of line.
     #[inline(always)]
     pub fn get(&self, now_ms: impl FnOnce() -> u64) -> Option<u16> {
         let w = self.0.load(Ordering::Relaxed);

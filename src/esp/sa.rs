@@ -15,11 +15,10 @@ pub enum DfMode {
     /// except one of at most 1280 bytes over a tunnel MTU below 1280,
     /// which leaves with DF clear: RFC 4213 §3.2, done by the worker).
     Copy,
-    /// Always set.
+    /// Always set (such an IPv6 packet too: it is dropped instead).
     Set,
     /// Always clear.
     Clear,
-    // `Set` holds even for such an IPv6 packet: it is dropped instead.
 }
 
 /// UDP encapsulation of ESP (RFC 3948) for an SA behind a NAT: the ports of

@@ -32,14 +32,15 @@ pub struct PktBuf {
     /// Worker whose pool the buffer belongs to (buffers handed to another
     /// worker go back home when freed).
     pub home: u16,
-    /// Bytes each piece of the packet's outer IPv6 packet may take once
-    /// it is encrypted, when the gateway must fragment that outer header
-    /// itself (RFC 2473 §7.1: an IPv6 inner packet of at most 1280 bytes
-    /// over a tunnel MTU below 1280); 0 = no such fragmentation. Set by the
-    /// worker before ESP prepare, it travels with the buffer through a
-    /// handoff and the crypto device (as a DPDK mbuf's `tso_segsz`);
-    /// cleared whenever the buffer takes a new frame ([`PktBuf::reset`],
-    /// [`PktBuf::copy_from`], [`PktBuf::move_to_area`]).
+    /// Nonzero when the packet's outer packet, once encrypted, is to be
+    /// fragmented (RFC 4213 §3.2, RFC 2473 §7.1: an IPv6 inner packet of at
+    /// most 1280 bytes over a tunnel MTU below 1280): the tunnel MTU in
+    /// bytes, to which the gateway cuts an IPv6 outer packet itself; an
+    /// IPv4 outer header gets DF clear instead. 0 = no such fragmentation.
+    /// Set by the worker before ESP prepare, it travels with the buffer
+    /// through a handoff and the crypto device (as a DPDK mbuf's
+    /// `tso_segsz`); cleared whenever the buffer takes a new frame
+    /// ([`PktBuf::reset`], [`PktBuf::copy_from`], [`PktBuf::move_to_area`]).
     pub outer_frag_mtu: u16,
 }
 
