@@ -477,6 +477,71 @@ _UDP_SINK = textwrap.dedent("""
 """)
 
 
+_UDP_STEPS = textwrap.dedent("""
+    import json, socket, sys, time
+    IP_MTU_DISCOVER, IP_MTU, IPV6_MTU = 10, 14, 24
+    spec = json.loads(sys.argv[1])
+    v6 = ":" in spec["dst"]
+    s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
+    if "pmtudisc" in spec:
+        s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, spec["pmtudisc"])
+    s.bind((spec["src"], spec["sport"]))
+    s.connect((spec["dst"], spec["dport"]))
+    def mtu():
+        return s.getsockopt(socket.IPPROTO_IPV6, IPV6_MTU) if v6 else s.getsockopt(socket.IPPROTO_IP, IP_MTU)
+    def payload(st, i):
+        if "payload" in st:
+            return bytes.fromhex(st["payload"])
+        tag = ("pmtu-%d-%d-%d-" % (spec["sport"], i, st["send"])).encode()
+        return tag + bytes((i * 7 + j) & 0xFF for j in range(st["send"] - (48 if v6 else 28) - len(tag)))
+    out = []
+    for i, st in enumerate(spec["steps"]):
+        r = dict(st)
+        r.pop("payload", None)
+        if "send" in st or "payload" in st:
+            errs = []
+            for _ in range(1 + st.get("retry", 0)):
+                try:
+                    s.send(payload(st, i))
+                    errs.append(0)
+                    break
+                except OSError as e:
+                    errs.append(e.errno)
+            r["errno"] = errs[-1]
+            r["errnos"] = errs
+        elif "wait_mtu_below" in st:
+            deadline = time.monotonic() + st["timeout"]
+            while mtu() >= st["wait_mtu_below"] and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(spec.get("settle", 0))
+            r["value"] = mtu()
+        elif "so_error" in st:
+            r["value"] = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        elif "ip_mtu" in st:
+            r["value"] = mtu()
+        elif "sleep" in st:
+            time.sleep(st["sleep"])
+        out.append(r)
+    s.close()
+    print(json.dumps(out))
+""")
+
+
+def udp_steps(ns: str, spec: dict, timeout: float = 60) -> list:
+    """Runs `spec["steps"]` in namespace `ns` on one UDP socket bound to
+    [spec src]:sport and connected to [spec dst]:dport (IPv4 or IPv6, by
+    the address; kept open throughout: Linux applies an ICMP "fragmentation
+    needed" / Packet Too Big to the route only while the socket it is about
+    exists). Optional `pmtudisc` (IPv4 IP_MTU_DISCOVER value) and `settle`
+    (seconds to wait after a `wait_mtu_below` step: the error handler sets
+    sk_err after the path MTU). Steps: {"send": IP packet length} (a
+    generated payload) or {"payload": hex}, either with "retry": n;
+    {"wait_mtu_below": m, "timeout": s}; {"so_error": 1}; {"ip_mtu": 1} (the
+    socket's path MTU); {"sleep": s}. Returns each step (without its
+    payload) with its result: "errno" / "errnos" or "value"."""
+    return json.loads(run_ns(ns, sys.executable, "-c", _UDP_STEPS, json.dumps(spec), timeout=timeout).stdout)
+
+
 class UdpSink:
     """A UDP socket bound in namespace `ns` on addr:port (IPv4 or IPv6) for
     at most `limit_s` seconds: what the kernel delivers (reassembled) is

@@ -37,7 +37,6 @@ import re
 import struct
 import subprocess
 import sys
-import textwrap
 import time
 from dataclasses import dataclass
 
@@ -50,7 +49,6 @@ ESP_PROTO = 50
 FRAG_NH = 44                 # IPv6 Fragment header
 PORT_MTU = 1300              # gw0's outside port in the derived config
 IPV6_MIN_MTU = 1280
-IPV6_MTU_OPT = 24            # getsockopt IPV6_MTU (path MTU of a connected socket)
 
 # ESP overhead of SAs 1001 and 1101 (AES-128-GCM) past the outer IP header:
 # checked against the config.
@@ -187,43 +185,6 @@ def HostBSocket(port: int, limit_s: float = 30) -> L.UdpSink:
     return L.UdpSink("hostB", L.B_IP6, port, limit_s)
 
 
-_HOSTA = textwrap.dedent("""
-    import json, socket, sys, time
-    IPV6_MTU = 24
-    spec = json.loads(sys.argv[1])
-    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-    s.bind((spec["src"], spec["sport"]))
-    s.connect((spec["dst"], spec["dport"]))
-    out = []
-    for st in spec["steps"]:
-        r = dict(st)
-        r.pop("payload", None)
-        if "payload" in st:
-            errs = []
-            for _ in range(1 + st.get("retry", 0)):
-                try:
-                    s.send(bytes.fromhex(st["payload"]))
-                    errs.append(0)
-                    break
-                except OSError as e:
-                    errs.append(e.errno)
-            r["errno"] = errs[-1]
-            r["errnos"] = errs
-        elif "wait_mtu_below" in st:
-            deadline = time.monotonic() + st["timeout"]
-            while s.getsockopt(socket.IPPROTO_IPV6, IPV6_MTU) >= st["wait_mtu_below"] and time.monotonic() < deadline:
-                time.sleep(0.02)
-            r["value"] = s.getsockopt(socket.IPPROTO_IPV6, IPV6_MTU)
-        elif "ip_mtu" in st:
-            r["value"] = s.getsockopt(socket.IPPROTO_IPV6, IPV6_MTU)
-        elif "sleep" in st:
-            time.sleep(st["sleep"])
-        out.append(r)
-    s.close()
-    print(json.dumps(out))
-""")
-
-
 def payload(sport: int, ip_len: int) -> bytes:
     """A UDP payload making an `ip_len`-byte IPv6 packet (40 + 8 + payload)."""
     tag = f"v6min-{sport}-{ip_len}-".encode()
@@ -239,7 +200,7 @@ def hosta(sport: int, dport: int, steps: list[dict]) -> list[dict]:
     {"sleep": s}; returns each step with its result (errno / value)."""
     spec = {"src": L.A_IP6, "dst": L.B_IP6, "sport": sport, "dport": dport,
             "steps": [dict(st, payload=st["payload"].hex()) if "payload" in st else st for st in steps]}
-    return json.loads(L.run_ns("hostA", sys.executable, "-c", _HOSTA, json.dumps(spec), timeout=20).stdout)
+    return L.udp_steps("hostA", spec, timeout=20)
 
 
 def flush_hosta_route_cache():

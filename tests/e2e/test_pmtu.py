@@ -38,7 +38,6 @@ import re
 import struct
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
@@ -224,59 +223,16 @@ def summaries(frames) -> list[str]:
 # --------------------------------------------------------------------------
 # hostA's socket
 
-_HOSTA = textwrap.dedent("""
-    import json, socket, sys, time
-    IP_MTU_DISCOVER, IP_MTU = 10, 14
-    spec = json.loads(sys.argv[1])
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, spec["pmtudisc"])
-    s.bind((spec["src"], spec["sport"]))
-    s.connect((spec["dst"], spec["dport"]))
-    out = []
-    def payload(size, i):
-        tag = ("pmtu-%d-%d-%d-" % (spec["sport"], i, size)).encode()
-        return tag + bytes((i * 7 + j) & 0xFF for j in range(size - 28 - len(tag)))
-    for i, st in enumerate(spec["steps"]):
-        r = dict(st)
-        if "send" in st:
-            errs = []
-            for _ in range(1 + st.get("retry", 0)):
-                try:
-                    s.send(payload(st["send"], i))
-                    errs.append(0)
-                    break
-                except OSError as e:
-                    errs.append(e.errno)
-            r["errno"] = errs[-1]
-            r["errnos"] = errs
-        elif "wait_mtu_below" in st:
-            deadline = time.monotonic() + st["timeout"]
-            while (s.getsockopt(socket.IPPROTO_IP, IP_MTU) >= st["wait_mtu_below"]
-                   and time.monotonic() < deadline):
-                time.sleep(0.02)
-            time.sleep(0.1)  # the error handler sets sk_err after the path MTU
-            r["waited_mtu"] = s.getsockopt(socket.IPPROTO_IP, IP_MTU)
-        elif "so_error" in st:
-            r["value"] = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        elif "ip_mtu" in st:
-            r["value"] = s.getsockopt(socket.IPPROTO_IP, IP_MTU)
-        elif "sleep" in st:
-            time.sleep(st["sleep"])
-        out.append(r)
-    s.close()
-    print(json.dumps(out))
-""")
-
 PMTUDISC_DONT, PMTUDISC_DO, PMTUDISC_PROBE = 0, 2, 3
 
 
 def hosta(sport: int, dport: int, steps: list[dict], pmtudisc=PMTUDISC_DO) -> list[dict]:
-    """Runs `steps` on one connected UDP socket hostA → hostB: {"send": IP
-    total length, "retry": n}, {"wait_mtu_below": m, "timeout": s},
-    {"so_error": 1}, {"ip_mtu": 1}, {"sleep": s}; returns each step with its
-    result (errno / value)."""
-    spec = {"src": L.A_IP, "dst": L.B_IP, "sport": sport, "dport": dport, "pmtudisc": pmtudisc, "steps": steps}
-    return json.loads(L.run_ns("hostA", sys.executable, "-c", _HOSTA, json.dumps(spec)).stdout)
+    """Runs `steps` on one connected UDP socket hostA → hostB
+    (`L.udp_steps`): {"send": IP total length, "retry": n},
+    {"wait_mtu_below": m, "timeout": s}, {"so_error": 1}, {"ip_mtu": 1},
+    {"sleep": s}; returns each step with its result (errno / value)."""
+    spec = {"src": L.A_IP, "dst": L.B_IP, "sport": sport, "dport": dport, "pmtudisc": pmtudisc, "settle": 0.1, "steps": steps}
+    return L.udp_steps("hostA", spec)
 
 
 def flush_hosta_route_cache():
