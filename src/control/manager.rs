@@ -419,6 +419,8 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             routes: self.routes.clone(),
             neighbours: self.neighbours.cell().clone(),
             natt_ports,
+            ours4: self.ports.iter().flat_map(|p| p.addresses.iter().copied()).collect(),
+            ours6: self.ports.iter().flat_map(|p| p.addresses6.iter().copied()).collect(),
         }
     }
 

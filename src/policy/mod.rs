@@ -58,6 +58,12 @@ pub struct Tables {
     /// keepalives and (dropped) IKE (RFC 3948): 4500 and every inbound SA's
     /// `udp_dport`.
     pub natt_ports: Vec<u16>,
+    /// Every port's IPv4 addresses in one list (derived from `ports` when
+    /// the snapshot is built): the per-packet "is this source ours" check
+    /// of [`Tables::martian`] scans one flat array instead of each port's.
+    pub ours4: Vec<Ipv4Addr>,
+    /// Every port's IPv6 addresses in one list, as `ours4`.
+    pub ours6: Vec<Ipv6Addr>,
 }
 
 impl Tables {
@@ -73,7 +79,10 @@ impl Tables {
     /// True if `ip` is one of our addresses on any port.
     #[inline]
     pub fn is_ours(&self, ip: IpAddr) -> bool {
-        (0..self.ports.len()).any(|p| self.is_local(p, ip))
+        match ip {
+            IpAddr::V4(a) => self.ours4.contains(&a),
+            IpAddr::V6(a) => self.ours6.contains(&a),
+        }
     }
 
     /// True if a packet from `src` to `dst` must not be forwarded (a

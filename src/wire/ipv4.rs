@@ -137,6 +137,7 @@ impl<'a> Ipv4Packet<'a> {
 /// Decrements the TTL of the IPv4 header at the start of `hdr` by one and
 /// updates the header checksum incrementally (RFC 1624). `hdr` must hold at
 /// least 20 bytes (the caller has checked it with [`Ipv4Packet::new_checked`]).
+#[inline]
 pub fn decrement_ttl(hdr: &mut [u8]) {
     if hdr.len() < MIN_HEADER_LEN {
         return;
