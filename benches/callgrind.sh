@@ -12,7 +12,9 @@
 #   bash benches/callgrind.sh                 # outbound_ring, bypass, raw_seal_ring at 64 and 1420 B
 #   bash benches/callgrind.sh inbound_ring/64 # any pipeline_worker_aes128gcm line(s)
 #
-# Needs valgrind (Debian: apt-get install valgrind). About 20 s per line.
+# Needs valgrind (Debian: apt-get install valgrind). About 5 s per line.
+# SECGW_BENCH_BIN=path measures an already built pipeline bench binary
+# (e.g. one built with other profile settings) instead of building it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lines=("$@")
@@ -20,7 +22,7 @@ if [ ${#lines[@]} -eq 0 ]; then
     lines=(outbound_ring/64 bypass/64 raw_seal_ring/64 outbound_ring/1420 bypass/1420 raw_seal_ring/1420)
 fi
 command -v valgrind >/dev/null || { echo "callgrind.sh: valgrind not found (apt-get install valgrind)" >&2; exit 1; }
-bin=$(cargo bench --bench pipeline --no-run --message-format=json 2>/dev/null |
+bin=${SECGW_BENCH_BIN:-}; [ -n "$bin" ] || bin=$(cargo bench --bench pipeline --no-run --message-format=json 2>/dev/null |
     python3 -c 'import json,sys
 for l in sys.stdin:
     m=json.loads(l)

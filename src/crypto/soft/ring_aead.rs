@@ -49,6 +49,7 @@ impl RingAead {
     }
 
     /// Encrypts the cipher range in place and writes the tag to the ICV.
+    #[inline]
     pub(crate) fn seal(&self, a: &OpArgs<'_>, buf: &mut [u8], r: &OpRanges) -> OpStatus {
         if !Self::fits(a, r) {
             return OpStatus::InvalidOp;
@@ -65,6 +66,7 @@ impl RingAead {
 
     /// Decrypts the cipher range in place if the ICV verifies (ring compares
     /// in constant time); on a mismatch the range is left zeroed.
+    #[inline]
     pub(crate) fn open(&self, a: &OpArgs<'_>, buf: &mut [u8], r: &OpRanges) -> OpStatus {
         if !Self::fits(a, r) {
             return OpStatus::InvalidOp;

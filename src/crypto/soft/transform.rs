@@ -82,6 +82,7 @@ impl Transform {
     }
 
     /// Encrypts the cipher range and writes the ICV.
+    #[inline]
     pub(crate) fn seal(&self, a: &OpArgs<'_>, buf: &mut [u8], r: &OpRanges) -> OpStatus {
         match self {
             Transform::Gcm128(g) => g.seal(a, buf, r),
@@ -106,6 +107,7 @@ impl Transform {
 
     /// Verifies the ICV (constant time) and decrypts the cipher range;
     /// releases no unverified plaintext (see the module doc).
+    #[inline]
     pub(crate) fn open(&self, a: &OpArgs<'_>, buf: &mut [u8], r: &OpRanges) -> OpStatus {
         match self {
             Transform::Gcm128(g) => g.open(a, buf, r),
