@@ -345,6 +345,14 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     /// Identification of the next outer IPv6 packet the worker fragments
     /// ([`Self::fragment_outer`]); starts at a random value (RFC 7739 §5).
     frag6_ident: u32,
+    /// Identification of the next outer IPv4 header with DF clear the
+    /// worker writes ([`Self::outer_ident`]): starts at a random value and
+    /// steps by the number of workers from this worker's id, so no two
+    /// workers, and no two SAs of one worker, give the same value to
+    /// packets that may be fragmented (RFC 6864 §4.2: unique per source,
+    /// destination and protocol while fragments may meet), until 65536
+    /// such packets have gone.
+    outer4_ident: u16,
     reasm: Reassembler,
     /// The neighbour snapshot of this poll (checked once per poll, cloned
     /// only when the control thread published a new one).
@@ -423,6 +431,13 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 // Without randomness a fixed start works; it is only guessable.
                 let _ = getrandom::getrandom(&mut b);
                 u32::from_ne_bytes(b)
+            },
+            outer4_ident: {
+                let mut b = [0u8; 2];
+                let _ = getrandom::getrandom(&mut b);
+                let n = conf.nb_workers.max(1) as u16;
+                let r = u16::from_ne_bytes(b);
+                (r - r % n).wrapping_add(conf.id as u16)
             },
             reasm: Reassembler::new(conf.reasm),
             neigh: t.neighbours.load_full(),
@@ -691,6 +706,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             match outbound::prepare_dummy(sa, &mut self.out_state[i], buf, plan.len) {
                 Ok(mut op) => {
                     spent_if_last(sa, &self.out_state[i]);
+                    self.outer_ident(sa, &mut op.buf);
                     op.user[1] = tag(false, r, 0, NO_PORT as u16) | TAG_DUMMY;
                     self.push_op(op);
                 }
@@ -1109,11 +1125,37 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         }
     }
 
+    /// The outer IPv4 header of a tunnel-mode packet `sa` just prepared in
+    /// `buf` (Ethernet + outer header + ESP) gets the worker's next
+    /// identification ([`Self::outer4_ident`]) if its DF is clear: that
+    /// packet may be fragmented, by this gateway's transmit or by a router,
+    /// and the peer reassembles by (source, destination, protocol,
+    /// identification), so the value must not repeat across the SAs between
+    /// two gateways, as ESP's sequence numbers (the value `prepare` writes)
+    /// do, each SA counting from 1. With DF set the packet is atomic and
+    /// the value means nothing (RFC 6864 §4.1): left as written.
+    #[inline]
+    fn outer_ident(&mut self, sa: &OutboundSa, buf: &mut PktBuf) {
+        if sa.transport || !sa.tunnel_dst.is_ipv4() {
+            return;
+        }
+        let Some(hdr) = buf.frame_mut().get_mut(ethernet::HEADER_LEN..ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN) else {
+            return;
+        };
+        if hdr[ipv4::FLAGS_FRAG] & (ipv4::FLAG_DF >> 8) as u8 != 0 {
+            return;
+        }
+        let ident = self.outer4_ident;
+        self.outer4_ident = ident.wrapping_add(self.conf.nb_workers.max(1) as u16);
+        ipv4::set_ident(hdr, ident);
+    }
+
     /// ESP prepare for a packet of outbound SA `sa` (in SAD slot `slot`,
     /// referred to as `r` in tags) that this worker owns. A packet whose
     /// outer packet is to be fragmented ([`PktBuf::outer_frag_mtu`]) gets
     /// an outer IPv4 header with DF clear whatever `sa.df` says (the outer
-    /// header is not covered by the ICV, so it is cleared after prepare).
+    /// header is not covered by the ICV, so it is cleared after prepare),
+    /// then its identification is set ([`Self::outer_ident`]).
     #[inline]
     fn prepare_outbound(&mut self, sa: &OutboundSa, slot: usize, r: usize, port: usize, buf: PktBuf) {
         let Some(st) = self.out_state.get_mut(slot) else {
@@ -1132,6 +1174,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 if op.buf.outer_frag_mtu != 0 && sa.tunnel_dst.is_ipv4() {
                     ipv4::clear_df(&mut op.buf.frame_mut()[ethernet::HEADER_LEN..]);
                 }
+                self.outer_ident(sa, &mut op.buf);
                 op.user[1] = tag(false, r, inner_len, port as u16);
                 self.push_op(op);
             }

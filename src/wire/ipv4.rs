@@ -149,6 +149,21 @@ pub fn decrement_ttl(hdr: &mut [u8]) {
     hdr[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
 }
 
+/// Sets the identification of the IPv4 header at the start of `hdr` to
+/// `ident` and updates the header checksum incrementally (RFC 1624).
+/// `hdr` must hold at least 20 bytes of a checked header; anything shorter
+/// or not IPv4 (version 4) is left alone.
+#[inline]
+pub fn set_ident(hdr: &mut [u8], ident: u16) {
+    if hdr.len() < MIN_HEADER_LEN || hdr[VER_IHL] >> 4 != 4 {
+        return;
+    }
+    let old = be16(hdr, IDENT);
+    hdr[IDENT..IDENT + 2].copy_from_slice(&ident.to_be_bytes());
+    let ck = checksum::update16(be16(hdr, CHECKSUM), old, ident);
+    hdr[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
+}
+
 /// Clears DF in the IPv4 header at the start of `hdr` and updates the
 /// header checksum incrementally (RFC 1624); nothing to do if it is clear.
 /// `hdr` must hold at least 20 bytes of a checked header; anything shorter
@@ -423,6 +438,28 @@ mod tests {
         let mut short = [0x45u8, 0, 0, 20, 0, 0, 0x40, 0];
         clear_df(&mut short);
         assert_eq!(short[6], 0x40);
+    }
+
+    #[test]
+    fn setting_the_identification_keeps_the_checksum_valid_and_touches_nothing_else() {
+        for ident in [0u16, 1, 0x1234, 0xfffe, 0xffff] {
+            let mut p = sample();
+            p[CHECKSUM..CHECKSUM + 2].copy_from_slice(&[0, 0]);
+            let ck = checksum::checksum(&p[..MIN_HEADER_LEN]);
+            p[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
+            let before = p.clone();
+            set_ident(&mut p, ident);
+            assert_eq!(be16(&p, IDENT), ident);
+            assert_eq!(checksum::checksum(&p[..MIN_HEADER_LEN]), 0, "checksum verifies for {ident:#x}");
+            let changed: Vec<usize> = (0..p.len()).filter(|&i| p[i] != before[i]).collect();
+            assert!(changed.iter().all(|&i| [IDENT, IDENT + 1, CHECKSUM, CHECKSUM + 1].contains(&i)), "{changed:?}");
+        }
+        let mut v6 = [0x60u8; 40];
+        set_ident(&mut v6, 7);
+        assert_eq!(v6, [0x60u8; 40]);
+        let mut short = [0x45u8, 0, 0, 20, 0, 0];
+        set_ident(&mut short, 7);
+        assert_eq!(short, [0x45u8, 0, 0, 20, 0, 0]);
     }
 
     #[test]
