@@ -178,6 +178,7 @@ fn gateway_interleaves_dummies_with_traffic() {
     }
     assert!(wan.iter().all(|(p, _)| p == "outside"), "everything leaves on the wan");
     let (mut real, mut dummies) = (0u64, 0u64);
+    let mut dummy_idents = Vec::new();
     for (k, (_, f)) in wan.iter().enumerate() {
         let esp = &f[ETH + 20..];
         assert_eq!(f[ETH + 9], 50);
@@ -189,13 +190,22 @@ fn gateway_interleaves_dummies_with_traffic() {
             59 => {
                 assert_eq!(plain.len() - 2 - pad, LEN, "dummy payload length");
                 assert!(plain[..LEN].iter().all(|&b| b == 0));
+                assert_eq!(f[ETH + 6] & 0x40, 0, "a dummy's outer header has DF clear");
+                dummy_idents.push(u16::from_be_bytes([f[ETH + 4], f[ETH + 5]]));
                 dummies += 1;
             }
-            4 => real += 1,
+            4 => {
+                assert_eq!(u16::from_be_bytes([f[ETH + 4], f[ETH + 5]]), k as u16 + 1, "DF set: the sequence number's low bits");
+                real += 1
+            }
             _ => panic!("next header {nh}"),
         }
     }
     assert_eq!(real, 12);
+    // DF clear: the one worker's identification counter, one step per
+    // dummy (RFC 6864 §4), not the sequence numbers the real packets
+    // interleave with.
+    assert!(dummy_idents.windows(2).all(|w| w[1] == w[0].wrapping_add(1)), "{dummy_idents:?}");
     // Each 7 ms wait passes a due time; never more than one per interval.
     let most = start.elapsed().as_millis() as u64 / 5 + 1;
     assert!(dummies >= 6 && dummies <= most, "{dummies} dummies, expected 6..={most}");

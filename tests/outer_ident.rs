@@ -3,8 +3,8 @@
 //! gw0's transmit or by a router) and its peer reassembles by (source,
 //! destination, protocol, identification): the value must not repeat
 //! between packets of different SAs between the same two gateways
-//! (§4.2), as ESP sequence numbers, each SA counting from 1, would. With
-//! DF set the datagram is atomic and the value is free (§4.1): it stays
+//! (§4), as ESP sequence numbers, each SA counting from 1, would. With
+//! DF set the datagram is atomic and the value is free (§4): it stays
 //! the low 16 bits of the sequence number.
 
 mod common;
@@ -46,8 +46,9 @@ fn outer(out: &[(String, Vec<u8>)]) -> Vec<(u32, u32, u16, bool)> {
 /// 5001), interleaved, through gw0 of `cfg`; then the same with DF set.
 /// Checks the identifications and that gw1 (configs/ep1-2w.toml) opens
 /// and delivers every packet.
-fn check(cfg: &str, workers: u16) {
+fn check(cfg: &str, workers: usize) {
     let mut gw0 = Gw::from_config(cfg);
+    assert_eq!(gw0.stats().workers.len(), workers, "the config's worker count");
     let clear: Vec<Vec<u8>> = (0..40).map(|k| frame(if k % 2 == 0 { 6001 } else { 5001 }, false)).collect();
     let out = gw0.push("inside", &clear);
     let seen = outer(&out);

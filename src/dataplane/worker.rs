@@ -78,6 +78,28 @@ fn spent_if_last(sa: &OutboundSa, st: &OutboundState) {
     }
 }
 
+/// The first outer IPv4 identification of worker `id` of `n` (`n` 0
+/// counts as 1; `id` below `n`): the `r`-th (modulo their number) of the
+/// values ≡ `id` (mod `n`) that fit in 16 bits.
+fn first_outer_ident(id: usize, n: usize, r: u16) -> u16 {
+    let (id, n) = (id as u32, n.max(1) as u32);
+    let count = (0xffff - id.min(0xffff)) / n + 1;
+    (id + n * (r as u32 % count)) as u16
+}
+
+/// The outer IPv4 identification worker `id` of `n` writes after `cur`:
+/// `cur + n`, or back to `id` past 65535, so a worker's values stay ≡ `id`
+/// (mod `n`) whether or not `n` divides 65536.
+#[inline]
+fn next_outer_ident(cur: u16, id: usize, n: usize) -> u16 {
+    let next = cur as u32 + n.max(1) as u32;
+    if next > 0xffff {
+        id as u16
+    } else {
+        next as u16
+    }
+}
+
 /// True if tag `tag` names an SA that `t` does not hold (any more, or yet).
 #[inline]
 fn stale(t: &Tables, tag: u64) -> bool {
@@ -346,12 +368,14 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     /// ([`Self::fragment_outer`]); starts at a random value (RFC 7739 §5).
     frag6_ident: u32,
     /// Identification of the next outer IPv4 header with DF clear the
-    /// worker writes ([`Self::outer_ident`]): starts at a random value and
-    /// steps by the number of workers from this worker's id, so no two
-    /// workers, and no two SAs of one worker, give the same value to
-    /// packets that may be fragmented (RFC 6864 §4.2: unique per source,
-    /// destination and protocol while fragments may meet), until 65536
-    /// such packets have gone.
+    /// worker writes ([`Self::outer_ident`]): worker `id` of `n` takes the
+    /// values ≡ `id` (mod `n`) in turn ([`next_outer_ident`]), from a
+    /// random one of them, so no two workers ever give the same value and
+    /// no two SAs of one worker do until about 65536 / `n` of its packets
+    /// with DF clear have gone (RFC 6864 §4: unique per source,
+    /// destination and protocol while fragments may meet; one counter
+    /// shared by the workers would give 65536 but cost a cross-core atomic
+    /// per packet).
     outer4_ident: u16,
     reasm: Reassembler,
     /// The neighbour snapshot of this poll (checked once per poll, cloned
@@ -434,10 +458,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             },
             outer4_ident: {
                 let mut b = [0u8; 2];
+                // Without randomness a fixed start works; it is only guessable.
                 let _ = getrandom::getrandom(&mut b);
-                let n = conf.nb_workers.max(1) as u16;
-                let r = u16::from_ne_bytes(b);
-                (r - r % n).wrapping_add(conf.id as u16)
+                first_outer_ident(conf.id, conf.nb_workers, u16::from_ne_bytes(b))
             },
             reasm: Reassembler::new(conf.reasm),
             neigh: t.neighbours.load_full(),
@@ -1133,7 +1156,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// identification), so the value must not repeat across the SAs between
     /// two gateways, as ESP's sequence numbers (the value `prepare` writes)
     /// do, each SA counting from 1. With DF set the packet is atomic and
-    /// the value means nothing (RFC 6864 §4.1): left as written.
+    /// the value means nothing (RFC 6864 §4): left as written.
     #[inline]
     fn outer_ident(&mut self, sa: &OutboundSa, buf: &mut PktBuf) {
         if sa.transport || !sa.tunnel_dst.is_ipv4() {
@@ -1146,7 +1169,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return;
         }
         let ident = self.outer4_ident;
-        self.outer4_ident = ident.wrapping_add(self.conf.nb_workers.max(1) as u16);
+        self.outer4_ident = next_outer_ident(ident, self.conf.id, self.conf.nb_workers);
         ipv4::set_ident(hdr, ident);
     }
 
@@ -1950,4 +1973,59 @@ fn fix_fragment_header(frame: &mut [u8], total: u16, flags_frag: u16) {
     ip[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].copy_from_slice(&[0, 0]);
     let ck = crate::wire::checksum::checksum(ip);
     ip[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
+}
+
+#[cfg(test)]
+mod outer_ident_tests {
+    use super::{first_outer_ident, next_outer_ident};
+    use std::collections::HashSet;
+
+    /// Every value worker `id` of `n` writes over `steps` packets from the
+    /// start `r` gives it.
+    fn run(id: usize, n: usize, r: u16, steps: usize) -> Vec<u16> {
+        let mut v = first_outer_ident(id, n, r);
+        (0..steps)
+            .map(|_| {
+                let cur = v;
+                v = next_outer_ident(v, id, n);
+                cur
+            })
+            .collect()
+    }
+
+    #[test]
+    fn workers_never_share_a_value_whatever_their_start() {
+        // 3 and 7 do not divide 65536: a wrap must not move a worker into
+        // another's values. Starts near the top wrap at once.
+        for n in [1usize, 2, 3, 7, 8] {
+            let starts = [0u16, 1, 2, 0x7fff, 0xfffd, 0xfffe, 0xffff];
+            let mut all: Vec<HashSet<u16>> = Vec::new();
+            for id in 0..n {
+                let mut mine = HashSet::new();
+                for &r in &starts {
+                    for x in run(id, n, r, 70_000 / n + 10) {
+                        assert_eq!(x as usize % n, id, "n {n} id {id} start {r}: {x}");
+                        mine.insert(x);
+                    }
+                }
+                all.push(mine);
+            }
+            for a in 0..n {
+                for b in a + 1..n {
+                    assert!(all[a].is_disjoint(&all[b]), "n {n}: workers {a} and {b} share a value");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_worker_goes_through_all_its_values_before_repeating() {
+        for (n, id) in [(1usize, 0usize), (2, 1), (3, 0), (3, 2), (7, 6)] {
+            let count = (0xffff - id) / n + 1;
+            let v = run(id, n, 0xfffe, 2 * count);
+            let first: HashSet<u16> = v[..count].iter().copied().collect();
+            assert_eq!(first.len(), count, "n {n} id {id}: one period, all distinct");
+            assert_eq!(v[..count], v[count..], "n {n} id {id}: then the same order again");
+        }
+    }
 }

@@ -218,7 +218,7 @@ fn inner_facts(ip: &[u8]) -> Option<(u8, bool, usize, u8)> {
 ///   ECN), DF per `sa.df` (`copy` of an IPv6 inner packet sets it: IPv6 is
 ///   never fragmented on the way), identification = low 16 bits of the
 ///   sequence number (the worker gives a header with DF clear its own
-///   per-worker value after prepare: RFC 6864 §4.2), protocol 50;
+///   per-worker value after prepare: RFC 6864 §4), protocol 50;
 /// * IPv6: version 6, traffic class copied from the inner header the same
 ///   way, flow label 0 (RFC 6437 §2: "unlabeled"; not derived from the
 ///   inner flow), payload length, next header 50, hop limit
