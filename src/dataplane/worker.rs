@@ -1162,12 +1162,12 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         if sa.transport || !sa.tunnel_dst.is_ipv4() {
             return;
         }
-        let Some(hdr) = buf.frame_mut().get_mut(ethernet::HEADER_LEN..ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN) else {
-            return;
-        };
-        if hdr[ipv4::FLAGS_FRAG] & (ipv4::FLAG_DF >> 8) as u8 != 0 {
+        if ipv4_df(buf) {
             return;
         }
+        let Some(hdr) = buf.frame_mut().get_mut(ethernet::HEADER_LEN..) else {
+            return;
+        };
         let ident = self.outer4_ident;
         self.outer4_ident = next_outer_ident(ident, self.conf.id, self.conf.nb_workers);
         ipv4::set_ident(hdr, ident);

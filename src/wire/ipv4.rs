@@ -158,9 +158,17 @@ pub fn set_ident(hdr: &mut [u8], ident: u16) {
     if hdr.len() < MIN_HEADER_LEN || hdr[VER_IHL] >> 4 != 4 {
         return;
     }
-    let old = be16(hdr, IDENT);
-    hdr[IDENT..IDENT + 2].copy_from_slice(&ident.to_be_bytes());
-    let ck = checksum::update16(be16(hdr, CHECKSUM), old, ident);
+    rewrite16(hdr, IDENT, ident);
+}
+
+/// Writes `new` into the 16-bit field at `at` of a checked IPv4 header
+/// (at least 20 bytes) and updates the header checksum incrementally (RFC
+/// 1624): what [`set_ident`] and [`clear_df`] share.
+#[inline]
+fn rewrite16(hdr: &mut [u8], at: usize, new: u16) {
+    let old = be16(hdr, at);
+    hdr[at..at + 2].copy_from_slice(&new.to_be_bytes());
+    let ck = checksum::update16(be16(hdr, CHECKSUM), old, new);
     hdr[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
 }
 
@@ -174,12 +182,9 @@ pub fn clear_df(hdr: &mut [u8]) {
     }
     let old = be16(hdr, FLAGS_FRAG);
     let new = old & !FLAG_DF;
-    if new == old {
-        return;
+    if new != old {
+        rewrite16(hdr, FLAGS_FRAG, new);
     }
-    hdr[FLAGS_FRAG..FLAGS_FRAG + 2].copy_from_slice(&new.to_be_bytes());
-    let ck = checksum::update16(be16(hdr, CHECKSUM), old, new);
-    hdr[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
 }
 
 /// Sets the DS + ECN byte of the IPv4 header at the start of `hdr` and
