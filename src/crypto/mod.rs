@@ -665,6 +665,21 @@ pub trait QueuePair<B>: Send {
 
     /// Ops enqueued and not yet dequeued (at most the ring depth).
     fn inflight(&self) -> usize;
+
+    /// Runs every op of `ops` where it lies, synchronously, and sets its
+    /// status as a dequeue would: the synchronous ("CPU crypto") path of a
+    /// device that completes ops at enqueue (`DeviceFlags::sync`; DPDK's
+    /// `rte_cryptodev_sym_cpu_crypto_process`), which saves moving each op
+    /// into the queue pair's ring and back out. Returns `false` and leaves
+    /// every op untouched when it cannot: the device is asynchronous (the
+    /// default), the queue pair is stopped, or completions are waiting to
+    /// be dequeued (running these first would reorder them); the caller
+    /// then goes through [`QueuePair::enqueue_burst`] /
+    /// [`QueuePair::dequeue_burst`]. The ring depth does not bound it:
+    /// nothing stays in the queue pair.
+    fn process_sync(&mut self, _ops: &mut [CryptoOp<B>]) -> bool {
+        false
+    }
 }
 
 /// A crypto device.

@@ -988,18 +988,30 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     }
 
     fn crypto(&mut self, t: &Tables) {
-        if !self.ops.is_empty() {
-            let offered = self.ops.len();
-            let taken = self.qp.enqueue_burst(&mut self.ops).min(offered);
-            self.counters.crypto_enqueued.add(taken as u64);
-            if taken < offered {
-                self.counters.crypto_refused.add((offered - taken) as u64);
+        // A synchronous device runs the burst where it lies (no moves into
+        // the queue pair's ring and back). `done` is empty between polls
+        // and has the capacity of `ops`: the swap leaves `ops` ready for
+        // what `finish` queues (an inner packet sealed again, an error into
+        // a tunnel), run by the next poll as before.
+        if !self.ops.is_empty() && self.qp.process_sync(&mut self.ops) {
+            let n = self.ops.len() as u64;
+            self.counters.crypto_enqueued.add(n);
+            self.counters.crypto_dequeued.add(n);
+            std::mem::swap(&mut self.ops, &mut self.done);
+        } else {
+            if !self.ops.is_empty() {
+                let offered = self.ops.len();
+                let taken = self.qp.enqueue_burst(&mut self.ops).min(offered);
+                self.counters.crypto_enqueued.add(taken as u64);
+                if taken < offered {
+                    self.counters.crypto_refused.add((offered - taken) as u64);
+                }
             }
-        }
-        let cap = self.done.capacity();
-        let got = self.qp.dequeue_burst(&mut self.done, cap);
-        if got > 0 {
+            let cap = self.done.capacity();
+            let got = self.qp.dequeue_burst(&mut self.done, cap);
             self.counters.crypto_dequeued.add(got as u64);
+        }
+        if !self.done.is_empty() {
             let mut done = std::mem::take(&mut self.done);
             for op in done.drain(..) {
                 self.finished += 1;

@@ -100,6 +100,21 @@ impl<B: AsMut<[u8]> + Send> QueuePair<B> for SoftQueuePair<B> {
     fn inflight(&self) -> usize {
         self.done.len()
     }
+
+    /// Runs `ops` in place when no completion waits to be dequeued and the
+    /// queue pair is started (see the trait).
+    fn process_sync(&mut self, ops: &mut [CryptoOp<B>]) -> bool {
+        if !self.done.is_empty() {
+            return false;
+        }
+        let Some(_burst) = self.gate.enter() else {
+            return false;
+        };
+        for op in ops {
+            process_op(op);
+        }
+        true
+    }
 }
 
 impl CryptoDevice for SoftDevice {
@@ -194,6 +209,59 @@ mod tests {
         assert_eq!(out[0].status, OpStatus::Success);
         assert_eq!(&out[0].buf[8..40], &plain[8..40]);
         assert_eq!(out[1].status, OpStatus::AuthFailed);
+    }
+
+    /// The synchronous path gives each op the bytes and status the ring
+    /// path gives it, and declines (ops untouched) while completions wait
+    /// or the queue pair is stopped.
+    #[test]
+    fn process_sync_matches_the_ring_and_declines_when_it_must() {
+        let dev = SoftDevice::new(1);
+        let enc = dev.session_create(&xform(CipherDirection::Encrypt)).unwrap();
+        let dec = dev.session_create(&xform(CipherDirection::Decrypt)).unwrap();
+        let mut qp: SoftQueuePair<Vec<u8>> = dev.queue_pair_setup(0, QpConf { nb_descriptors: 2 }).unwrap();
+        let plain: Vec<u8> = (0..56u8).collect();
+        // Three ops on a ring of two: the synchronous path is not bound by it.
+        let mut sync: Vec<_> = (0..3).map(|_| op(&enc, plain.clone())).collect();
+        sync.push(op(&enc, vec![0; 50])); // ICV past the end
+        assert!(qp.process_sync(&mut sync));
+        assert_eq!(qp.inflight(), 0);
+        let mut ring = vec![op(&enc, plain.clone()), op(&enc, vec![0; 50])];
+        assert_eq!(qp.enqueue_burst(&mut ring), 2);
+        let mut out = Vec::new();
+        qp.dequeue_burst(&mut out, 8);
+        for s in &sync[..3] {
+            assert_eq!(s.status, OpStatus::Success);
+            assert_eq!(s.buf, out[0].buf);
+        }
+        assert_ne!(&sync[0].buf[8..40], &plain[8..40]);
+        assert_eq!(sync[3].status, OpStatus::InvalidOp);
+        assert_eq!(out[1].status, OpStatus::InvalidOp);
+        // Opens what it sealed, and finds a flipped ICV bit.
+        let mut bad = sync[1].buf.clone();
+        bad[41] ^= 1;
+        let mut open = vec![op(&dec, sync[0].buf.clone()), op(&dec, bad)];
+        assert!(qp.process_sync(&mut open));
+        assert_eq!(open[0].status, OpStatus::Success);
+        assert_eq!(&open[0].buf[8..40], &plain[8..40]);
+        assert_eq!(open[1].status, OpStatus::AuthFailed);
+
+        // A completion waiting: declines, so completions keep their order.
+        let mut one = vec![op(&enc, plain.clone())];
+        assert_eq!(qp.enqueue_burst(&mut one), 1);
+        let mut held = vec![op(&enc, plain.clone())];
+        assert!(!qp.process_sync(&mut held));
+        assert_eq!(held[0].status, OpStatus::NotProcessed);
+        assert_eq!(held[0].buf, plain);
+        out.clear();
+        qp.dequeue_burst(&mut out, 8);
+        // Stopped: declines.
+        dev.queue_pair_stop(0).unwrap();
+        assert!(!qp.process_sync(&mut held));
+        assert_eq!(held[0].status, OpStatus::NotProcessed);
+        dev.queue_pair_start(0).unwrap();
+        assert!(qp.process_sync(&mut held));
+        assert_eq!(held[0].status, OpStatus::Success);
     }
 
     #[test]
