@@ -202,6 +202,21 @@ fn ip_dst(buf: &PktBuf) -> IpAddr {
     }
 }
 
+/// The [`inbound::InnerHeader`] of the IPv4 or IPv6 packet after the
+/// Ethernet header of `buf` (a transport-mode packet just rebuilt), or
+/// `None` when it does not check.
+fn inner_header(buf: &PktBuf) -> Option<inbound::InnerHeader> {
+    let inner = buf.frame().get(ethernet::HEADER_LEN..)?;
+    if is_ipv6(buf.frame()) {
+        let ip = ipv6::Ipv6Packet::new_checked(inner).ok()?;
+        let up = ip.upper_layer().ok()?;
+        Some(inbound::InnerHeader { src: IpAddr::V6(ip.src()), dst: IpAddr::V6(ip.dst()), protocol: up.protocol, ports: ip.ports(&up), ttl: ip.hop_limit(), len: ip.total_len() })
+    } else {
+        let ip = ipv4::Ipv4Packet::new_checked(inner).ok()?;
+        Some(inbound::InnerHeader { src: IpAddr::V4(ip.src()), dst: IpAddr::V4(ip.dst()), protocol: ip.protocol(), ports: ip.ports(), ttl: ip.ttl(), len: ip.total_len() })
+    }
+}
+
 /// Bytes of the packet in `buf` that transport mode keeps in front of ESP
 /// (RFC 4303 §3.1.1): the IPv4 header, or the IPv6 header and the
 /// extension headers [`ipv6::esp_placement`] leaves in front (40 if the
@@ -1680,9 +1695,19 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         };
         // For inbound ops the tag's aux field is the outer DS + ECN byte.
         let outer_tos = inner_len as u8;
-        let done = if e.sa.transport { transport::inbound_finish_cached(st, op, &mut self.sessions) } else { inbound::finish_cached(st, op, outer_tos, &mut self.sessions) };
-        let buf = match done {
-            Ok(b) => b,
+        // Tunnel mode: `finish` checked the inner header (IPv4 or IPv6) and
+        // hands back its fields; transport mode rebuilt the packet and it is
+        // parsed here. Its selectors are those of its family (RFC 4301 §5.2).
+        let done = if e.sa.transport {
+            transport::inbound_finish_cached(st, op, &mut self.sessions).and_then(|b| match inner_header(&b) {
+                Some(h) => Ok((b, h)),
+                None => Err((crate::esp::EspError::BadInner, b)),
+            })
+        } else {
+            inbound::finish_with_header(st, op, outer_tos, &mut self.sessions)
+        };
+        let (buf, h) = match done {
+            Ok(d) => d,
             Err((err, b)) => {
                 // A dummy packet (RFC 4303 §2.6) is discarded, not an error.
                 if err != crate::esp::EspError::Dummy {
@@ -1691,25 +1716,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 return self.drop_buf(port, err.into(), b);
             }
         };
-        // The inner packet (IPv4 or IPv6) was checked by `inbound::finish`;
-        // its selectors are those of its family (RFC 4301 §5.2).
-        let inner = &buf.frame()[ethernet::HEADER_LEN..];
-        let parsed = if is_ipv6(buf.frame()) {
-            ipv6::Ipv6Packet::new_checked(inner).and_then(|ip| {
-                let up = ip.upper_layer()?;
-                let key = FlowKey { src: IpAddr::V6(ip.src()), dst: IpAddr::V6(ip.dst()), protocol: up.protocol, ports: ip.ports(&up) };
-                Ok((key, ip.hop_limit(), ip.total_len()))
-            })
-        } else {
-            ipv4::Ipv4Packet::new_checked(inner).map(|ip| {
-                let key = FlowKey { src: IpAddr::V4(ip.src()), dst: IpAddr::V4(ip.dst()), protocol: ip.protocol(), ports: ip.ports() };
-                (key, ip.ttl(), ip.total_len())
-            })
-        };
-        let Ok((key, ttl, len)) = parsed else {
-            e.sa.life.counters.errors.add(1);
-            return self.drop_buf(port, DropReason::BadInner, buf);
-        };
+        let key = FlowKey { src: h.src, dst: h.dst, protocol: h.protocol, ports: h.ports };
+        let (ttl, len) = (h.ttl, h.len);
         if !e.admits(&key) {
             e.sa.life.counters.errors.add(1);
             return self.drop_buf(port, DropReason::InnerPolicyMismatch, buf);

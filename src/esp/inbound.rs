@@ -7,6 +7,7 @@ use crate::crypto::CryptoOp;
 use crate::esp::replay::ReplayError;
 use crate::io::PktBuf;
 use crate::wire::{ethernet, ipv4, ipv6};
+use std::net::IpAddr;
 
 /// Checks the ESP packet at `esp_offset` in `buf` (a frame already trimmed
 /// to the outer IPv4 total length) and describes the op that opens it
@@ -68,14 +69,79 @@ pub fn finish(st: &mut InboundState, op: CryptoOp<PktBuf>, outer_tos: u8) -> Res
 /// [`finish`], the op's session reference going back to `cache`.
 #[inline]
 pub fn finish_cached(st: &mut InboundState, op: CryptoOp<PktBuf>, outer_tos: u8, cache: &mut SessionCache) -> Result<PktBuf, (EspError, PktBuf)> {
+    finish_impl(st, op, outer_tos, cache, false).map(|(buf, _)| buf)
+}
+
+/// The inner packet's header fields the gateway checks after
+/// decapsulation (the selectors of RFC 4301 §5.2, TTL, length), read by
+/// [`finish_with_header`] from the header it has just checked, so the
+/// caller does not parse it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InnerHeader {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// IPv4 protocol, or IPv6 upper-layer protocol after the extension
+    /// headers ([`ipv6::Ipv6Packet::upper_layer`]).
+    pub protocol: u8,
+    /// (source, destination) port of a TCP or UDP first fragment, else
+    /// `None` (RFC 4301 §4.4.1.1 OPAQUE).
+    pub ports: Option<(u16, u16)>,
+    /// TTL / hop limit as received (not decremented).
+    pub ttl: u8,
+    /// Total length in bytes (IPv4 total length, IPv6 40 + payload length).
+    pub len: usize,
+}
+
+/// [`finish_cached`] that also returns the inner packet's [`InnerHeader`].
+/// An IPv6 inner packet whose extension headers do not walk
+/// ([`ipv6::walk_ext`]) is `BadInner` here.
+#[inline]
+pub fn finish_with_header(st: &mut InboundState, op: CryptoOp<PktBuf>, outer_tos: u8, cache: &mut SessionCache) -> Result<(PktBuf, InnerHeader), (EspError, PktBuf)> {
+    match finish_impl(st, op, outer_tos, cache, true) {
+        Ok((buf, Some(h))) => Ok((buf, h)),
+        Ok((buf, None)) => Err((EspError::BadInner, buf)),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`finish`]'s work; with `header`, the inner header's fields too (an
+/// IPv6 one whose extension headers do not walk gives `None`).
+#[inline(always)]
+fn finish_impl(st: &mut InboundState, op: CryptoOp<PktBuf>, outer_tos: u8, cache: &mut SessionCache, header: bool) -> Result<(PktBuf, Option<InnerHeader>), (EspError, PktBuf)> {
     let (mut buf, d0, payload_len, next_header) = super::open_cached(st, op, cache)?;
     let inner = &buf.frame()[d0..d0 + payload_len];
     let checked = match next_header {
-        ipv4::PROTO_IPIP => ipv4::Ipv4Packet::new_checked(inner).map(|p| (p.total_len(), p.tos())),
-        ipv6::NH_IPV6 => ipv6::Ipv6Packet::new_checked(inner).map(|p| (p.total_len(), p.traffic_class())),
+        ipv4::PROTO_IPIP => ipv4::Ipv4Packet::new_checked(inner).map(|p| {
+            let h = header.then(|| InnerHeader {
+                src: IpAddr::V4(p.src()),
+                dst: IpAddr::V4(p.dst()),
+                protocol: p.protocol(),
+                ports: p.ports(),
+                ttl: p.ttl(),
+                len: p.total_len(),
+            });
+            (p.total_len(), p.tos(), h)
+        }),
+        ipv6::NH_IPV6 => ipv6::Ipv6Packet::new_checked(inner).map(|p| {
+            let h = if header {
+                p.upper_layer().ok().map(|up| InnerHeader {
+                    src: IpAddr::V6(p.src()),
+                    dst: IpAddr::V6(p.dst()),
+                    protocol: up.protocol,
+                    ports: p.ports(&up),
+                    ttl: p.hop_limit(),
+                    len: p.total_len(),
+                })
+            } else {
+                None
+            };
+            (p.total_len(), p.traffic_class(), h)
+        }),
         _ => return Err((EspError::BadNextHeader, buf)),
     };
-    let Ok((inner_total, inner_tos)) = checked else {
+    let Ok((inner_total, inner_tos, inner_header)) = checked else {
         return Err((EspError::BadInner, buf));
     };
     // RFC 6040 §4.2: fold the outer ECN field into the inner one; the DS
@@ -96,5 +162,5 @@ pub fn finish_cached(st: &mut InboundState, op: CryptoOp<PktBuf>, outer_tos: u8,
     if !buf.prepend(ethernet::HEADER_LEN) {
         return Err((EspError::NoRoom, buf));
     }
-    Ok(buf)
+    Ok((buf, inner_header))
 }
