@@ -19,7 +19,8 @@
 //!
 //! [crypto]                  # optional table: the crypto device (one queue pair per worker)
 //! backend = "software"      # "software" (default) | "descriptor" (emulated job-ring hardware)
-//! ring_depth = 1024         # ops in flight per queue pair, power of two in 16..=65536
+//! ring_depth = 1024         # ops in flight per queue pair, power of two in 16..=65536 (software:
+//!                           # the workers' bursts run in place, so it bounds only enqueue_burst)
 //! max_sessions_per_qp = 64  # descriptor only: 1..=65536, default 64
 //! engines = 1               # descriptor only: engine threads, 1..=64, default 1
 //! provider = "auto"         # crypto library of the backend's transforms: "auto" (default: ring

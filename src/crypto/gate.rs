@@ -1,5 +1,5 @@
 //! The start/stop gate of one queue pair, shared by the worker that owns the
-//! queue pair (one `enter` per `enqueue_burst`) and the control thread
+//! queue pair (one `enter` per `enqueue_burst` or `process_sync`) and the control thread
 //! (`stop`/`start`). Lock-free on the worker side: one atomic increment on
 //! entry, one load, one increment on exit, per burst.
 //!

@@ -29,8 +29,9 @@
 //!
 //! * Queue pair life cycle (control thread): [`CryptoDevice::queue_pair_setup`]
 //!   hands the queue pair to its worker, started. [`CryptoDevice::queue_pair_stop`]
-//!   makes `enqueue_burst` accept 0 ops (they stay with the caller) while ops
-//!   already accepted still complete and can be dequeued;
+//!   makes `enqueue_burst` accept 0 ops (they stay with the caller) and
+//!   `process_sync` decline, while ops already accepted still complete and
+//!   can be dequeued;
 //!   [`CryptoDevice::queue_pair_start`] accepts again.
 //! * Devices with `max_sessions_per_qp > 0` only process ops whose session is
 //!   attached to the queue pair ([`CryptoDevice::queue_pair_attach_session`]);
@@ -707,8 +708,9 @@ pub trait CryptoDevice: Send + Sync {
     fn queue_pair_setup<B: AsMut<[u8]> + Send + 'static>(&self, qp_id: u16, conf: QpConf) -> Result<Self::Qp<B>, CryptoError>;
 
     /// Stops queue pair `qp_id` (control thread): when this returns, no
-    /// `enqueue_burst` is in progress and every later one accepts 0 ops
-    /// (they stay with the caller) until `queue_pair_start`. Ops accepted
+    /// `enqueue_burst` or `process_sync` is in progress, every later
+    /// `enqueue_burst` accepts 0 ops (they stay with the caller) and every
+    /// later `process_sync` declines, until `queue_pair_start`. Ops accepted
     /// before still complete and can be dequeued. Idempotent; also valid
     /// before the queue pair is set up. Waits at most for one enqueue burst
     /// in progress (microseconds). Errors: `NoQueuePair`.

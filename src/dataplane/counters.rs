@@ -358,10 +358,11 @@ pub struct WorkerCounters {
     pub handoff_out: Counter,
     /// Packets received from other workers for SAs this worker owns.
     pub handoff_in: Counter,
-    /// Crypto ops the worker's queue pair accepted (`enqueue_burst`).
+    /// Crypto ops the worker's queue pair accepted (`enqueue_burst`) or
+    /// ran in place (`process_sync`).
     pub crypto_enqueued: Counter,
-    /// Crypto ops its queue pair handed back (`dequeue_burst`), whatever
-    /// their status.
+    /// Crypto ops its queue pair handed back (`dequeue_burst`) or ran in
+    /// place (`process_sync`), whatever their status.
     pub crypto_dequeued: Counter,
     /// Crypto ops offered to the queue pair and left with the worker
     /// (queue pair full or stopped; they are offered again next poll, and

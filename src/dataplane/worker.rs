@@ -1012,6 +1012,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             let n = self.ops.len() as u64;
             self.counters.crypto_enqueued.add(n);
             self.counters.crypto_dequeued.add(n);
+            debug_assert!(self.done.is_empty(), "completions left from the last poll");
             std::mem::swap(&mut self.ops, &mut self.done);
         } else {
             if !self.ops.is_empty() {
@@ -1024,7 +1025,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             }
             let cap = self.done.capacity();
             let got = self.qp.dequeue_burst(&mut self.done, cap);
-            self.counters.crypto_dequeued.add(got as u64);
+            if got > 0 {
+                self.counters.crypto_dequeued.add(got as u64);
+            }
         }
         if !self.done.is_empty() {
             let mut done = std::mem::take(&mut self.done);

@@ -8,6 +8,8 @@
 //! attach calls return `AttachNotSupported`). Queue pairs can be stopped and
 //! started like the descriptor device's; ops complete at enqueue, so a stop
 //! never leaves work in flight beyond the completions not yet dequeued.
+//! A burst can also run where it lies (`QueuePair::process_sync`, the path
+//! the worker takes first), without going through the ring at all.
 
 mod cipher_mac;
 mod gcm;
@@ -60,7 +62,8 @@ impl SoftDevice {
 }
 
 /// A software queue pair: ops run at enqueue and wait in a bounded ring of
-/// `QpConf::nb_descriptors` completions until dequeued. The ops of a burst
+/// `QpConf::nb_descriptors` completions until dequeued, or run where they
+/// lie with `process_sync` (the worker's path; the ring then holds nothing). The ops of a burst
 /// run where the caller put them and move to the completions (and on to
 /// the caller's dequeue vector) as one block copy each way, not one by
 /// one (the usual case: everything enqueued is dequeued in the same poll).
