@@ -425,3 +425,33 @@ fn tampered_icv_is_auth_failed_with_header() {
         }
     }
 }
+
+/// Order of the checks after decryption: an outer CE mark over a Not-ECT
+/// inner packet (RFC 6040 §4.2: drop) is `EcnDrop` whether or not the inner
+/// IPv6 extension-header chain walks; the chain is judged only for a packet
+/// ECN lets through (then `BadInner`, as in the test above).
+#[test]
+fn ecn_drop_comes_before_a_broken_extension_chain() {
+    const CE: u8 = 0b11;
+    let broken = ipv6(0, 90, 0, &cat(&[&opts_header(6, 10), &[0x99; 8]]));
+    let good = ipv6(0, 91, 17, &udp(7, 8, &[1, 2, 3, 4]));
+    let mut checked = 0;
+    for mut t in tunnels() {
+        let mut ist = InboundState::new(&t.isa);
+        for (what, pkt, not_ce) in [("broken chain", &broken, Err(EspError::BadInner)), ("good chain", &good, Ok(91u8))] {
+            let name = format!("{}: {what}", t.name);
+            // Outer CE over a Not-ECT inner packet: dropped for ECN first.
+            let wire = t.seal(pkt);
+            let op = t.open_op(&ist, &wire).unwrap();
+            let r = esp::inbound::finish_with_header(&mut ist, op, CE, &mut t.cache).map(|(_, h)| h.ttl).map_err(|e| e.0);
+            assert_eq!(r, Err(EspError::EcnDrop), "{name}, outer CE");
+            // Outer Not-ECT: ECN lets it through and the chain decides.
+            let wire = t.seal(pkt);
+            let op = t.open_op(&ist, &wire).unwrap();
+            let r = esp::inbound::finish_with_header(&mut ist, op, 0, &mut t.cache).map(|(_, h)| h.ttl).map_err(|e| e.0);
+            assert_eq!(r, not_ce, "{name}, outer Not-ECT");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, tunnels().len() * 2);
+}
