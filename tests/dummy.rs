@@ -15,47 +15,20 @@
 mod common;
 use common::{eth, mac, open_gcm128, run_one, udp_packet, Gw};
 use secgw::crypto::soft::{SoftDevice, SoftQueuePair};
-use secgw::crypto::{Algorithm, CipherDirection, CryptoDevice, QpConf, SymXform};
-use secgw::esp::{self, DfMode, DummyPlan, EspError, InboundSa, InboundState, IvGen, OutboundSa, OutboundState, UdpEncap};
+use secgw::crypto::{Algorithm, CryptoDevice, QpConf};
+use secgw::esp::{self, DummyPlan, EspError, InboundState, OutboundSa, OutboundState, UdpEncap};
 use secgw::io::PktBuf;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 const ETH: usize = 14;
 
-fn xform(alg: Algorithm, direction: CipherDirection) -> SymXform {
-    SymXform {
-        algorithm: alg,
-        direction,
-        key: (0..alg.key_len()).map(|i| i as u8 ^ 0x5a).collect(),
-        salt: [1, 2, 3, 4],
-        icv_len: alg.default_icv_len(),
-        auth_key: (0..alg.auth_key_len()).map(|i| i as u8 ^ 0xa5).collect(),
-    }
-}
-
 /// A tunnel-mode outbound SA of `alg` between `src` and `dst` (test keys).
 fn outbound_sa(dev: &SoftDevice, alg: Algorithm, src: IpAddr, dst: IpAddr, udp_encap: Option<UdpEncap>) -> OutboundSa {
-    OutboundSa {
-        id: 0,
-        life: Default::default(),
-        first_seq: 1,
-        spi: 0x1234,
-        session: dev.session_create(&xform(alg, CipherDirection::Encrypt)).unwrap(),
-        transport: false,
-        tunnel_src: src,
-        tunnel_dst: dst,
-        outer_ttl: 33,
-        df: DfMode::Copy,
-        esn: false,
-        iv_gen: IvGen::for_algorithm(alg).unwrap(),
-        udp_encap,
-        owner: 0,
-        dummy: Some(DummyPlan { interval: Duration::from_millis(1), len: 0 }),
-        tfc_pad_to: 0,
-        pad_align: 0,
-        path_mtu: Default::default(),
-    }
+    let (mut sa, _) = common::tunnel_sas(dev, alg, src, dst);
+    sa.udp_encap = udp_encap;
+    sa.dummy = Some(DummyPlan { interval: Duration::from_millis(1), len: 0 });
+    sa
 }
 
 #[test]
@@ -71,19 +44,7 @@ fn prepare_dummy_every_algorithm_family_and_encapsulation() {
         for (src, dst) in ends {
             for udp in [None, Some(UdpEncap { sport: 4500, dport: 4501 })] {
                 let sa = outbound_sa(&dev, alg, src, dst, udp);
-                let isa = InboundSa {
-                    id: 0,
-                    life: Default::default(),
-                    spi: 0x1234,
-                    session: dev.session_create(&xform(alg, CipherDirection::Decrypt)).unwrap(),
-                    transport: false,
-                    tunnel_src: src,
-                    tunnel_dst: dst,
-                    esn: false,
-                    replay_window: 64,
-                    first_seq: 1,
-                    owner: 0,
-                };
+                let (_, isa) = common::tunnel_sas(&dev, alg, src, dst);
                 let mut st = OutboundState { seq: 41, ..Default::default() };
                 let mut ist = InboundState::new(&isa);
                 for len in [0usize, 1, 37, esp::outbound::MAX_DUMMY_LEN] {

@@ -32,9 +32,9 @@
 mod common;
 use common::{eth, mac, run_one};
 use secgw::crypto::soft::{SoftDevice, SoftQueuePair};
-use secgw::crypto::{Algorithm, CipherDirection, CryptoDevice, CryptoOp, QpConf, SymXform};
+use secgw::crypto::{Algorithm, CryptoDevice, CryptoOp, QpConf};
 use secgw::esp::inbound::InnerHeader;
-use secgw::esp::{self, DfMode, EspError, InboundSa, InboundState, IvGen, OutboundSa, OutboundState, SessionCache};
+use secgw::esp::{self, EspError, InboundSa, InboundState, OutboundSa, OutboundState, SessionCache};
 use secgw::io::PktBuf;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -206,17 +206,6 @@ fn cases() -> Vec<Case> {
 
 // ---- a tunnel: outbound SA → ESP packet → inbound SA --------------------
 
-fn xform(alg: Algorithm, direction: CipherDirection) -> SymXform {
-    SymXform {
-        algorithm: alg,
-        direction,
-        key: (0..alg.key_len()).map(|i| i as u8 ^ 0x5a).collect(),
-        salt: [1, 2, 3, 4],
-        icv_len: alg.default_icv_len(),
-        auth_key: (0..alg.auth_key_len()).map(|i| i as u8 ^ 0xa5).collect(),
-    }
-}
-
 struct Tunnel {
     name: String,
     qp: SoftQueuePair<PktBuf>,
@@ -236,39 +225,8 @@ impl Tunnel {
         } else {
             ("203.0.113.1".parse().unwrap(), "203.0.113.2".parse().unwrap())
         };
-        let osa = OutboundSa {
-            id: 0,
-            life: Default::default(),
-            first_seq: 1,
-            spi: 0x1234,
-            session: dev.session_create(&xform(alg, CipherDirection::Encrypt)).unwrap(),
-            transport: false,
-            tunnel_src: src,
-            tunnel_dst: dst,
-            outer_ttl: 33,
-            df: DfMode::Copy,
-            esn: false,
-            iv_gen: IvGen::for_algorithm(alg).unwrap(),
-            udp_encap: None,
-            owner: 0,
-            dummy: None,
-            tfc_pad_to,
-            pad_align: 0,
-            path_mtu: Default::default(),
-        };
-        let isa = InboundSa {
-            id: 0,
-            life: Default::default(),
-            spi: 0x1234,
-            session: dev.session_create(&xform(alg, CipherDirection::Decrypt)).unwrap(),
-            transport: false,
-            tunnel_src: src,
-            tunnel_dst: dst,
-            esn: false,
-            replay_window: 64,
-            first_seq: 1,
-            owner: 0,
-        };
+        let (mut osa, isa) = common::tunnel_sas(&dev, alg, src, dst);
+        osa.tfc_pad_to = tfc_pad_to;
         let name = format!("{} outer {} tfc {tfc_pad_to}", alg.name(), if v6_outer { "ipv6" } else { "ipv4" });
         Tunnel { name, qp, osa, ost: OutboundState::default(), isa, cache: SessionCache::default(), _dev: dev }
     }

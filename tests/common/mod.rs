@@ -256,3 +256,58 @@ pub fn assert_accounted(s: &stats::Snapshot, what: &str) {
         s.drops.iter().filter(|(_, &v)| v > 0).collect::<Vec<_>>()
     );
 }
+
+/// The test keys of an SA of `alg` (key bytes i ^ 0x5a, auth key bytes
+/// i ^ 0xa5, salt 1 2 3 4, the algorithm's default ICV length).
+pub fn test_xform(alg: secgw::crypto::Algorithm, direction: secgw::crypto::CipherDirection) -> secgw::crypto::SymXform {
+    secgw::crypto::SymXform {
+        algorithm: alg,
+        direction,
+        key: (0..alg.key_len()).map(|i| i as u8 ^ 0x5a).collect(),
+        salt: [1, 2, 3, 4],
+        icv_len: alg.default_icv_len(),
+        auth_key: (0..alg.auth_key_len()).map(|i| i as u8 ^ 0xa5).collect(),
+    }
+}
+
+/// A tunnel-mode SA pair of `alg` on `dev` with the test keys, SPI 0x1234,
+/// between `src` and `dst`: the outbound side (outer TTL 33, DF copied, no
+/// ESN, no UDP encapsulation, no dummies, no TFC padding, the algorithm's
+/// own padding) and the inbound side that opens it (replay window 64).
+pub fn tunnel_sas(dev: &secgw::crypto::soft::SoftDevice, alg: secgw::crypto::Algorithm, src: std::net::IpAddr, dst: std::net::IpAddr) -> (secgw::esp::OutboundSa, secgw::esp::InboundSa) {
+    use secgw::crypto::{CipherDirection, CryptoDevice};
+    let osa = secgw::esp::OutboundSa {
+        id: 0,
+        life: Default::default(),
+        first_seq: 1,
+        spi: 0x1234,
+        session: dev.session_create(&test_xform(alg, CipherDirection::Encrypt)).unwrap(),
+        transport: false,
+        tunnel_src: src,
+        tunnel_dst: dst,
+        outer_ttl: 33,
+        df: secgw::esp::DfMode::Copy,
+        esn: false,
+        iv_gen: secgw::esp::IvGen::for_algorithm(alg).unwrap(),
+        udp_encap: None,
+        owner: 0,
+        dummy: None,
+        tfc_pad_to: 0,
+        pad_align: 0,
+        path_mtu: Default::default(),
+    };
+    let isa = secgw::esp::InboundSa {
+        id: 0,
+        life: Default::default(),
+        spi: 0x1234,
+        session: dev.session_create(&test_xform(alg, CipherDirection::Decrypt)).unwrap(),
+        transport: false,
+        tunnel_src: src,
+        tunnel_dst: dst,
+        esn: false,
+        replay_window: 64,
+        first_seq: 1,
+        owner: 0,
+    };
+    (osa, isa)
+}
