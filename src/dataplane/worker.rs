@@ -208,12 +208,9 @@ fn ip_dst(buf: &PktBuf) -> IpAddr {
 fn inner_header(buf: &PktBuf) -> Option<inbound::InnerHeader> {
     let inner = buf.frame().get(ethernet::HEADER_LEN..)?;
     if is_ipv6(buf.frame()) {
-        let ip = ipv6::Ipv6Packet::new_checked(inner).ok()?;
-        let up = ip.upper_layer().ok()?;
-        Some(inbound::InnerHeader { src: IpAddr::V6(ip.src()), dst: IpAddr::V6(ip.dst()), protocol: up.protocol, ports: ip.ports(&up), ttl: ip.hop_limit(), len: ip.total_len() })
+        inbound::InnerHeader::of_ipv6(&ipv6::Ipv6Packet::new_checked(inner).ok()?)
     } else {
-        let ip = ipv4::Ipv4Packet::new_checked(inner).ok()?;
-        Some(inbound::InnerHeader { src: IpAddr::V4(ip.src()), dst: IpAddr::V4(ip.dst()), protocol: ip.protocol(), ports: ip.ports(), ttl: ip.ttl(), len: ip.total_len() })
+        Some(inbound::InnerHeader::of_ipv4(&ipv4::Ipv4Packet::new_checked(inner).ok()?))
     }
 }
 

@@ -94,6 +94,20 @@ pub struct InnerHeader {
     pub len: usize,
 }
 
+impl InnerHeader {
+    /// The fields of a checked IPv4 packet.
+    pub fn of_ipv4(p: &ipv4::Ipv4Packet<'_>) -> InnerHeader {
+        InnerHeader { src: IpAddr::V4(p.src()), dst: IpAddr::V4(p.dst()), protocol: p.protocol(), ports: p.ports(), ttl: p.ttl(), len: p.total_len() }
+    }
+
+    /// The fields of a checked IPv6 packet, or `None` when its extension
+    /// headers do not walk ([`ipv6::Ipv6Packet::upper_layer`]).
+    pub fn of_ipv6(p: &ipv6::Ipv6Packet<'_>) -> Option<InnerHeader> {
+        let up = p.upper_layer().ok()?;
+        Some(InnerHeader { src: IpAddr::V6(p.src()), dst: IpAddr::V6(p.dst()), protocol: up.protocol, ports: p.ports(&up), ttl: p.hop_limit(), len: p.total_len() })
+    }
+}
+
 /// [`finish_cached`] that also returns the inner packet's [`InnerHeader`].
 /// An IPv6 inner packet whose extension headers do not walk
 /// ([`ipv6::walk_ext`]) is `BadInner` here.
@@ -113,32 +127,8 @@ fn finish_impl(st: &mut InboundState, op: CryptoOp<PktBuf>, outer_tos: u8, cache
     let (mut buf, d0, payload_len, next_header) = super::open_cached(st, op, cache)?;
     let inner = &buf.frame()[d0..d0 + payload_len];
     let checked = match next_header {
-        ipv4::PROTO_IPIP => ipv4::Ipv4Packet::new_checked(inner).map(|p| {
-            let h = header.then(|| InnerHeader {
-                src: IpAddr::V4(p.src()),
-                dst: IpAddr::V4(p.dst()),
-                protocol: p.protocol(),
-                ports: p.ports(),
-                ttl: p.ttl(),
-                len: p.total_len(),
-            });
-            (p.total_len(), p.tos(), h)
-        }),
-        ipv6::NH_IPV6 => ipv6::Ipv6Packet::new_checked(inner).map(|p| {
-            let h = if header {
-                p.upper_layer().ok().map(|up| InnerHeader {
-                    src: IpAddr::V6(p.src()),
-                    dst: IpAddr::V6(p.dst()),
-                    protocol: up.protocol,
-                    ports: p.ports(&up),
-                    ttl: p.hop_limit(),
-                    len: p.total_len(),
-                })
-            } else {
-                None
-            };
-            (p.total_len(), p.traffic_class(), h)
-        }),
+        ipv4::PROTO_IPIP => ipv4::Ipv4Packet::new_checked(inner).map(|p| (p.total_len(), p.tos(), header.then(|| InnerHeader::of_ipv4(&p)))),
+        ipv6::NH_IPV6 => ipv6::Ipv6Packet::new_checked(inner).map(|p| (p.total_len(), p.traffic_class(), if header { InnerHeader::of_ipv6(&p) } else { None })),
         _ => return Err((EspError::BadNextHeader, buf)),
     };
     let Ok((inner_total, inner_tos, inner_header)) = checked else {
