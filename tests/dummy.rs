@@ -52,7 +52,7 @@ fn prepare_dummy_every_algorithm_family_and_encapsulation() {
                     // A used buffer: its old bytes must not leak into the dummy.
                     let mut buf = PktBuf::new();
                     assert!(buf.copy_from(&[0xee; 1600]));
-                    let op = esp::outbound::prepare_dummy(&sa, &mut st, buf, len).map_err(|e| e.0).unwrap();
+                    let op = esp::outbound::prepare_dummy(&sa, &mut st, buf, len, esp::outbound::seq_ident).map_err(|e| e.0).unwrap();
                     let out = esp::outbound::finish(run_one(&mut qp, op)).map_err(|e| e.0).unwrap();
                     let f = out.frame();
                     let ip = &f[ETH..];
@@ -99,15 +99,15 @@ fn prepare_dummy_refuses_transport_and_oversize() {
     let mut sa = outbound_sa(&dev, alg, "203.0.113.1".parse().unwrap(), "203.0.113.2".parse().unwrap(), None);
     sa.transport = true;
     let mut st = OutboundState::default();
-    let e = esp::outbound::prepare_dummy(&sa, &mut st, PktBuf::new(), 10).map_err(|e| e.0).err();
+    let e = esp::outbound::prepare_dummy(&sa, &mut st, PktBuf::new(), 10, esp::outbound::seq_ident).map_err(|e| e.0).err();
     assert_eq!(e, Some(EspError::BadInner), "transport SA");
     sa.transport = false;
-    let e = esp::outbound::prepare_dummy(&sa, &mut st, PktBuf::new(), esp::outbound::MAX_DUMMY_LEN + 1).map_err(|e| e.0).err();
+    let e = esp::outbound::prepare_dummy(&sa, &mut st, PktBuf::new(), esp::outbound::MAX_DUMMY_LEN + 1, esp::outbound::seq_ident).map_err(|e| e.0).err();
     assert_eq!(e, Some(EspError::BadInner), "too long");
     assert_eq!(st.seq, 0, "a refused dummy takes no sequence number");
     // Sequence exhaustion applies to dummies as to any packet (RFC 4303 §3.3.3).
     st.seq = u32::MAX as u64;
-    let e = esp::outbound::prepare_dummy(&sa, &mut st, PktBuf::new(), 0).map_err(|e| e.0).err();
+    let e = esp::outbound::prepare_dummy(&sa, &mut st, PktBuf::new(), 0, esp::outbound::seq_ident).map_err(|e| e.0).err();
     assert_eq!(e, Some(EspError::SeqExhausted));
 }
 

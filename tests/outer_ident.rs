@@ -93,3 +93,111 @@ fn outer_identifications_do_not_repeat_across_sas_of_one_worker() {
 fn outer_identifications_do_not_repeat_across_workers() {
     check("configs/ep0-2w.toml", 2);
 }
+
+/// `esp::outbound::prepare_with_ident` (and `prepare_dummy`, which shares
+/// the outer header code) call the identification source once, with the
+/// packet's sequence number, exactly when they write an IPv4 outer header
+/// with DF clear, and write what it returns; a header with DF set keeps
+/// the sequence number's low bits and an IPv6 outer header or a
+/// transport-mode SA never calls it. A buffer whose outer packet is to be
+/// fragmented (`PktBuf::outer_frag_mtu`) gets DF clear whatever the SA's
+/// `df` says. Every header's checksum verifies (the tests' own sum) and
+/// every packet opens with the inbound SA.
+#[test]
+fn prepare_with_ident_takes_an_identification_only_for_ipv4_with_df_clear() {
+    use secgw::crypto::soft::{SoftDevice, SoftQueuePair};
+    use secgw::crypto::{Algorithm, CryptoDevice, QpConf};
+    use secgw::esp::{self, DfMode, InboundState, OutboundState, SessionCache};
+    use secgw::io::PktBuf;
+    use std::cell::Cell;
+    let dev = SoftDevice::new(1);
+    let mut qp: SoftQueuePair<PktBuf> = dev.queue_pair_setup(0, QpConf { nb_descriptors: 4 }).unwrap();
+    let v4: (std::net::IpAddr, std::net::IpAddr) = ("203.0.113.1".parse().unwrap(), "203.0.113.2".parse().unwrap());
+    let v6: (std::net::IpAddr, std::net::IpAddr) = ("2001:db8:ff::1".parse().unwrap(), "2001:db8:ff::2".parse().unwrap());
+    let mut checked = 0;
+    for (src, dst) in [v4, v6] {
+        for mode in [DfMode::Copy, DfMode::Set, DfMode::Clear] {
+            for inner_df in [false, true] {
+                for frag_mtu in [0u16, 1200] {
+                    let (mut osa, isa) = tunnel_sas(&dev, Algorithm::Aes128Gcm, src, dst);
+                    osa.df = mode;
+                    let mut ost = OutboundState { seq: 0x1_0000 + 6, ..Default::default() };
+                    let mut ist = InboundState::new(&isa);
+                    let name = format!("outer {dst} df={mode:?} inner DF={inner_df} frag_mtu={frag_mtu}");
+                    let mut buf = PktBuf::new();
+                    assert!(buf.copy_from(&frame(7000, inner_df)));
+                    buf.outer_frag_mtu = frag_mtu;
+                    let calls = Cell::new(Vec::new());
+                    let source = |seq: u64| {
+                        let mut c = calls.take();
+                        c.push(seq);
+                        calls.set(c);
+                        0xbeef
+                    };
+                    let op = esp::outbound::prepare_with_ident(&osa, &mut ost, buf, &mut SessionCache::default(), source).map_err(|e| e.0).unwrap();
+                    let wire = esp::outbound::finish(run_one(&mut qp, op)).map_err(|e| e.0).unwrap().frame().to_vec();
+                    let calls = calls.take();
+                    let ip = &wire[14..];
+                    if dst.is_ipv4() {
+                        assert_eq!(ip_checksum(&ip[..20]), 0, "{name}: outer header checksum");
+                        let want_df = frag_mtu == 0 && (mode == DfMode::Set || (mode == DfMode::Copy && inner_df));
+                        let (ident, df) = (u16::from_be_bytes([ip[4], ip[5]]), ip[6] & 0x40 != 0);
+                        assert_eq!(df, want_df, "{name}: DF");
+                        assert_eq!(ip[6] & 0xbf, 0, "{name}: no other flag, offset 0");
+                        if want_df {
+                            assert!(calls.is_empty(), "{name}: DF set takes no identification: {calls:?}");
+                            assert_eq!(ident, 7, "{name}: the sequence number's low 16 bits (0x10007)");
+                        } else {
+                            assert_eq!(calls, vec![0x1_0007], "{name}: one identification, for this packet's sequence number");
+                            assert_eq!(ident, 0xbeef, "{name}: the source's value");
+                        }
+                    } else {
+                        assert_eq!(ip[0] >> 4, 6);
+                        assert!(calls.is_empty(), "{name}: IPv6 has no identification in its header: {calls:?}");
+                    }
+                    let esp_at = 14 + if dst.is_ipv4() { 20 } else { 40 };
+                    let mut buf = PktBuf::new();
+                    assert!(buf.copy_from(&wire));
+                    let op = esp::inbound::prepare(&isa, &ist, buf, esp_at).map_err(|e| e.0).unwrap();
+                    let got = esp::inbound::finish(&mut ist, run_one(&mut qp, op), 0).map_err(|e| e.0).unwrap();
+                    assert_eq!(&got.frame()[14..], &frame(7000, inner_df)[14..], "{name}: opens to the inner packet");
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 24);
+
+    // Dummies: the same rule (their DF comes from `df` alone).
+    for (mode, want_calls) in [(DfMode::Copy, 1), (DfMode::Clear, 1), (DfMode::Set, 0)] {
+        let (mut osa, _) = tunnel_sas(&dev, Algorithm::Aes128Gcm, v4.0, v4.1);
+        osa.df = mode;
+        let mut ost = OutboundState::default();
+        let calls = Cell::new(0);
+        let op = esp::outbound::prepare_dummy(&osa, &mut ost, PktBuf::new(), 16, |_| {
+            calls.set(calls.get() + 1);
+            0x4242
+        })
+        .map_err(|e| e.0)
+        .unwrap();
+        let ip = &op.buf.frame()[14..];
+        assert_eq!(ip_checksum(&ip[..20]), 0, "dummy df={mode:?}: checksum");
+        assert_eq!(calls.get(), want_calls, "dummy df={mode:?}");
+        assert_eq!(u16::from_be_bytes([ip[4], ip[5]]), if want_calls == 1 { 0x4242 } else { 1 }, "dummy df={mode:?}: identification");
+    }
+
+    // Transport mode keeps the packet's own header: never called.
+    let (mut osa, _) = tunnel_sas(&dev, Algorithm::Aes128Gcm, v4.0, v4.1);
+    osa.transport = true;
+    let mut buf = PktBuf::new();
+    assert!(buf.copy_from(&frame(7000, false)));
+    let mut ost = OutboundState::default();
+    let called = Cell::new(false);
+    esp::outbound::prepare_with_ident(&osa, &mut ost, buf, &mut SessionCache::default(), |_| {
+        called.set(true);
+        1
+    })
+    .map_err(|e| e.0)
+    .unwrap();
+    assert!(!called.get(), "transport mode");
+}

@@ -100,6 +100,15 @@ fn next_outer_ident(cur: u16, id: usize, n: usize) -> u16 {
     }
 }
 
+/// The outer IPv4 identification worker `id` of `n` writes now (RFC 6864
+/// §4.2): `*cur`, which then moves on to [`next_outer_ident`].
+#[inline]
+fn take_outer_ident(cur: &mut u16, id: usize, n: usize) -> u16 {
+    let v = *cur;
+    *cur = next_outer_ident(v, id, n);
+    v
+}
+
 /// True if tag `tag` names an SA that `t` does not hold (any more, or yet).
 #[inline]
 fn stale(t: &Tables, tag: u64) -> bool {
@@ -380,7 +389,7 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     /// ([`Self::fragment_outer`]); starts at a random value (RFC 7739 §5).
     frag6_ident: u32,
     /// Identification of the next outer IPv4 header with DF clear the
-    /// worker writes ([`Self::outer_ident`]): worker `id` of `n` takes the
+    /// worker writes ([`take_outer_ident`]): worker `id` of `n` takes the
     /// values ≡ `id` (mod `n`) in turn ([`next_outer_ident`]), from a
     /// random one of them, so no two workers ever give the same value and
     /// no two SAs of one worker do until about 65536 / `n` of its packets
@@ -738,10 +747,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 self.drop_buf(NO_PORT, DropReason::SaExpired, buf);
                 continue;
             }
-            match outbound::prepare_dummy(sa, &mut self.out_state[i], buf, plan.len) {
+            let (ident, id, n) = (&mut self.outer4_ident, self.conf.id, self.conf.nb_workers);
+            match outbound::prepare_dummy(sa, &mut self.out_state[i], buf, plan.len, |_| take_outer_ident(ident, id, n)) {
                 Ok(mut op) => {
                     spent_if_last(sa, &self.out_state[i]);
-                    self.outer_ident(sa, &mut op.buf);
                     op.user[1] = tag(false, r, 0, NO_PORT as u16) | TAG_DUMMY;
                     self.push_op(op);
                 }
@@ -1175,37 +1184,13 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         }
     }
 
-    /// The outer IPv4 header of a tunnel-mode packet `sa` just prepared in
-    /// `buf` (Ethernet + outer header + ESP) gets the worker's next
-    /// identification ([`Self::outer4_ident`]) if its DF is clear: that
-    /// packet may be fragmented, by this gateway's transmit or by a router,
-    /// and the peer reassembles by (source, destination, protocol,
-    /// identification), so the value must not repeat across the SAs between
-    /// two gateways, as ESP's sequence numbers (the value `prepare` writes)
-    /// do, each SA counting from 1. With DF set the packet is atomic and
-    /// the value means nothing (RFC 6864 §4): left as written.
-    #[inline]
-    fn outer_ident(&mut self, sa: &OutboundSa, buf: &mut PktBuf) {
-        if sa.transport || !sa.tunnel_dst.is_ipv4() {
-            return;
-        }
-        if ipv4_df(buf) {
-            return;
-        }
-        let Some(hdr) = buf.frame_mut().get_mut(ethernet::HEADER_LEN..) else {
-            return;
-        };
-        let ident = self.outer4_ident;
-        self.outer4_ident = next_outer_ident(ident, self.conf.id, self.conf.nb_workers);
-        ipv4::set_ident(hdr, ident);
-    }
-
     /// ESP prepare for a packet of outbound SA `sa` (in SAD slot `slot`,
     /// referred to as `r` in tags) that this worker owns. A packet whose
     /// outer packet is to be fragmented ([`PktBuf::outer_frag_mtu`]) gets
-    /// an outer IPv4 header with DF clear whatever `sa.df` says (the outer
-    /// header is not covered by the ICV, so it is cleared after prepare),
-    /// then its identification is set ([`Self::outer_ident`]).
+    /// an outer IPv4 header with DF clear whatever `sa.df` says
+    /// ([`outbound::prepare_with_ident`]); an outer IPv4 header with DF
+    /// clear takes the worker's next identification
+    /// ([`take_outer_ident`]).
     #[inline]
     fn prepare_outbound(&mut self, sa: &OutboundSa, slot: usize, r: usize, port: usize, buf: PktBuf) {
         let Some(st) = self.out_state.get_mut(slot) else {
@@ -1218,13 +1203,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             sa.life.counters.errors.add(1);
             return self.drop_buf(port, DropReason::SaExpired, buf);
         }
-        match outbound::prepare_cached(sa, st, buf, &mut self.sessions) {
+        let (ident, id, n) = (&mut self.outer4_ident, self.conf.id, self.conf.nb_workers);
+        match outbound::prepare_with_ident(sa, st, buf, &mut self.sessions, |_| take_outer_ident(ident, id, n)) {
             Ok(mut op) => {
                 spent_if_last(sa, st);
-                if op.buf.outer_frag_mtu != 0 && sa.tunnel_dst.is_ipv4() {
-                    ipv4::clear_df(&mut op.buf.frame_mut()[ethernet::HEADER_LEN..]);
-                }
-                self.outer_ident(sa, &mut op.buf);
                 op.user[1] = tag(false, r, inner_len, port as u16);
                 self.push_op(op);
             }

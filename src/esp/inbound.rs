@@ -96,12 +96,14 @@ pub struct InnerHeader {
 
 impl InnerHeader {
     /// The fields of a checked IPv4 packet.
+    #[inline]
     pub fn of_ipv4(p: &ipv4::Ipv4Packet<'_>) -> InnerHeader {
         InnerHeader { src: IpAddr::V4(p.src()), dst: IpAddr::V4(p.dst()), protocol: p.protocol(), ports: p.ports(), ttl: p.ttl(), len: p.total_len() }
     }
 
     /// The fields of a checked IPv6 packet, or `None` when its extension
     /// headers do not walk ([`ipv6::Ipv6Packet::upper_layer`]).
+    #[inline]
     pub fn of_ipv6(p: &ipv6::Ipv6Packet<'_>) -> Option<InnerHeader> {
         let up = p.upper_layer().ok()?;
         Some(InnerHeader { src: IpAddr::V6(p.src()), dst: IpAddr::V6(p.dst()), protocol: up.protocol, ports: p.ports(&up), ttl: p.hop_limit(), len: p.total_len() })

@@ -216,9 +216,11 @@ fn inner_facts(ip: &[u8]) -> Option<(u8, bool, usize, u8)> {
 /// * IPv4: TTL `sa.outer_ttl`, DS field and ECN copied from the inner
 ///   header (IPv4 TOS or IPv6 traffic class; RFC 6040 normal mode copies
 ///   ECN), DF per `sa.df` (`copy` of an IPv6 inner packet sets it: IPv6 is
-///   never fragmented on the way), identification = low 16 bits of the
-///   sequence number (the worker gives a header with DF clear its own
-///   per-worker value after prepare: RFC 6864 §4), protocol 50;
+///   never fragmented on the way) but clear whatever `sa.df` says for a
+///   buffer whose outer packet is to be fragmented
+///   ([`PktBuf::outer_frag_mtu`] nonzero), identification = low 16 bits of
+///   the sequence number ([`seq_ident`]; [`prepare_with_ident`] takes
+///   another source for headers with DF clear, RFC 6864 §4), protocol 50;
 /// * IPv6: version 6, traffic class copied from the inner header the same
 ///   way, flow label 0 (RFC 6437 §2: "unlabeled"; not derived from the
 ///   inner flow), payload length, next header 50, hop limit
@@ -249,7 +251,37 @@ pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, buf: PktBuf) -> Result<C
 /// [`prepare`], the op's session reference taken from `cache` (both
 /// modes).
 #[inline]
-pub fn prepare_cached(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf, cache: &mut SessionCache) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+pub fn prepare_cached(sa: &OutboundSa, st: &mut OutboundState, buf: PktBuf, cache: &mut SessionCache) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+    prepare_with_ident(sa, st, buf, cache, seq_ident)
+}
+
+/// The identification [`prepare`] gives an outer IPv4 header: the low 16
+/// bits of the packet's sequence number `seq`. Unique per SA until 65,536
+/// packets have gone, but the same across the SAs between two gateways,
+/// each counting from 1: enough where DF is set (the datagram is atomic,
+/// RFC 6864 §4.1) or one SA sends (a traffic generator), not for a gateway
+/// whose DF-clear packets of several SAs may be fragmented and meet at one
+/// reassembler (§4.2): it passes its own source to [`prepare_with_ident`].
+#[inline]
+pub fn seq_ident(seq: u64) -> u16 {
+    seq as u16
+}
+
+/// [`prepare_cached`] with the identification of an outer IPv4 header
+/// whose DF is clear taken from `ident` (called with the packet's
+/// sequence number, once, only for such a header; a header with DF set,
+/// or an IPv6 one, never calls it), so the header and its checksum are
+/// written once (RFC 6864 §4.2: the value must not repeat for the source,
+/// destination and protocol while fragments may meet). Transport mode
+/// keeps the packet's own header and never calls `ident`.
+#[inline]
+pub fn prepare_with_ident(
+    sa: &OutboundSa,
+    st: &mut OutboundState,
+    mut buf: PktBuf,
+    cache: &mut SessionCache,
+    ident: impl FnOnce(u64) -> u16,
+) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
     if sa.transport {
         return super::transport::outbound_prepare(sa, st, buf, cache);
     }
@@ -260,7 +292,7 @@ pub fn prepare_cached(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf, 
         return Err((EspError::BadInner, buf));
     }
     let payload_len = tfc_pad(&mut buf, total, sa.tfc_pad_to);
-    seal_tunnel(sa, st, buf, payload_len, tos, inner_df, next_header, cache)
+    seal_tunnel(sa, st, buf, payload_len, tos, inner_df, next_header, cache, ident)
 }
 
 /// TFC padding (RFC 4303 §2.7): grows the inner packet of `total` bytes
@@ -302,26 +334,36 @@ pub const MAX_DUMMY_LEN: usize = 1400;
 /// packet sent; the receiver's anti-replay check runs before it can know
 /// a packet is a dummy), so dummies and real packets interleave without
 /// gaps. Result as [`prepare`]: a frame of Ethernet (addresses filled in
-/// by routing) + outer header + ESP, and the op that seals it.
+/// by routing) + outer header + ESP, and the op that seals it. `ident`
+/// gives an outer IPv4 header with DF clear its identification, as in
+/// [`prepare_with_ident`] ([`seq_ident`] for [`prepare`]'s).
 ///
 /// Errors: `BadInner` for a transport-mode SA (it has no endpoints of its
 /// own to address a dummy to; config refuses dummies there) or `len` over
 /// [`MAX_DUMMY_LEN`], `SeqExhausted` as [`prepare`].
-pub fn prepare_dummy(sa: &OutboundSa, st: &mut OutboundState, mut buf: PktBuf, len: usize) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+pub fn prepare_dummy(
+    sa: &OutboundSa,
+    st: &mut OutboundState,
+    mut buf: PktBuf,
+    len: usize,
+    ident: impl FnOnce(u64) -> u16,
+) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
     if sa.transport || len > MAX_DUMMY_LEN {
         return Err((EspError::BadInner, buf));
     }
     let area = buf.reset();
     area[ethernet::HEADER_LEN..ethernet::HEADER_LEN + len].fill(0);
     buf.set_len(ethernet::HEADER_LEN + len);
-    seal_tunnel(sa, st, buf, len, 0, false, ipv4::PROTO_NONE, &mut SessionCache::default())
+    seal_tunnel(sa, st, buf, len, 0, false, ipv4::PROTO_NONE, &mut SessionCache::default(), ident)
 }
 
 /// The part of [`prepare`] after the inner packet is known: `buf` holds
 /// Ethernet + `payload_len` bytes of ESP payload (anything after them is
 /// cut). Takes the sequence number and IV, frames ESP with `next_header`
 /// ([`encap`]) and writes the outer header (DS + ECN byte `tos`, DF per
-/// `sa.df` with `inner_df` for `copy`) and the UDP header of `udp_encap`.
+/// `sa.df` with `inner_df` for `copy`, clear for a buffer whose outer
+/// packet is to be fragmented; identification from `ident` when DF is
+/// clear, else [`seq_ident`]) and the UDP header of `udp_encap`.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 fn seal_tunnel(
@@ -333,6 +375,7 @@ fn seal_tunnel(
     inner_df: bool,
     next_header: u8,
     cache: &mut SessionCache,
+    ident: impl FnOnce(u64) -> u16,
 ) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
     let Some(seq) = st.next_seq(sa.esn) else {
         return Err((EspError::SeqExhausted, buf));
@@ -367,15 +410,20 @@ fn seal_tunnel(
         }
         None => ipv4::PROTO_ESP,
     };
-    let df = match sa.df {
-        super::DfMode::Copy => inner_df,
-        super::DfMode::Set => true,
-        super::DfMode::Clear => false,
-    };
-    let flags = if df { ipv4::FLAG_DF } else { 0 };
+    // An outer packet to be fragmented (RFC 4213 §3.2) goes with DF
+    // clear: the outer header is not covered by the ICV.
+    let df = buf.outer_frag_mtu == 0
+        && match sa.df {
+            super::DfMode::Copy => inner_df,
+            super::DfMode::Set => true,
+            super::DfMode::Clear => false,
+        };
     let hdr = &mut buf.frame_mut()[ethernet::HEADER_LEN..ip_end];
     match (sa.tunnel_src, sa.tunnel_dst) {
-        (IpAddr::V4(src), IpAddr::V4(dst)) => ipv4::write_header(hdr, tos, outer_total, seq as u16, flags, sa.outer_ttl, protocol, src, dst),
+        (IpAddr::V4(src), IpAddr::V4(dst)) => {
+            let (flags, id) = if df { (ipv4::FLAG_DF, seq_ident(seq)) } else { (0, ident(seq)) };
+            ipv4::write_header(hdr, tos, outer_total, id, flags, sa.outer_ttl, protocol, src, dst)
+        }
         (IpAddr::V6(src), IpAddr::V6(dst)) => {
             ipv6::write_header(hdr, tos, 0, outer_total - ipv6::HEADER_LEN as u16, protocol, sa.outer_ttl, &src, &dst)
         }

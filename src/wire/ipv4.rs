@@ -149,44 +149,6 @@ pub fn decrement_ttl(hdr: &mut [u8]) {
     hdr[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
 }
 
-/// Sets the identification of the IPv4 header at the start of `hdr` to
-/// `ident` and updates the header checksum incrementally (RFC 1624).
-/// `hdr` must hold at least 20 bytes of a checked header; anything shorter
-/// or not IPv4 (version 4) is left alone.
-#[inline]
-pub fn set_ident(hdr: &mut [u8], ident: u16) {
-    if hdr.len() < MIN_HEADER_LEN || hdr[VER_IHL] >> 4 != 4 {
-        return;
-    }
-    rewrite16(hdr, IDENT, ident);
-}
-
-/// Writes `new` into the 16-bit field at `at` of a checked IPv4 header
-/// (at least 20 bytes) and updates the header checksum incrementally (RFC
-/// 1624): what [`set_ident`] and [`clear_df`] share.
-#[inline]
-fn rewrite16(hdr: &mut [u8], at: usize, new: u16) {
-    let old = be16(hdr, at);
-    hdr[at..at + 2].copy_from_slice(&new.to_be_bytes());
-    let ck = checksum::update16(be16(hdr, CHECKSUM), old, new);
-    hdr[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
-}
-
-/// Clears DF in the IPv4 header at the start of `hdr` and updates the
-/// header checksum incrementally (RFC 1624); nothing to do if it is clear.
-/// `hdr` must hold at least 20 bytes of a checked header; anything shorter
-/// or not IPv4 (version 4) is left alone.
-pub fn clear_df(hdr: &mut [u8]) {
-    if hdr.len() < MIN_HEADER_LEN || hdr[VER_IHL] >> 4 != 4 {
-        return;
-    }
-    let old = be16(hdr, FLAGS_FRAG);
-    let new = old & !FLAG_DF;
-    if new != old {
-        rewrite16(hdr, FLAGS_FRAG, new);
-    }
-}
-
 /// Sets the DS + ECN byte of the IPv4 header at the start of `hdr` and
 /// updates the header checksum incrementally (RFC 1624). `hdr` must hold at
 /// least 20 bytes of a checked header.
@@ -416,55 +378,6 @@ mod tests {
         let mut short = with_l4(PROTO_TCP, a, b, &[0; 17]);
         assert!(!recompute_l4_checksum(&mut short));
         assert!(!recompute_l4_checksum(&mut [0x45; 10]));
-    }
-
-    #[test]
-    fn clearing_df_keeps_the_checksum_valid_and_touches_nothing_else() {
-        let mut p = sample();
-        p[FLAGS_FRAG] = 0x40 | 0x20; // DF and MF
-        p[FLAGS_FRAG + 1] = 0;
-        p[CHECKSUM..CHECKSUM + 2].copy_from_slice(&[0, 0]);
-        let ck = checksum::checksum(&p[..MIN_HEADER_LEN]);
-        p[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
-        let before = p.clone();
-        clear_df(&mut p);
-        assert_eq!(be16(&p, FLAGS_FRAG), 0x2000, "MF stays");
-        assert_eq!(checksum::checksum(&p[..MIN_HEADER_LEN]), 0, "checksum verifies");
-        let changed: Vec<usize> = (0..p.len()).filter(|&i| p[i] != before[i]).collect();
-        assert!(changed.iter().all(|&i| i == FLAGS_FRAG || i == CHECKSUM || i == CHECKSUM + 1), "{changed:?}");
-        // Already clear: nothing changes.
-        let again = p.clone();
-        clear_df(&mut p);
-        assert_eq!(p, again);
-        // Not IPv4, or too short: left alone.
-        let mut v6 = [0x60u8; 40];
-        clear_df(&mut v6);
-        assert_eq!(v6, [0x60u8; 40]);
-        let mut short = [0x45u8, 0, 0, 20, 0, 0, 0x40, 0];
-        clear_df(&mut short);
-        assert_eq!(short[6], 0x40);
-    }
-
-    #[test]
-    fn setting_the_identification_keeps_the_checksum_valid_and_touches_nothing_else() {
-        for ident in [0u16, 1, 0x1234, 0xfffe, 0xffff] {
-            let mut p = sample();
-            p[CHECKSUM..CHECKSUM + 2].copy_from_slice(&[0, 0]);
-            let ck = checksum::checksum(&p[..MIN_HEADER_LEN]);
-            p[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
-            let before = p.clone();
-            set_ident(&mut p, ident);
-            assert_eq!(be16(&p, IDENT), ident);
-            assert_eq!(checksum::checksum(&p[..MIN_HEADER_LEN]), 0, "checksum verifies for {ident:#x}");
-            let changed: Vec<usize> = (0..p.len()).filter(|&i| p[i] != before[i]).collect();
-            assert!(changed.iter().all(|&i| [IDENT, IDENT + 1, CHECKSUM, CHECKSUM + 1].contains(&i)), "{changed:?}");
-        }
-        let mut v6 = [0x60u8; 40];
-        set_ident(&mut v6, 7);
-        assert_eq!(v6, [0x60u8; 40]);
-        let mut short = [0x45u8, 0, 0, 20, 0, 0];
-        set_ident(&mut short, 7);
-        assert_eq!(short, [0x45u8, 0, 0, 20, 0, 0]);
     }
 
     #[test]
