@@ -54,3 +54,70 @@ fn tfc_padding_hides_the_length_and_is_stripped_by_the_peer() {
     let sa = gw0.stats().sas.into_iter().find(|s| s.spi == 1001 && s.direction == "outbound").unwrap();
     assert_eq!(sa.bytes, [0usize, 1, 100, 271, 272, 273, 1000].iter().map(|s| 28 + *s as u64).sum::<u64>(), "SA bytes count inner packets, not padding");
 }
+
+/// An ICMP "fragmentation needed" from a router on the wan (203.0.113.254)
+/// to gw0's outside address, advertising `mtu`, quoting the first 28 bytes
+/// of `ip` (an IPv4 ESP packet gw0 sent), as a frame into gw0's outside.
+fn frag_needed(mtu: u16, ip: &[u8]) -> Vec<u8> {
+    let mut icmp = vec![3, 4, 0, 0, 0, 0];
+    icmp.extend_from_slice(&mtu.to_be_bytes());
+    icmp.extend_from_slice(&ip[..28]);
+    let ck = common::ip_checksum(&icmp);
+    icmp[2..4].copy_from_slice(&ck.to_be_bytes());
+    let mut h = vec![0x45, 0xc0, 0, 0, 0, 9, 0, 0, 255, 1, 0, 0, 203, 0, 113, 254, 203, 0, 113, 1];
+    let total = (20 + icmp.len()) as u16;
+    h[2..4].copy_from_slice(&total.to_be_bytes());
+    let ck = common::ip_checksum(&h);
+    h[10..12].copy_from_slice(&ck.to_be_bytes());
+    h.extend_from_slice(&icmp);
+    eth(mac("02:00:00:00:00:02"), mac("02:00:00:00:aa:01"), 0x0800, &h)
+}
+
+/// A learned path MTU with no room for `tfc_pad_to` caps the padding: with
+/// `tfc_pad_to = 1200` and a path MTU of 900, a short packet goes out
+/// padded to the largest inner packet that fits 900 (846 bytes: 900 less
+/// 20 outer, 8 ESP, 8 IV, 16 ICV and 2 trailer bytes, to 4) in an ESP
+/// packet of exactly 900 bytes, not refused with an ICMP error; a packet of exactly that
+/// size goes unpadded at 900; one byte more gets "fragmentation needed"
+/// advertising 846. gw1 delivers each exactly.
+#[test]
+fn tfc_padding_is_capped_to_a_learned_path_mtu() {
+    const PAD: usize = 1200;
+    const FITS: usize = (900 - 20 - 8 - 8 - 16) / 4 * 4 - 2;
+    let cfg = common::edited_config("ep0.toml", "tfc-pmtu", |t| t.replacen("spi = 1001\n", &format!("spi = 1001\ntfc_pad_to = {PAD}\n"), 1));
+    let mut gw0 = Gw::from_config(&cfg);
+    let mut gw1 = Gw::from_config("configs/ep1.toml");
+    let key = gw0.sa_key(1001, false);
+    // Before any report: padded to tfc_pad_to.
+    let out = gw0.push("inside", &[from_host_a(100)]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].1.len() - ETH, 20 + 8 + 8 + (PAD + 2).next_multiple_of(4) + 16, "padded to {PAD}");
+    let esp = out[0].1[ETH..].to_vec();
+    assert!(gw0.push("outside", &[frag_needed(900, &esp)]).is_empty());
+    assert_eq!(gw0.drop_count("pmtu_update"), 1, "the report is taken");
+
+    for (size, wire) in [(0usize, 900usize), (100, 900), (FITS - 28, 900)] {
+        let frame = from_host_a(size);
+        let out = gw0.push("inside", std::slice::from_ref(&frame));
+        assert_eq!(out.len(), 1, "size {size}: one frame");
+        assert_eq!((out[0].0.as_str(), out[0].1.len() - ETH), ("outside", wire), "size {size}: ESP of exactly the path MTU");
+        let plain = open_gcm128(&key, &out[0].1[ETH + 20..]);
+        let pad = plain[plain.len() - 2] as usize;
+        let payload = &plain[..plain.len() - 2 - pad];
+        assert_eq!(payload.len(), FITS, "size {size}: padded to {FITS}, not {PAD}");
+        assert!(payload[28 + size..].iter().all(|&b| b == 0), "size {size}: zeros");
+        let back = gw1.push("outside", std::slice::from_ref(&out[0].1));
+        assert_eq!(back.len(), 1, "size {size}: gw1 delivers");
+        assert_eq!(&back[0].1[ETH + 28..], &frame[ETH + 28..ETH + 28 + size], "size {size}: payload");
+        assert_eq!(back[0].1.len(), ETH + 28 + size, "size {size}: padding stripped");
+    }
+    assert_eq!(gw0.drop_count("mtu_exceeded"), 0, "nothing that fits is refused");
+    // One byte more than fits: refused, hostA told FITS.
+    let out = gw0.push("inside", &[from_host_a(FITS - 28 + 1)]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, "inside", "the error goes back to hostA");
+    let icmp = &out[0].1[ETH + 20..];
+    assert_eq!((icmp[0], icmp[1], u16::from_be_bytes([icmp[6], icmp[7]]) as usize), (3, 4, FITS), "fragmentation needed, next-hop MTU {FITS}");
+    assert_eq!(gw0.drop_count("mtu_exceeded"), 1);
+    let _ = std::fs::remove_file(cfg);
+}

@@ -112,15 +112,33 @@ pub const UDP_ENCAP_OVERHEAD: usize = udp::HEADER_LEN;
 /// packet's own headers of `hl` bytes stay in front (the IPv4 header, or
 /// the IPv6 header and the extension headers
 /// [`crate::wire::ipv6::esp_placement`] keeps in front) and only what
-/// follows them is padded and encrypted. A tunnel SA's `tfc_pad_to`
-/// counts as the least inner length (RFC 4303 §2.7). `hl` is unused in tunnel mode. The
+/// follows them is padded and encrypted. A tunnel SA's TFC padding target
+/// ([`tfc_target`]) counts as the least inner length (RFC 4303 §2.7). `hl` is unused in tunnel mode. The
 /// one place that knows an SA's overhead: the MTU check and
 /// [`max_inner_len`] both use it.
 pub fn encapsulated_len(sa: &OutboundSa, hl: usize, inner_len: usize) -> usize {
     let (kept, fixed, align) = layout(sa, hl);
     // TFC padding (tunnel mode): a shorter packet goes out as long as this.
-    let inner_len = if sa.transport { inner_len } else { inner_len.max(sa.tfc_pad_to) };
+    let inner_len = if sa.transport { inner_len } else { inner_len.max(tfc_target(sa)) };
     fixed + encrypted_len(inner_len.saturating_sub(kept), align)
+}
+
+/// The length tunnel-mode SA `sa` pads shorter inner packets to (TFC
+/// padding, RFC 4303 §2.7): `sa.tfc_pad_to` (0: none), but never more than
+/// the largest inner packet that fits the SA's learned path MTU
+/// ([`super::pmtu::PathMtu::peek`], RFC 4301 §8.2.1), so padding never
+/// makes a packet that fits unpadded too big for the path (which would
+/// refuse every short packet with an ICMP error advertising more than its
+/// own size). Config checks that `tfc_pad_to` fits the egress port's MTU.
+#[inline]
+pub fn tfc_target(sa: &OutboundSa) -> usize {
+    if sa.tfc_pad_to == 0 {
+        return 0;
+    }
+    match sa.path_mtu.peek() {
+        Some(mtu) => sa.tfc_pad_to.min(max_inner_len(sa, 0, mtu as usize)),
+        None => sa.tfc_pad_to,
+    }
 }
 
 /// Bytes of the encrypted part for `payload_len` bytes of payload padded
@@ -242,7 +260,8 @@ fn inner_facts(ip: &[u8]) -> Option<(u8, bool, usize, u8)> {
 ///
 /// With `sa.tfc_pad_to` the inner packet is first padded with zeros to
 /// that many bytes (TFC padding, RFC 4303 §2.7), so packets shorter than
-/// it all look the same size on the wire.
+/// it all look the same size on the wire; to less when the SA's learned
+/// path MTU has no room for that many ([`tfc_target`]).
 #[inline]
 pub fn prepare(sa: &OutboundSa, st: &mut OutboundState, buf: PktBuf) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
     prepare_cached(sa, st, buf, &mut SessionCache::default())
@@ -291,7 +310,7 @@ pub fn prepare_with_ident(
     if total + ethernet::HEADER_LEN > buf.len() {
         return Err((EspError::BadInner, buf));
     }
-    let payload_len = tfc_pad(&mut buf, total, sa.tfc_pad_to);
+    let payload_len = tfc_pad(&mut buf, total, tfc_target(sa));
     seal_tunnel(sa, st, buf, payload_len, tos, inner_df, next_header, cache, ident)
 }
 

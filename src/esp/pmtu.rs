@@ -75,6 +75,18 @@ impl PathMtu {
         self.known(w, now_ms())
     }
 
+    /// The path MTU last stored, expired or not, without clearing it: for
+    /// code that runs after [`Self::get`] on the same packet (which has
+    /// cleared an expired value), such as TFC padding's cap in
+    /// [`super::outbound::prepare`]. One relaxed load.
+    #[inline]
+    pub fn peek(&self) -> Option<u16> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            w => Some(Self::unpack(w).0),
+        }
+    }
+
     /// [`Self::get`] for a known word `w`: its MTU unless it has expired
     /// at `now_ms`, when it is cleared. Out of line: most SAs never learn
     /// a path MTU, and their packets pay only `get`'s load and test.

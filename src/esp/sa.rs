@@ -76,6 +76,8 @@ pub struct OutboundSa {
     /// TFC padding (RFC 4303 §2.7, tunnel mode only): inner packets
     /// shorter than this many bytes are padded with zeros to it before
     /// encryption; 0 = off. At most [`super::outbound::MAX_DUMMY_LEN`].
+    /// Capped to what fits a learned path MTU
+    /// ([`super::outbound::tfc_target`]).
     pub tfc_pad_to: usize,
     /// ESP padding alignment in bytes (RFC 4303 §2.4: payload + padding +
     /// Pad Length + Next Header end on a multiple of it): a power of two
