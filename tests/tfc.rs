@@ -121,3 +121,61 @@ fn tfc_padding_is_capped_to_a_learned_path_mtu() {
     assert_eq!(gw0.drop_count("mtu_exceeded"), 1);
     let _ = std::fs::remove_file(cfg);
 }
+
+/// The cap for every SA layout, outside the gateway: each algorithm (block
+/// sizes 4 and 16, IVs of 0, 8 and 16 bytes, ICVs of 12 and 16), IPv4 and
+/// IPv6 outer headers, with and without UDP encapsulation, `pad_align` 0,
+/// 16 and 64, with `tfc_pad_to` 1400 and a path MTU stepped from 1500
+/// down to each family's floor (`PathMtu::lower`): the padded packet
+/// `prepare` builds for a 28-byte inner packet is never longer than the
+/// path MTU, and is padded to `tfc_pad_to` or to the largest inner
+/// packet that fits, whichever is less (`max_inner_len`, checked against
+/// this test's own sum of the layout); and the worker's check
+/// (`encapsulated_len`) passes every inner length up to that largest.
+#[test]
+fn the_cap_holds_for_every_layout() {
+    use secgw::crypto::soft::SoftDevice;
+    use secgw::crypto::Algorithm;
+    use secgw::esp::{self, OutboundState, UdpEncap};
+    use secgw::io::PktBuf;
+    let dev = SoftDevice::new(1);
+    let mut checked = 0;
+    for alg in Algorithm::ALL {
+        for v6 in [false, true] {
+            let (src, dst): (std::net::IpAddr, std::net::IpAddr) =
+                if v6 { ("2001:db8:ff::1".parse().unwrap(), "2001:db8:ff::2".parse().unwrap()) } else { ("203.0.113.1".parse().unwrap(), "203.0.113.2".parse().unwrap()) };
+            for udp in [false, true] {
+                for pad_align in [0usize, 16, 64] {
+                    let floor: u16 = if v6 { 1280 } else { 552 };
+                    for mtu in (floor..=1500).rev().step_by(61).chain([floor]) {
+                        let (mut sa, _) = common::tunnel_sas(&dev, alg, src, dst);
+                        sa.tfc_pad_to = 1400;
+                        sa.pad_align = pad_align;
+                        sa.udp_encap = udp.then_some(UdpEncap { sport: 4500, dport: 4500 });
+                        assert!(sa.path_mtu.lower(mtu, 0, u64::MAX, 1501), "report of {mtu} taken");
+                        let name = format!("{} v6={v6} udp={udp} pad_align={pad_align} mtu={mtu}", alg.name());
+                        // This test's own sum: outer, UDP, ESP header, IV, ICV
+                        // fixed; payload + 2 padded to the alignment.
+                        let align = pad_align.max(alg.block_size());
+                        let fixed = if v6 { 40 } else { 20 } + if udp { 8 } else { 0 } + 8 + alg.iv_len() + alg.default_icv_len();
+                        let fits = (mtu as usize - fixed) / align * align - 2;
+                        assert_eq!(esp::outbound::max_inner_len(&sa, 0, mtu as usize), fits, "{name}: largest inner packet");
+                        assert_eq!(esp::outbound::tfc_target(&sa), fits.min(1400), "{name}: padding target");
+                        for inner in [28, fits.min(1400), fits] {
+                            assert!(esp::outbound::encapsulated_len(&sa, 0, inner) <= mtu as usize, "{name}: {inner} bytes pass the check");
+                        }
+                        let mut buf = PktBuf::new();
+                        assert!(buf.copy_from(&from_host_a(0)));
+                        let op = esp::outbound::prepare(&sa, &mut OutboundState::default(), buf).map_err(|e| e.0).unwrap();
+                        let outer_len = op.buf.len() - ETH;
+                        assert!(outer_len <= mtu as usize, "{name}: {outer_len} bytes on the wire");
+                        let enc = fits.min(1400) + 2;
+                        assert_eq!(outer_len, fixed + enc.next_multiple_of(align), "{name}: padded to {}", fits.min(1400));
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 1000, "{checked} layouts");
+}

@@ -1900,8 +1900,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
 
     /// Sends `buf`, an ESP packet the gateway sealed whose outer packet is
     /// to be fragmented ([`PktBuf::outer_frag_mtu`], set by
-    /// [`Self::outbound`]), to `dst`. An IPv4 outer header (its DF cleared
-    /// in [`Self::prepare_outbound`]) is forwarded as it is: fragmented by
+    /// [`Self::outbound`]), to `dst`. An IPv4 outer header (written with DF
+    /// clear by [`outbound::prepare_with_ident`]) is forwarded as it is: fragmented by
     /// [`Self::transmit`] beyond the port's MTU, else by the routers of the
     /// path. An IPv6 outer header (Ethernet + the 40-byte header the
     /// gateway wrote, no extension headers) is cut by the gateway, its

@@ -76,9 +76,13 @@ impl PathMtu {
     }
 
     /// The path MTU last stored, expired or not, without clearing it: for
-    /// code that runs after [`Self::get`] on the same packet (which has
-    /// cleared an expired value), such as TFC padding's cap in
-    /// [`super::outbound::prepare`]. One relaxed load.
+    /// code that runs after the worker's [`Self::get`] for the same packet,
+    /// such as TFC padding's cap in [`super::outbound::prepare`]. Usually
+    /// `get` has just cleared an expired value; after a handoff to the SA's
+    /// owner, or for an inner fragment, some time may have passed, and the
+    /// value may have expired or been lowered by a new report since: a
+    /// cap from it can only be lower than the one the MTU check used, never
+    /// above what fits the path. One relaxed load.
     #[inline]
     pub fn peek(&self) -> Option<u16> {
         match self.0.load(Ordering::Relaxed) {
