@@ -150,7 +150,7 @@ def test_tshark_decrypts_gw0_esp(testbed, start_gws, artifacts):
     for spi, seqs in seen.items():
         assert seqs == list(range(1, len(SIZES) + 1)), f"SPI {spi:#x}: ESP sequence numbers {seqs}"
 
-    # control: with wrong keys tshark must call the HMAC bad and decode no inner UDP for either SA
+    # control: with wrong keys tshark must call the HMAC bad and find none of hostA's UDP for either SA
     bad = _tshark(cap_w.path, keys, wrong=True)
     # A frame whose wrongly decrypted trailer is malformed (its pad length
     # beyond the payload: depends on the random key) gets no verdict at all
@@ -159,8 +159,14 @@ def test_tshark_decrypts_gw0_esp(testbed, start_gws, artifacts):
                 for r in bad if int(r["esp.spi"][0], 16) == 0x7101}
     assert "0/1" in verdicts and verdicts <= {"0/1", "-/-"}, \
         f"with a wrong HMAC key tshark says good/bad = {verdicts}: its ICV check is not working"
-    decoded = [r["frame.number"] for r in bad if r["udp.dstport"]]
-    assert not decoded, f"tshark decoded inner UDP with wrong keys in frames {decoded}: the positive result proves nothing"
+    # With wrong keys the plaintext is random, and tshark (which checks
+    # neither the pad bytes nor, before decoding, the HMAC) decodes it as
+    # UDP whenever its random Next Header byte is 17: seen once in CI
+    # (session 16: frame 8, CBC, pad length 25, ports 37666 > 46198). What
+    # must never happen is tshark finding hostA's datagrams: their ports.
+    decoded = [(r["frame.number"], r["udp.srcport"], r["udp.dstport"]) for r in bad
+               if r["udp.srcport"] == [str(SPORT)] or r["udp.dstport"] in [[str(spi)] for spi, *_ in SAS]]
+    assert not decoded, f"tshark decoded hostA's UDP with wrong keys in frames {decoded}: the positive result proves nothing"
 
     st0, st1 = gws["gw0"].stats(), gws["gw1"].stats()
     drops = {g: {k: v for k, v in st.get("drops", {}).items() if v} for g, st in (("gw0", st0), ("gw1", st1))}
