@@ -114,7 +114,7 @@
 //! tfc_pad_to = 0            # outbound tunnel SAs only: TFC padding (RFC 4303 §2.7), inner packets
 //!                           #   shorter than this are padded with zeros to it, 0..=1400, default
 //!                           #   0 = off; padded, they must fit the mtu of the port routed to
-//!                           #   tunnel_dst
+//!                           #   tunnel_dst; at run time capped to what fits a learned path MTU
 //! pad_align = 0             # outbound SAs only: ESP padding alignment in bytes (RFC 4303 §2.4),
 //!                           #   payload + padding + 2 end on a multiple of it; 0 (default) = the
 //!                           #   algorithm's block size (4, 16 for AES-CBC); else 4, 8, 16, 32, 64,
