@@ -34,7 +34,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use hmac::{Hmac, Mac};
 use secgw::crypto::soft::{SoftDevice, SoftQueuePair};
 use secgw::crypto::{Algorithm, CipherDirection, CryptoDevice, CryptoOp, Provider, ProviderChoice, QpConf, QueuePair, SymXform};
-use secgw::esp::{self, DfMode, InboundSa, InboundState, IvGen, OutboundSa, OutboundState};
+use secgw::esp::{self, InboundSa, InboundState, OutboundSa, OutboundState};
 use secgw::io::PktBuf;
 use std::time::Duration;
 
@@ -86,41 +86,13 @@ fn xform(alg: Algorithm, dir: CipherDirection) -> SymXform {
 }
 
 fn outbound_sa(dev: &SoftDevice, alg: Algorithm) -> OutboundSa {
-    OutboundSa {
-        id: 0,
-        life: Default::default(),
-        first_seq: 1,
-        spi: 1001,
-        session: dev.session_create(&xform(alg, CipherDirection::Encrypt)).unwrap(),
-        transport: false,
-        tunnel_src: "203.0.113.1".parse().unwrap(),
-        tunnel_dst: "203.0.113.2".parse().unwrap(),
-        outer_ttl: 64,
-        df: DfMode::Copy,
-        esn: false,
-        iv_gen: IvGen::for_algorithm(alg).unwrap(),
-        udp_encap: None,
-        owner: 0,
-        dummy: None,
-        tfc_pad_to: 0,
-        pad_align: 0,
-        path_mtu: Default::default(),
-    }
+    OutboundSa::tunnel(1001, dev.session_create(&xform(alg, CipherDirection::Encrypt)).unwrap(), "203.0.113.1".parse().unwrap(), "203.0.113.2".parse().unwrap()).unwrap()
 }
 
 fn inbound_sa(dev: &SoftDevice, alg: Algorithm) -> InboundSa {
     InboundSa {
-        id: 0,
-        life: Default::default(),
-        spi: 1001,
-        session: dev.session_create(&xform(alg, CipherDirection::Decrypt)).unwrap(),
-        transport: false,
-        tunnel_src: "203.0.113.1".parse().unwrap(),
-        tunnel_dst: "203.0.113.2".parse().unwrap(),
-        esn: false,
         replay_window: 0,
-        first_seq: 1,
-        owner: 0,
+        ..InboundSa::tunnel(1001, dev.session_create(&xform(alg, CipherDirection::Decrypt)).unwrap(), "203.0.113.1".parse().unwrap(), "203.0.113.2".parse().unwrap())
     }
 }
 

@@ -450,17 +450,8 @@ fn every_algorithm_esp_round_trip<D: Dut>(dev: &D) -> Vec<(Algorithm, usize, Vec
         let dec = attached(dev, &algo_xform(alg, CipherDirection::Decrypt, icv_len));
         for esn in [false, true] {
             let sa = InboundSa {
-                id: 0,
-                life: Default::default(),
-                spi: 0x1000 + icv_len as u32,
-                session: dec.clone(),
-                transport: false,
-                tunnel_src: "0.0.0.0".parse().unwrap(),
-                tunnel_dst: "0.0.0.0".parse().unwrap(),
                 esn,
-                replay_window: 64,
-                first_seq: 1,
-                owner: 0,
+                ..InboundSa::tunnel(0x1000 + icv_len as u32, dec.clone(), "0.0.0.0".parse().unwrap(), "0.0.0.0".parse().unwrap())
             };
             let mut st = InboundState::new(&sa);
             for (i, size) in [1usize, 13, 64, 1400].into_iter().enumerate() {
@@ -526,19 +517,7 @@ fn every_algorithm_rejects_tampering<D: Dut>(dev: &D) {
         assert!(buf.copy_from(&pattern(40, 1)));
         let op = esp::outbound::encap(77, &enc, 9, false, &iv[..alg.iv_len()], 4, buf).map_err(|e| e.0).unwrap();
         let pkt = run(&mut qp, vec![op]).pop().unwrap().buf.frame().to_vec();
-        let sa = InboundSa {
-            id: 0,
-            life: Default::default(),
-            spi: 77,
-            session: dec.clone(),
-            transport: false,
-            tunnel_src: "0.0.0.0".parse().unwrap(),
-            tunnel_dst: "0.0.0.0".parse().unwrap(),
-            esn: false,
-            replay_window: 64,
-            first_seq: 1,
-            owner: 0,
-        };
+        let sa = InboundSa::tunnel(77, dec.clone(), "0.0.0.0".parse().unwrap(), "0.0.0.0".parse().unwrap());
         let st = InboundState::new(&sa);
         let n = pkt.len();
         let mut flips = vec![6, n - 1, n - icv_len - 1, 8 + alg.iv_len()];

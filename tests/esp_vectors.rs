@@ -66,17 +66,8 @@ fn inbound_opens_every_vector_and_rejects_tampering() {
         let Some(alg) = v.algorithm() else { continue };
         let x = SymXform { algorithm: alg, direction: CipherDirection::Decrypt, key, salt: h(&v.salt).try_into().unwrap(), icv_len: 16, auth_key: Vec::new() };
         let sa = InboundSa {
-            id: 0,
-            life: Default::default(),
-            spi: v.spi32(),
-            session: dev.session_create(&x).unwrap(),
-            transport: false,
-            tunnel_src: "0.0.0.0".parse().unwrap(),
-            tunnel_dst: "0.0.0.0".parse().unwrap(),
             esn: v.esn,
-            replay_window: 64,
-            first_seq: 1,
-            owner: 0,
+            ..InboundSa::tunnel(v.spi32(), dev.session_create(&x).unwrap(), "0.0.0.0".parse().unwrap(), "0.0.0.0".parse().unwrap())
         };
         let seq = v.seq64();
         for tamper in [false, true] {
@@ -149,19 +140,7 @@ fn inbound_opens_cbc_chacha_and_gmac_packets_and_rejects_tampering() {
     let dev = SoftDevice::new(1);
     let mut qp: SoftQueuePair<PktBuf> = dev.queue_pair_setup(0, QpConf { nb_descriptors: 4 }).unwrap();
     for c in packet_cases() {
-        let sa = InboundSa {
-            id: 0,
-            life: Default::default(),
-            spi: c.spi,
-            session: session(&dev, &c, CipherDirection::Decrypt),
-            transport: false,
-            tunnel_src: "0.0.0.0".parse().unwrap(),
-            tunnel_dst: "0.0.0.0".parse().unwrap(),
-            esn: false,
-            replay_window: 64,
-            first_seq: 1,
-            owner: 0,
-        };
+        let sa = InboundSa::tunnel(c.spi, session(&dev, &c, CipherDirection::Decrypt), "0.0.0.0".parse().unwrap(), "0.0.0.0".parse().unwrap());
         // Flip a bit of: nothing, the ICV, the last encrypted byte, the
         // sequence number (authenticated by every algorithm here, and still
         // inside the window).
@@ -216,19 +195,7 @@ fn inbound_opens_cbc_chacha_and_gmac_packets_and_rejects_tampering() {
 fn cbc_ciphertext_not_whole_blocks_is_bad_length() {
     let dev = SoftDevice::new(1);
     let c = packet_cases().into_iter().find(|c| c.alg == Algorithm::Aes128CbcHmacSha1).unwrap();
-    let sa = InboundSa {
-        id: 0,
-        life: Default::default(),
-        spi: c.spi,
-        session: session(&dev, &c, CipherDirection::Decrypt),
-        transport: false,
-        tunnel_src: "0.0.0.0".parse().unwrap(),
-        tunnel_dst: "0.0.0.0".parse().unwrap(),
-        esn: false,
-        replay_window: 64,
-        first_seq: 1,
-        owner: 0,
-    };
+    let sa = InboundSa::tunnel(c.spi, session(&dev, &c, CipherDirection::Decrypt), "0.0.0.0".parse().unwrap(), "0.0.0.0".parse().unwrap());
     let st = InboundState::new(&sa);
     for extra in [4usize, 8, 12] {
         let mut pkt = c.packet.clone();
@@ -273,17 +240,8 @@ fn esn_high_bits_are_in_the_hmac_input() {
     assert_ne!(&m.finalize().into_bytes()[..16], icv, "without the high bits the ICV differs");
 
     let sa = InboundSa {
-        id: 0,
-        life: Default::default(),
-        spi: c.spi,
-        session: session(&dev, &c, CipherDirection::Decrypt),
-        transport: false,
-        tunnel_src: "0.0.0.0".parse().unwrap(),
-        tunnel_dst: "0.0.0.0".parse().unwrap(),
         esn: true,
-        replay_window: 64,
-        first_seq: 1,
-        owner: 0,
+        ..InboundSa::tunnel(c.spi, session(&dev, &c, CipherDirection::Decrypt), "0.0.0.0".parse().unwrap(), "0.0.0.0".parse().unwrap())
     };
     // The receiver infers seq_hi 3 (right) or 2 (its window is a whole
     // 2^32 behind, RFC 4303 A2.2): only the first verifies.

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 const HOST_A: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
 const HOST_B: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 10);
 const GW0_OUT: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 1);
-const ROUTER: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 254);
 /// Outer header + ESP header + IV + ICV of AES-128-GCM in IPv4.
 const OVERHEAD4: usize = 20 + 8 + 8 + 16;
 
@@ -27,26 +26,6 @@ fn from_host_a(total: usize, dport: u16) -> Vec<u8> {
 /// of headers and ICV: inner + Pad Length + Next Header padded to 4.
 fn fits(mtu: usize, overhead: usize) -> usize {
     (mtu - overhead) / 4 * 4 - 2
-}
-
-/// An ICMP "fragmentation needed" from a router on the wan to `to`,
-/// advertising `mtu`, quoting the first `quote` bytes of `ip` (an IPv4
-/// packet gw0 sent), as an Ethernet frame into gw0's outside port.
-fn frag_needed(to: Ipv4Addr, mtu: u16, ip: &[u8], quote: usize) -> Vec<u8> {
-    let mut icmp = vec![3, 4, 0, 0, 0, 0];
-    icmp.extend_from_slice(&mtu.to_be_bytes());
-    icmp.extend_from_slice(&ip[..quote.min(ip.len())]);
-    let ck = ip_checksum(&icmp);
-    icmp[2..4].copy_from_slice(&ck.to_be_bytes());
-    let mut h = vec![0x45, 0xc0, 0, 0, 0, 9, 0, 0, 255, 1, 0, 0];
-    h.extend_from_slice(&ROUTER.octets());
-    h.extend_from_slice(&to.octets());
-    let total = (20 + icmp.len()) as u16;
-    h[2..4].copy_from_slice(&total.to_be_bytes());
-    let ck = ip_checksum(&h);
-    h[10..12].copy_from_slice(&ck.to_be_bytes());
-    h.extend_from_slice(&icmp);
-    eth(mac("02:00:00:00:00:02"), mac("02:00:00:00:aa:01"), 0x0800, &h)
 }
 
 /// The ICMP error gw0 sent hostA about `sent` (a frame from hostA): its

@@ -55,24 +55,6 @@ fn tfc_padding_hides_the_length_and_is_stripped_by_the_peer() {
     assert_eq!(sa.bytes, [0usize, 1, 100, 271, 272, 273, 1000].iter().map(|s| 28 + *s as u64).sum::<u64>(), "SA bytes count inner packets, not padding");
 }
 
-/// An ICMP "fragmentation needed" from a router on the wan (203.0.113.254)
-/// to gw0's outside address, advertising `mtu`, quoting the first 28 bytes
-/// of `ip` (an IPv4 ESP packet gw0 sent), as a frame into gw0's outside.
-fn frag_needed(mtu: u16, ip: &[u8]) -> Vec<u8> {
-    let mut icmp = vec![3, 4, 0, 0, 0, 0];
-    icmp.extend_from_slice(&mtu.to_be_bytes());
-    icmp.extend_from_slice(&ip[..28]);
-    let ck = common::ip_checksum(&icmp);
-    icmp[2..4].copy_from_slice(&ck.to_be_bytes());
-    let mut h = vec![0x45, 0xc0, 0, 0, 0, 9, 0, 0, 255, 1, 0, 0, 203, 0, 113, 254, 203, 0, 113, 1];
-    let total = (20 + icmp.len()) as u16;
-    h[2..4].copy_from_slice(&total.to_be_bytes());
-    let ck = common::ip_checksum(&h);
-    h[10..12].copy_from_slice(&ck.to_be_bytes());
-    h.extend_from_slice(&icmp);
-    eth(mac("02:00:00:00:00:02"), mac("02:00:00:00:aa:01"), 0x0800, &h)
-}
-
 /// A learned path MTU with no room for `tfc_pad_to` caps the padding: with
 /// `tfc_pad_to = 1200` and a path MTU of 900, a short packet goes out
 /// padded to the largest inner packet that fits 900 (846 bytes: 900 less
@@ -93,7 +75,7 @@ fn tfc_padding_is_capped_to_a_learned_path_mtu() {
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].1.len() - ETH, 20 + 8 + 8 + (PAD + 2).next_multiple_of(4) + 16, "padded to {PAD}");
     let esp = out[0].1[ETH..].to_vec();
-    assert!(gw0.push("outside", &[frag_needed(900, &esp)]).is_empty());
+    assert!(gw0.push("outside", &[common::frag_needed(Ipv4Addr::new(203, 0, 113, 1), 900, &esp, 28)]).is_empty());
     assert_eq!(gw0.drop_count("pmtu_update"), 1, "the report is taken");
 
     for (size, wire) in [(0usize, 900usize), (100, 900), (FITS - 28, 900)] {

@@ -25,7 +25,7 @@
 
 use secgw::crypto::soft::{SoftDevice, SoftQueuePair};
 use secgw::crypto::{Algorithm, CipherDirection, CryptoDevice, CryptoOp, QpConf, QueuePair, SymXform};
-use secgw::esp::{self, DfMode, EspError, InboundSa, InboundState, IvGen, OutboundSa, OutboundState};
+use secgw::esp::{self, EspError, InboundSa, InboundState, OutboundSa, OutboundState};
 use secgw::io::PktBuf;
 
 mod common;
@@ -101,42 +101,11 @@ fn run(qp: &mut SoftQueuePair<PktBuf>, op: CryptoOp<PktBuf>) -> CryptoOp<PktBuf>
 /// A transport-mode outbound SA for case `c` (IVs as secgw makes them for
 /// its algorithm).
 fn outbound_sa(dev: &SoftDevice, c: &Case) -> OutboundSa {
-    OutboundSa {
-        id: 0,
-        life: Default::default(),
-        first_seq: 1,
-        spi: c.spi,
-        session: dev.session_create(&xform(c, CipherDirection::Encrypt)).unwrap(),
-        transport: true,
-        tunnel_src: "::".parse().unwrap(),
-        tunnel_dst: "::".parse().unwrap(),
-        outer_ttl: 64,
-        df: DfMode::Copy,
-        esn: false,
-        iv_gen: IvGen::for_algorithm(c.alg).unwrap(),
-        udp_encap: None,
-        owner: 0,
-        dummy: None,
-        tfc_pad_to: 0,
-        pad_align: 0,
-        path_mtu: Default::default(),
-    }
+    OutboundSa::transport(c.spi, dev.session_create(&xform(c, CipherDirection::Encrypt)).unwrap()).unwrap()
 }
 
 fn inbound_sa(dev: &SoftDevice, c: &Case) -> InboundSa {
-    InboundSa {
-        id: 0,
-        life: Default::default(),
-        spi: c.spi,
-        session: dev.session_create(&xform(c, CipherDirection::Decrypt)).unwrap(),
-        transport: true,
-        tunnel_src: "::".parse().unwrap(),
-        tunnel_dst: "::".parse().unwrap(),
-        esn: false,
-        replay_window: 64,
-        first_seq: 1,
-        owner: 0,
-    }
+    InboundSa::transport(c.spi, dev.session_create(&xform(c, CipherDirection::Decrypt)).unwrap())
 }
 
 /// Opens the ESP packet `ip` (ESP at `esp_offset`) with `sa`: the IPv6

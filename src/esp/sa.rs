@@ -94,6 +94,50 @@ pub struct OutboundSa {
     pub path_mtu: super::pmtu::PathMtu,
 }
 
+impl OutboundSa {
+    /// A tunnel-mode outbound SA (RFC 4303 §3.1.2) with SPI `spi` and
+    /// encrypt session `session`, from `src` to `dst` (one family: it
+    /// decides the outer header), with the defaults of an SA built by hand
+    /// (tests, benches, tools): id 0, a life with no limits, first sequence
+    /// number 1, outer TTL 64, DF copied from the inner header, no ESN, no
+    /// UDP encapsulation, owner worker 0, no dummy packets, no TFC padding,
+    /// the algorithm's own padding alignment, no path MTU known. Change
+    /// any field after. The control thread builds the gateway's SAs from
+    /// config instead (`control::tables::outbound_sa`). Errors: no IV key
+    /// from the OS random source (AES-CBC, [`IvGen::for_algorithm`]).
+    pub fn tunnel(spi: u32, session: Arc<Session>, src: IpAddr, dst: IpAddr) -> Result<OutboundSa, getrandom::Error> {
+        Ok(OutboundSa {
+            spi,
+            id: 0,
+            life: Default::default(),
+            first_seq: 1,
+            iv_gen: IvGen::for_algorithm(session.algorithm())?,
+            session,
+            transport: false,
+            tunnel_src: src,
+            tunnel_dst: dst,
+            outer_ttl: 64,
+            df: DfMode::Copy,
+            esn: false,
+            udp_encap: None,
+            owner: 0,
+            dummy: None,
+            tfc_pad_to: 0,
+            pad_align: 0,
+            path_mtu: Default::default(),
+        })
+    }
+
+    /// A transport-mode outbound SA (RFC 4303 §3.1.1) with SPI `spi` and
+    /// encrypt session `session`, defaults as [`OutboundSa::tunnel`] (the
+    /// tunnel fields unused, their addresses unspecified). Errors: as
+    /// [`OutboundSa::tunnel`].
+    pub fn transport(spi: u32, session: Arc<Session>) -> Result<OutboundSa, getrandom::Error> {
+        let unspecified = IpAddr::from([0u8; 16]);
+        Ok(OutboundSa { transport: true, ..OutboundSa::tunnel(spi, session, unspecified, unspecified)? })
+    }
+}
+
 /// When and how big the dummy packets of a tunnel-mode outbound SA are
 /// (RFC 4303 §2.6: Next Header 59, discarded silently by the receiver).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,6 +209,37 @@ pub struct InboundSa {
     pub first_seq: u64,
     /// Worker that owns the SA's replay window.
     pub owner: usize,
+}
+
+impl InboundSa {
+    /// A tunnel-mode inbound SA with SPI `spi` and decrypt session
+    /// `session`, whose packets come from `src` to `dst` (one of ours),
+    /// with the defaults of an SA built by hand (tests, benches, tools): id
+    /// 0, a life with no limits, no ESN, an anti-replay window of 64
+    /// packets (RFC 4303 §3.4.3), the peer starting at sequence number 1,
+    /// owner worker 0. Change any field after.
+    pub fn tunnel(spi: u32, session: Arc<Session>, src: IpAddr, dst: IpAddr) -> InboundSa {
+        InboundSa {
+            spi,
+            id: 0,
+            life: Default::default(),
+            session,
+            transport: false,
+            tunnel_src: src,
+            tunnel_dst: dst,
+            esn: false,
+            replay_window: 64,
+            first_seq: 1,
+            owner: 0,
+        }
+    }
+
+    /// A transport-mode inbound SA with SPI `spi` and decrypt session
+    /// `session` (matched by SPI alone), defaults as [`InboundSa::tunnel`].
+    pub fn transport(spi: u32, session: Arc<Session>) -> InboundSa {
+        let unspecified = IpAddr::from([0u8; 16]);
+        InboundSa { transport: true, ..InboundSa::tunnel(spi, session, unspecified, unspecified) }
+    }
 }
 
 /// The receiver's mutable state of an inbound SA. Owned by one worker.

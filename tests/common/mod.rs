@@ -277,37 +277,30 @@ pub fn test_xform(alg: secgw::crypto::Algorithm, direction: secgw::crypto::Ciphe
 pub fn tunnel_sas(dev: &secgw::crypto::soft::SoftDevice, alg: secgw::crypto::Algorithm, src: std::net::IpAddr, dst: std::net::IpAddr) -> (secgw::esp::OutboundSa, secgw::esp::InboundSa) {
     use secgw::crypto::{CipherDirection, CryptoDevice};
     let osa = secgw::esp::OutboundSa {
-        id: 0,
-        life: Default::default(),
-        first_seq: 1,
-        spi: 0x1234,
-        session: dev.session_create(&test_xform(alg, CipherDirection::Encrypt)).unwrap(),
-        transport: false,
-        tunnel_src: src,
-        tunnel_dst: dst,
         outer_ttl: 33,
-        df: secgw::esp::DfMode::Copy,
-        esn: false,
-        iv_gen: secgw::esp::IvGen::for_algorithm(alg).unwrap(),
-        udp_encap: None,
-        owner: 0,
-        dummy: None,
-        tfc_pad_to: 0,
-        pad_align: 0,
-        path_mtu: Default::default(),
+        ..secgw::esp::OutboundSa::tunnel(0x1234, dev.session_create(&test_xform(alg, CipherDirection::Encrypt)).unwrap(), src, dst).unwrap()
     };
-    let isa = secgw::esp::InboundSa {
-        id: 0,
-        life: Default::default(),
-        spi: 0x1234,
-        session: dev.session_create(&test_xform(alg, CipherDirection::Decrypt)).unwrap(),
-        transport: false,
-        tunnel_src: src,
-        tunnel_dst: dst,
-        esn: false,
-        replay_window: 64,
-        first_seq: 1,
-        owner: 0,
-    };
+    let isa = secgw::esp::InboundSa::tunnel(0x1234, dev.session_create(&test_xform(alg, CipherDirection::Decrypt)).unwrap(), src, dst);
     (osa, isa)
+}
+
+/// An ICMP "fragmentation needed" (RFC 792, RFC 1191) from a router on the
+/// wan (203.0.113.254) to `to`,
+/// advertising `mtu`, quoting the first `quote` bytes of `ip` (an IPv4
+/// packet gw0 sent), as an Ethernet frame into gw0's outside port.
+pub fn frag_needed(to: std::net::Ipv4Addr, mtu: u16, ip: &[u8], quote: usize) -> Vec<u8> {
+    let mut icmp = vec![3, 4, 0, 0, 0, 0];
+    icmp.extend_from_slice(&mtu.to_be_bytes());
+    icmp.extend_from_slice(&ip[..quote.min(ip.len())]);
+    let ck = ip_checksum(&icmp);
+    icmp[2..4].copy_from_slice(&ck.to_be_bytes());
+    let mut h = vec![0x45, 0xc0, 0, 0, 0, 9, 0, 0, 255, 1, 0, 0];
+    h.extend_from_slice(&std::net::Ipv4Addr::new(203, 0, 113, 254).octets());
+    h.extend_from_slice(&to.octets());
+    let total = (20 + icmp.len()) as u16;
+    h[2..4].copy_from_slice(&total.to_be_bytes());
+    let ck = ip_checksum(&h);
+    h[10..12].copy_from_slice(&ck.to_be_bytes());
+    h.extend_from_slice(&icmp);
+    eth(mac("02:00:00:00:00:02"), mac("02:00:00:00:aa:01"), 0x0800, &h)
 }
