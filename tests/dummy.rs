@@ -31,62 +31,64 @@ fn outbound_sa(dev: &SoftDevice, alg: Algorithm, src: IpAddr, dst: IpAddr, udp_e
     sa
 }
 
-#[test]
-fn prepare_dummy_every_algorithm_family_and_encapsulation() {
-    let dev = SoftDevice::new(1);
-    let mut qp: SoftQueuePair<PktBuf> = dev.queue_pair_setup(0, QpConf { nb_descriptors: 4 }).unwrap();
+/// Every outbound layout a dummy can take: each algorithm, IPv4 and IPv6
+/// endpoints, with and without UDP encapsulation.
+fn layouts() -> impl Iterator<Item = (Algorithm, IpAddr, IpAddr, Option<UdpEncap>)> {
     let ends: [(IpAddr, IpAddr); 2] = [
         ("203.0.113.1".parse().unwrap(), "203.0.113.2".parse().unwrap()),
         ("2001:db8:ff::1".parse().unwrap(), "2001:db8:ff::2".parse().unwrap()),
     ];
+    Algorithm::ALL.into_iter().flat_map(move |alg| ends.into_iter().flat_map(move |(src, dst)| [None, Some(UdpEncap { sport: 4500, dport: 4501 })].map(|udp| (alg, src, dst, udp))))
+}
+
+#[test]
+fn prepare_dummy_every_algorithm_family_and_encapsulation() {
+    let dev = SoftDevice::new(1);
+    let mut qp: SoftQueuePair<PktBuf> = dev.queue_pair_setup(0, QpConf { nb_descriptors: 4 }).unwrap();
     let mut checked = 0;
-    for alg in Algorithm::ALL {
-        for (src, dst) in ends {
-            for udp in [None, Some(UdpEncap { sport: 4500, dport: 4501 })] {
-                let sa = outbound_sa(&dev, alg, src, dst, udp);
-                let (_, isa) = common::tunnel_sas(&dev, alg, src, dst);
-                let mut st = OutboundState { seq: 41, ..Default::default() };
-                let mut ist = InboundState::new(&isa);
-                for len in [0usize, 1, 37, esp::outbound::MAX_DUMMY_LEN] {
-                    let name = format!("{} {src} udp={} len={len}", alg.name(), udp.is_some());
-                    // A used buffer: its old bytes must not leak into the dummy.
-                    let mut buf = PktBuf::new();
-                    assert!(buf.copy_from(&[0xee; 1600]));
-                    let op = esp::outbound::prepare_dummy(&sa, &mut st, buf, len, esp::outbound::seq_ident).map_err(|e| e.0).unwrap();
-                    let out = esp::outbound::finish(run_one(&mut qp, op)).map_err(|e| e.0).unwrap();
-                    let f = out.frame();
-                    let ip = &f[ETH..];
-                    let v6 = src.is_ipv6();
-                    let hl = if v6 { 40 } else { 20 };
-                    let proto = if v6 { ip[6] } else { ip[9] };
-                    assert_eq!(proto, if udp.is_some() { 17 } else { 50 }, "{name}: outer protocol");
-                    let total = if v6 { 40 + u16::from_be_bytes([ip[4], ip[5]]) as usize } else { u16::from_be_bytes([ip[2], ip[3]]) as usize };
-                    assert_eq!(total, ip.len(), "{name}: outer length");
-                    assert_eq!(total, esp::outbound::tunnel_len(alg, alg.default_icv_len(), v6, udp.is_some(), 0, len), "{name}: size as tunnel_len says");
-                    if !v6 {
-                        assert_eq!(ip[8], 33, "{name}: TTL");
-                        assert_eq!(ip[6] & 0x40, 0, "{name}: DF copy with no inner header: clear");
-                        assert_eq!(common::ip_checksum(&ip[..20]), 0, "{name}: header checksum");
-                    } else {
-                        assert_eq!(ip[7], 33, "{name}: hop limit");
-                    }
-                    let esp_off = hl + if udp.is_some() { 8 } else { 0 };
-                    let seq = u32::from_be_bytes(ip[esp_off + 4..esp_off + 8].try_into().unwrap());
-                    assert_eq!(seq as u64, st.seq, "{name}: the SA's sequence number");
-                    if alg.cipher() == secgw::crypto::Cipher::Null {
-                        // NULL encryption: the payload is on the wire as is.
-                        let p = &ip[esp_off + 8..ip.len() - alg.default_icv_len()];
-                        let pad = p[p.len() - 2] as usize;
-                        assert_eq!(p[p.len() - 1], 59, "{name}: Next Header 59 in the clear");
-                        assert_eq!(p.len() - 2 - pad, len, "{name}: payload length");
-                        assert!(p[..len].iter().all(|&b| b == 0), "{name}: zero payload");
-                    }
-                    let op = esp::inbound::prepare(&isa, &ist, out, ETH + esp_off).map_err(|e| e.0).unwrap();
-                    let r = esp::inbound::finish(&mut ist, run_one(&mut qp, op), 0).map_err(|e| e.0);
-                    assert_eq!(r.err(), Some(EspError::Dummy), "{name}: the receiver sees a dummy");
-                    checked += 1;
-                }
+    for (alg, src, dst, udp) in layouts() {
+        let sa = outbound_sa(&dev, alg, src, dst, udp);
+        let (_, isa) = common::tunnel_sas(&dev, alg, src, dst);
+        let mut st = OutboundState { seq: 41, ..Default::default() };
+        let mut ist = InboundState::new(&isa);
+        for len in [0usize, 1, 37, esp::outbound::MAX_DUMMY_LEN] {
+            let name = format!("{} {src} udp={} len={len}", alg.name(), udp.is_some());
+            // A used buffer: its old bytes must not leak into the dummy.
+            let mut buf = PktBuf::new();
+            assert!(buf.copy_from(&[0xee; 1600]));
+            let op = esp::outbound::prepare_dummy(&sa, &mut st, buf, len, esp::outbound::seq_ident).map_err(|e| e.0).unwrap();
+            let out = esp::outbound::finish(run_one(&mut qp, op)).map_err(|e| e.0).unwrap();
+            let f = out.frame();
+            let ip = &f[ETH..];
+            let v6 = src.is_ipv6();
+            let hl = if v6 { 40 } else { 20 };
+            let proto = if v6 { ip[6] } else { ip[9] };
+            assert_eq!(proto, if udp.is_some() { 17 } else { 50 }, "{name}: outer protocol");
+            let total = if v6 { 40 + u16::from_be_bytes([ip[4], ip[5]]) as usize } else { u16::from_be_bytes([ip[2], ip[3]]) as usize };
+            assert_eq!(total, ip.len(), "{name}: outer length");
+            assert_eq!(total, esp::outbound::tunnel_len(alg, alg.default_icv_len(), v6, udp.is_some(), 0, len), "{name}: size as tunnel_len says");
+            if !v6 {
+                assert_eq!(ip[8], 33, "{name}: TTL");
+                assert_eq!(ip[6] & 0x40, 0, "{name}: DF copy with no inner header: clear");
+                assert_eq!(common::ip_checksum(&ip[..20]), 0, "{name}: header checksum");
+            } else {
+                assert_eq!(ip[7], 33, "{name}: hop limit");
             }
+            let esp_off = hl + if udp.is_some() { 8 } else { 0 };
+            let seq = u32::from_be_bytes(ip[esp_off + 4..esp_off + 8].try_into().unwrap());
+            assert_eq!(seq as u64, st.seq, "{name}: the SA's sequence number");
+            if alg.cipher() == secgw::crypto::Cipher::Null {
+                // NULL encryption: the payload is on the wire as is.
+                let p = &ip[esp_off + 8..ip.len() - alg.default_icv_len()];
+                let pad = p[p.len() - 2] as usize;
+                assert_eq!(p[p.len() - 1], 59, "{name}: Next Header 59 in the clear");
+                assert_eq!(p.len() - 2 - pad, len, "{name}: payload length");
+                assert!(p[..len].iter().all(|&b| b == 0), "{name}: zero payload");
+            }
+            let op = esp::inbound::prepare(&isa, &ist, out, ETH + esp_off).map_err(|e| e.0).unwrap();
+            let r = esp::inbound::finish(&mut ist, run_one(&mut qp, op), 0).map_err(|e| e.0);
+            assert_eq!(r.err(), Some(EspError::Dummy), "{name}: the receiver sees a dummy");
+            checked += 1;
         }
     }
     assert_eq!(checked, Algorithm::ALL.len() * 2 * 2 * 4);
@@ -204,4 +206,101 @@ fn gateway_dummies_over_ipv6_with_udp_encap_and_none_when_off() {
     std::thread::sleep(Duration::from_millis(3));
     assert!(quiet.push("inside", &[]).is_empty());
     assert_eq!(quiet.stats().dummies_sent, 0);
+}
+
+/// `prepare_dummy` cuts the payload to what fits a learned path MTU
+/// (RFC 4301 §8.2.1), for every algorithm, both outer families, with and
+/// without UDP encapsulation, at path MTUs from the port's down to each
+/// family's floor: the payload is the largest whose ESP packet (the test's
+/// own sum of the layout: outer header, UDP, ESP header, IV, payload +
+/// padding to the block size + 2, ICV) fits the path MTU, or the asked
+/// length when that fits already; the outer packet is never above the
+/// path MTU, and the receiver still sees a dummy.
+#[test]
+fn prepare_dummy_is_cut_to_a_learned_path_mtu() {
+    let dev = SoftDevice::new(1);
+    let mut qp: SoftQueuePair<PktBuf> = dev.queue_pair_setup(0, QpConf { nb_descriptors: 4 }).unwrap();
+    let mut cut = 0;
+    for (alg, src, dst, udp) in layouts() {
+        let v6 = src.is_ipv6();
+        let (_, isa) = common::tunnel_sas(&dev, alg, src, dst);
+        let own_len = |payload: usize| {
+            let block = alg.block_size();
+            (if v6 { 40 } else { 20 }) + if udp.is_some() { 8 } else { 0 } + 8 + alg.iv_len() + (payload + 2).div_ceil(block) * block + alg.default_icv_len()
+        };
+        for mtu in [1500u16, 1400, 1000, 700, 576, 1280] {
+            if !v6 && mtu == 1280 || v6 && mtu < 1280 {
+                continue;
+            }
+            let sa = outbound_sa(&dev, alg, src, dst, udp);
+            if mtu < 1500 {
+                assert!(sa.path_mtu.lower(mtu, 0, u64::MAX, 1500), "the report is taken");
+            }
+            let mut st = OutboundState::default();
+            let mut ist = InboundState::new(&isa);
+            for len in [0usize, 500, esp::outbound::MAX_DUMMY_LEN] {
+                let name = format!("{} {src} udp={} path MTU {mtu} len={len}", alg.name(), udp.is_some());
+                let want = (0..=len).rev().find(|&l| own_len(l) <= mtu as usize).unwrap();
+                let op = esp::outbound::prepare_dummy(&sa, &mut st, PktBuf::new(), len, esp::outbound::seq_ident).map_err(|e| e.0).unwrap();
+                let out = esp::outbound::finish(run_one(&mut qp, op)).map_err(|e| e.0).unwrap();
+                let ip_len = out.frame().len() - ETH;
+                assert_eq!(ip_len, own_len(want), "{name}: the dummy carries {want} bytes");
+                assert!(ip_len <= mtu as usize, "{name}: {ip_len} bytes over the path MTU");
+                if want < len {
+                    cut += 1;
+                }
+                let esp_off = if v6 { 40 } else { 20 } + if udp.is_some() { 8 } else { 0 };
+                if alg.cipher() == secgw::crypto::Cipher::Null {
+                    let p = &out.frame()[ETH + esp_off + 8..out.frame().len() - alg.default_icv_len()];
+                    assert_eq!(p.len() - 2 - p[p.len() - 2] as usize, want, "{name}: payload length in the clear");
+                }
+                let op = esp::inbound::prepare(&isa, &ist, out, ETH + esp_off).map_err(|e| e.0).unwrap();
+                let r = esp::inbound::finish(&mut ist, run_one(&mut qp, op), 0).map_err(|e| e.0);
+                assert_eq!(r.err(), Some(EspError::Dummy), "{name}: the receiver sees a dummy");
+            }
+        }
+    }
+    assert!(cut > 50, "only {cut} dummies were cut: the test exercises too little");
+}
+
+/// Through gw0: a router's report of a path MTU of 700 cuts SA 1001's
+/// 1000-byte dummies to 646 bytes (700 less 20 outer, 8 ESP, 8 IV, 16 ICV,
+/// to 4 bytes, less 2), in ESP packets of exactly 700 bytes that open with
+/// the `aes-gcm` crate to zeros and Next Header 59 and that gw1 counts as
+/// dummies; once the learned value ages out (`pmtu_timeout_s = 1`), with
+/// no real packet in between to clear it, dummies are 1000 bytes again.
+#[test]
+fn gateway_dummies_are_cut_to_a_learned_path_mtu() {
+    const LEN: usize = 1000;
+    const FITS: usize = (700 - 20 - 8 - 8 - 16) / 4 * 4 - 2;
+    let cfg = common::edited_config("ep0.toml", "dummy-pmtu", |t| {
+        t.replacen("spi = 1001\n", &format!("spi = 1001\ndummy_interval_ms = 5\ndummy_len = {LEN}\n"), 1).replacen("[gateway]\n", "[gateway]\npmtu_timeout_s = 1\n", 1)
+    });
+    let mut gw0 = Gw::from_config(&cfg);
+    let mut gw1 = Gw::from_config("configs/ep1.toml");
+    let key = gw0.sa_key(1001, false);
+    // The dummy after a wait past the interval, opened: (ESP packet length, payload length).
+    let mut next_dummy = |gw0: &mut Gw| {
+        std::thread::sleep(Duration::from_millis(7));
+        let wan = gw0.push("inside", &[]);
+        assert_eq!(wan.len(), 1, "one dummy");
+        let f = &wan[0].1;
+        let plain = open_gcm128(&key, &f[ETH + 20..]);
+        let (nh, pad) = (plain[plain.len() - 1], plain[plain.len() - 2] as usize);
+        assert_eq!(nh, 59, "a dummy");
+        let payload = plain.len() - 2 - pad;
+        assert!(plain[..payload].iter().all(|&b| b == 0));
+        assert!(gw1.push("outside", std::slice::from_ref(f)).is_empty());
+        (f.len() - ETH, payload)
+    };
+    assert_eq!(next_dummy(&mut gw0), (20 + 8 + 8 + 1004 + 16, LEN), "no path MTU known: the whole dummy");
+    // A real packet, quoted by a router's report of 700.
+    let real = gw0.push("inside", &[from_host_a(1)]);
+    assert_eq!(real.len(), 1);
+    assert!(gw0.push("outside", &[common::frag_needed(Ipv4Addr::new(203, 0, 113, 1), 700, &real[0].1[ETH..], 28)]).is_empty());
+    assert_eq!(next_dummy(&mut gw0), (700, FITS), "cut to the path MTU");
+    assert_eq!(next_dummy(&mut gw0), (700, FITS), "and the next one");
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(next_dummy(&mut gw0), (20 + 8 + 8 + 1004 + 16, LEN), "the aged-out path MTU no longer cuts");
+    assert_eq!(gw1.drop_count("dummy"), 4);
 }

@@ -110,7 +110,8 @@
 //!                           #   Header 59) per this many ms, 0..=3600000, default 0 = none
 //! dummy_len = 0             # with dummy_interval_ms: bytes of (zero) payload per dummy,
 //!                           #   0..=1400, default 0; the dummy must fit the MTU of the port
-//!                           #   routed to tunnel_dst
+//!                           #   routed to tunnel_dst; at run time cut to what fits a learned
+//!                           #   path MTU
 //! tfc_pad_to = 0            # outbound tunnel SAs only: TFC padding (RFC 4303 §2.7), inner packets
 //!                           #   shorter than this are padded with zeros to it, 0..=1400, default
 //!                           #   0 = off; padded, they must fit the mtu of the port routed to

@@ -747,6 +747,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 self.drop_buf(NO_PORT, DropReason::SaExpired, buf);
                 continue;
             }
+            // Clears a path MTU that has aged out (RFC 4301 §8.2.2), so the
+            // cap `prepare_dummy` takes from it does not outlive it.
+            let _ = sa.path_mtu.get(|| self.now_ms());
             let (ident, id, n) = (&mut self.outer4_ident, self.conf.id, self.conf.nb_workers);
             match outbound::prepare_dummy(sa, &mut self.out_state[i], buf, plan.len, |_| take_outer_ident(ident, id, n)) {
                 Ok(mut op) => {

@@ -357,6 +357,12 @@ pub const MAX_DUMMY_LEN: usize = 1400;
 /// gives an outer IPv4 header with DF clear its identification, as in
 /// [`prepare_with_ident`] ([`seq_ident`] for [`prepare`]'s).
 ///
+/// The payload is cut to what fits the SA's learned path MTU
+/// ([`super::pmtu::PathMtu::peek`], RFC 4301 §8.2.1; [`max_inner_len`]),
+/// as TFC padding is ([`tfc_target`]): a dummy is there to look like
+/// traffic, and one too big for the path would be refused or fragmented
+/// on the way (the worker clears an aged-out value before calling this).
+///
 /// Errors: `BadInner` for a transport-mode SA (it has no endpoints of its
 /// own to address a dummy to; config refuses dummies there) or `len` over
 /// [`MAX_DUMMY_LEN`], `SeqExhausted` as [`prepare`].
@@ -370,6 +376,10 @@ pub fn prepare_dummy(
     if sa.transport || len > MAX_DUMMY_LEN {
         return Err((EspError::BadInner, buf));
     }
+    let len = match sa.path_mtu.peek() {
+        Some(mtu) => len.min(max_inner_len(sa, 0, mtu as usize)),
+        None => len,
+    };
     let area = buf.reset();
     area[ethernet::HEADER_LEN..ethernet::HEADER_LEN + len].fill(0);
     buf.set_len(ethernet::HEADER_LEN + len);
