@@ -11,6 +11,9 @@
 //!   traffic in one gap-free sequence, open with the `aes-gcm` crate
 //!   directly to `dummy_len` zero bytes with Next Header 59, and gw1
 //!   counts them under `dummy` and delivers only the real packets.
+//! * A learned path MTU (RFC 4301 §8.2.1) cuts a dummy's payload to what
+//!   fits, in `prepare_dummy` for every layout and through gw0 after a
+//!   router's report, until the value ages out.
 
 mod common;
 use common::{eth, mac, open_gcm128, run_one, udp_packet, Gw};
@@ -210,12 +213,14 @@ fn gateway_dummies_over_ipv6_with_udp_encap_and_none_when_off() {
 
 /// `prepare_dummy` cuts the payload to what fits a learned path MTU
 /// (RFC 4301 §8.2.1), for every algorithm, both outer families, with and
-/// without UDP encapsulation, at path MTUs from the port's down to each
-/// family's floor: the payload is the largest whose ESP packet (the test's
-/// own sum of the layout: outer header, UDP, ESP header, IV, payload +
-/// padding to the block size + 2, ICV) fits the path MTU, or the asked
-/// length when that fits already; the outer packet is never above the
-/// path MTU, and the receiver still sees a dummy.
+/// without UDP encapsulation, with the algorithm's own padding and with
+/// `pad_align = 64`, at path MTUs from 1400 down to each family's floor
+/// (552 for IPv4, 1280 for IPv6): the payload is the largest whose ESP
+/// packet (the test's own sum of the layout: outer header, UDP, ESP
+/// header, IV, payload + 2 padded to the alignment, ICV) fits the path
+/// MTU, or the asked length when that fits already; the outer packet is
+/// never above the path MTU, and the receiver still sees a dummy. With
+/// no path MTU known the asked length goes out whole.
 #[test]
 fn prepare_dummy_is_cut_to_a_learned_path_mtu() {
     let dev = SoftDevice::new(1);
@@ -224,22 +229,22 @@ fn prepare_dummy_is_cut_to_a_learned_path_mtu() {
     for (alg, src, dst, udp) in layouts() {
         let v6 = src.is_ipv6();
         let (_, isa) = common::tunnel_sas(&dev, alg, src, dst);
-        let own_len = |payload: usize| {
-            let block = alg.block_size();
-            (if v6 { 40 } else { 20 }) + if udp.is_some() { 8 } else { 0 } + 8 + alg.iv_len() + (payload + 2).div_ceil(block) * block + alg.default_icv_len()
-        };
-        for mtu in [1500u16, 1400, 1000, 700, 576, 1280] {
-            if !v6 && mtu == 1280 || v6 && mtu < 1280 {
+        for (pad_align, mtu) in [0usize, 64].into_iter().flat_map(|p| [None, Some(1400u16), Some(1000), Some(700), Some(576), Some(552), Some(1280)].map(|m| (p, m))) {
+            if mtu.is_some_and(|m| !v6 && m == 1280 || v6 && m < 1280) {
                 continue;
             }
-            let sa = outbound_sa(&dev, alg, src, dst, udp);
-            if mtu < 1500 {
-                assert!(sa.path_mtu.lower(mtu, 0, u64::MAX, 1500), "the report is taken");
+            let align = pad_align.max(alg.block_size());
+            let own_len = |payload: usize| (if v6 { 40 } else { 20 }) + if udp.is_some() { 8 } else { 0 } + 8 + alg.iv_len() + (payload + 2).div_ceil(align) * align + alg.default_icv_len();
+            let mut sa = outbound_sa(&dev, alg, src, dst, udp);
+            sa.pad_align = pad_align;
+            if let Some(m) = mtu {
+                assert!(sa.path_mtu.lower(m, 0, u64::MAX, 1500), "the report is taken");
             }
+            let mtu = mtu.unwrap_or(u16::MAX);
             let mut st = OutboundState::default();
             let mut ist = InboundState::new(&isa);
             for len in [0usize, 500, esp::outbound::MAX_DUMMY_LEN] {
-                let name = format!("{} {src} udp={} path MTU {mtu} len={len}", alg.name(), udp.is_some());
+                let name = format!("{} {src} udp={} pad_align {pad_align} path MTU {mtu} len={len}", alg.name(), udp.is_some());
                 let want = (0..=len).rev().find(|&l| own_len(l) <= mtu as usize).unwrap();
                 let op = esp::outbound::prepare_dummy(&sa, &mut st, PktBuf::new(), len, esp::outbound::seq_ident).map_err(|e| e.0).unwrap();
                 let out = esp::outbound::finish(run_one(&mut qp, op)).map_err(|e| e.0).unwrap();
@@ -260,30 +265,35 @@ fn prepare_dummy_is_cut_to_a_learned_path_mtu() {
             }
         }
     }
-    assert!(cut > 50, "only {cut} dummies were cut: the test exercises too little");
+    assert!(cut > 100, "only {cut} dummies were cut: the test exercises too little");
 }
 
-/// Through gw0: a router's report of a path MTU of 700 cuts SA 1001's
-/// 1000-byte dummies to 646 bytes (700 less 20 outer, 8 ESP, 8 IV, 16 ICV,
-/// to 4 bytes, less 2), in ESP packets of exactly 700 bytes that open with
-/// the `aes-gcm` crate to zeros and Next Header 59 and that gw1 counts as
-/// dummies; once the learned value ages out (`pmtu_timeout_s = 1`), with
-/// no real packet in between to clear it, dummies are 1000 bytes again.
+/// Through gw0, on the gateway's own clock (`run_at`, no sleeping): a
+/// router's report of a path MTU of 700 cuts SA 1001's 1000-byte dummies
+/// to 646 bytes (700 less 20 outer, 8 ESP, 8 IV, 16 ICV, to 4 bytes, less
+/// 2), in ESP packets of exactly 700 bytes that open with the `aes-gcm`
+/// crate to zeros and Next Header 59 and that gw1 counts as dummies; once
+/// the learned value ages out (`pmtu_timeout_s = 1`), with no real packet
+/// in between to clear it, dummies are 1000 bytes again.
 #[test]
 fn gateway_dummies_are_cut_to_a_learned_path_mtu() {
     const LEN: usize = 1000;
     const FITS: usize = (700 - 20 - 8 - 8 - 16) / 4 * 4 - 2;
+    const WHOLE: usize = 20 + 8 + 8 + 1004 + 16;
     let cfg = common::edited_config("ep0.toml", "dummy-pmtu", |t| {
-        t.replacen("spi = 1001\n", &format!("spi = 1001\ndummy_interval_ms = 5\ndummy_len = {LEN}\n"), 1).replacen("[gateway]\n", "[gateway]\npmtu_timeout_s = 1\n", 1)
+        t.replacen("spi = 1001\n", &format!("spi = 1001\ndummy_interval_ms = 400\ndummy_len = {LEN}\n"), 1).replacen("[gateway]\n", "[gateway]\npmtu_timeout_s = 1\n", 1)
     });
     let mut gw0 = Gw::from_config(&cfg);
     let mut gw1 = Gw::from_config("configs/ep1.toml");
     let key = gw0.sa_key(1001, false);
-    // The dummy after a wait past the interval, opened: (ESP packet length, payload length).
-    let mut next_dummy = |gw0: &mut Gw| {
-        std::thread::sleep(Duration::from_millis(7));
-        let wan = gw0.push("inside", &[]);
-        assert_eq!(wan.len(), 1, "one dummy");
+    // The first dummy is due 400 ms after gw0 was built, at or before t0 + 400 ms.
+    let t0 = std::time::Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let frames = |out: Vec<(usize, String, Vec<u8>)>| out.into_iter().map(|(_, p, f)| (p, f)).collect::<Vec<_>>();
+    // The one frame gw0 sends at `ms`, a dummy, opened: (ESP packet length, payload length).
+    let mut dummy_at = |gw0: &mut Gw, ms: u64| {
+        let wan = frames(gw0.inner.run_at(at(ms)));
+        assert_eq!(wan.len(), 1, "one dummy at {ms} ms");
         let f = &wan[0].1;
         let plain = open_gcm128(&key, &f[ETH + 20..]);
         let (nh, pad) = (plain[plain.len() - 1], plain[plain.len() - 2] as usize);
@@ -293,14 +303,16 @@ fn gateway_dummies_are_cut_to_a_learned_path_mtu() {
         assert!(gw1.push("outside", std::slice::from_ref(f)).is_empty());
         (f.len() - ETH, payload)
     };
-    assert_eq!(next_dummy(&mut gw0), (20 + 8 + 8 + 1004 + 16, LEN), "no path MTU known: the whole dummy");
+    assert_eq!(dummy_at(&mut gw0, 400), (WHOLE, LEN), "no path MTU known: the whole dummy");
     // A real packet, quoted by a router's report of 700.
-    let real = gw0.push("inside", &[from_host_a(1)]);
+    gw0.inner.inject(0, "inside", &from_host_a(1));
+    let real = frames(gw0.inner.run_at(at(500)));
     assert_eq!(real.len(), 1);
-    assert!(gw0.push("outside", &[common::frag_needed(Ipv4Addr::new(203, 0, 113, 1), 700, &real[0].1[ETH..], 28)]).is_empty());
-    assert_eq!(next_dummy(&mut gw0), (700, FITS), "cut to the path MTU");
-    assert_eq!(next_dummy(&mut gw0), (700, FITS), "and the next one");
-    std::thread::sleep(Duration::from_millis(1100));
-    assert_eq!(next_dummy(&mut gw0), (20 + 8 + 8 + 1004 + 16, LEN), "the aged-out path MTU no longer cuts");
+    gw0.inner.inject(0, "outside", &common::frag_needed(Ipv4Addr::new(203, 0, 113, 1), 700, &real[0].1[ETH..], 28));
+    assert!(gw0.inner.run_at(at(510)).is_empty());
+    assert_eq!(dummy_at(&mut gw0, 800), (700, FITS), "cut to the path MTU");
+    assert_eq!(dummy_at(&mut gw0, 1200), (700, FITS), "and the next one");
+    // Learned at 510 ms for 1 s: aged out at 1600 ms.
+    assert_eq!(dummy_at(&mut gw0, 1600), (WHOLE, LEN), "the aged-out path MTU no longer cuts");
     assert_eq!(gw1.drop_count("dummy"), 4);
 }

@@ -77,7 +77,8 @@ impl PathMtu {
 
     /// The path MTU last stored, expired or not, without clearing it: for
     /// code that runs after the worker's [`Self::get`] for the same packet,
-    /// such as TFC padding's cap in [`super::outbound::prepare`]. Usually
+    /// such as TFC padding's cap in [`super::outbound::prepare`], or for
+    /// the same dummy packet ([`super::outbound::prepare_dummy`]). Usually
     /// `get` has just cleared an expired value; after a handoff to the SA's
     /// owner, or for an inner fragment, some time may have passed, and the
     /// value may have expired or been lowered by a new report since: a

@@ -145,7 +145,9 @@ pub struct DummyPlan {
     /// One dummy per this interval (never zero; the owner's loop sends it
     /// within about one poll, or one idle sleep, of the due time).
     pub interval: std::time::Duration,
-    /// Bytes of dummy payload, 0..=[`super::outbound::MAX_DUMMY_LEN`].
+    /// Bytes of dummy payload, 0..=[`super::outbound::MAX_DUMMY_LEN`];
+    /// fewer while a learned path MTU has no room for that many
+    /// ([`super::outbound::prepare_dummy`]).
     pub len: usize,
 }
 
