@@ -100,13 +100,31 @@ fn next_outer_ident(cur: u16, id: usize, n: usize) -> u16 {
     }
 }
 
-/// The outer IPv4 identification worker `id` of `n` writes now (RFC 6864
-/// §4.2): `*cur`, which then moves on to [`next_outer_ident`].
-#[inline]
-fn take_outer_ident(cur: &mut u16, id: usize, n: usize) -> u16 {
-    let v = *cur;
-    *cur = next_outer_ident(v, id, n);
-    v
+/// A worker's counter of outer IPv4 identifications for headers with DF
+/// clear (RFC 6864 §4.2): worker `id` of `n` takes the values ≡ `id`
+/// (mod `n`) in turn ([`next_outer_ident`]), from a random one of them
+/// ([`first_outer_ident`]).
+#[derive(Debug)]
+struct OuterIdent {
+    cur: u16,
+    id: usize,
+    n: usize,
+}
+
+impl OuterIdent {
+    /// The counter of worker `id` of `n`, starting at the `r`-th of its
+    /// values.
+    fn new(id: usize, n: usize, r: u16) -> OuterIdent {
+        OuterIdent { cur: first_outer_ident(id, n, r), id, n }
+    }
+
+    /// The identification to write now; the counter moves on.
+    #[inline]
+    fn take(&mut self) -> u16 {
+        let v = self.cur;
+        self.cur = next_outer_ident(v, self.id, self.n);
+        v
+    }
 }
 
 /// True if tag `tag` names an SA that `t` does not hold (any more, or yet).
@@ -389,7 +407,7 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     /// ([`Self::fragment_outer`]); starts at a random value (RFC 7739 §5).
     frag6_ident: u32,
     /// Identification of the next outer IPv4 header with DF clear the
-    /// worker writes ([`take_outer_ident`]): worker `id` of `n` takes the
+    /// worker writes ([`OuterIdent::take`]): worker `id` of `n` takes the
     /// values ≡ `id` (mod `n`) in turn ([`next_outer_ident`]), from a
     /// random one of them, so no two workers ever give the same value and
     /// no two SAs of one worker do until about 65536 / `n` of its packets
@@ -397,7 +415,7 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     /// destination and protocol while fragments may meet; one counter
     /// shared by the workers would give 65536 but cost a cross-core atomic
     /// per packet).
-    outer4_ident: u16,
+    outer4_ident: OuterIdent,
     reasm: Reassembler,
     /// The neighbour snapshot of this poll (checked once per poll, cloned
     /// only when the control thread published a new one).
@@ -481,7 +499,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 let mut b = [0u8; 2];
                 // Without randomness a fixed start works; it is only guessable.
                 let _ = getrandom::getrandom(&mut b);
-                first_outer_ident(conf.id, conf.nb_workers, u16::from_ne_bytes(b))
+                OuterIdent::new(conf.id, conf.nb_workers, u16::from_ne_bytes(b))
             },
             reasm: Reassembler::new(conf.reasm),
             neigh: t.neighbours.load_full(),
@@ -750,8 +768,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             // Clears a path MTU that has aged out (RFC 4301 §8.2.2), so the
             // cap `prepare_dummy` takes from it does not outlive it.
             let _ = sa.path_mtu.get(|| self.now_ms());
-            let (ident, id, n) = (&mut self.outer4_ident, self.conf.id, self.conf.nb_workers);
-            match outbound::prepare_dummy(sa, &mut self.out_state[i], buf, plan.len, |_| take_outer_ident(ident, id, n)) {
+            let ident = &mut self.outer4_ident;
+            match outbound::prepare_dummy(sa, &mut self.out_state[i], buf, plan.len, |_| ident.take()) {
                 Ok(mut op) => {
                     spent_if_last(sa, &self.out_state[i]);
                     op.user[1] = tag(false, r, 0, NO_PORT as u16) | TAG_DUMMY;
@@ -1193,7 +1211,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// an outer IPv4 header with DF clear whatever `sa.df` says
     /// ([`outbound::prepare_with_ident`]); an outer IPv4 header with DF
     /// clear takes the worker's next identification
-    /// ([`take_outer_ident`]).
+    /// ([`OuterIdent::take`]).
     #[inline]
     fn prepare_outbound(&mut self, sa: &OutboundSa, slot: usize, r: usize, port: usize, buf: PktBuf) {
         let Some(st) = self.out_state.get_mut(slot) else {
@@ -1206,8 +1224,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             sa.life.counters.errors.add(1);
             return self.drop_buf(port, DropReason::SaExpired, buf);
         }
-        let (ident, id, n) = (&mut self.outer4_ident, self.conf.id, self.conf.nb_workers);
-        match outbound::prepare_with_ident(sa, st, buf, &mut self.sessions, |_| take_outer_ident(ident, id, n)) {
+        let ident = &mut self.outer4_ident;
+        match outbound::prepare_with_ident(sa, st, buf, &mut self.sessions, |_| ident.take()) {
             Ok(mut op) => {
                 spent_if_last(sa, st);
                 op.user[1] = tag(false, r, inner_len, port as u16);
