@@ -395,10 +395,13 @@ fn duplicate_spi_and_direction() {
 
 /// An inbound SA in tunnel mode with SPI 1002 (BASE has one towards
 /// 203.0.113.1), from `src` to `dst`; `extra` more lines.
+/// An inbound SA with SPI 1002 from `src` to `dst`, its key derived from
+/// both (two peers sharing an SPI have keys of their own).
 fn inbound_1002(src: &str, dst: &str, extra: &str) -> String {
+    let key: String = format!("{src}>{dst}").bytes().cycle().take(20).map(|b| format!("{b:02x}")).collect();
     format!(
         "\n[[sa]]\nspi = 1002\ndirection = \"inbound\"\nalgorithm = \"aes-128-gcm\"\n\
-         key = \"0102030405060708090a0b0c0d0e0f1011121314\"\ntunnel_src = \"{src}\"\n\
+         key = \"{key}\"\ntunnel_src = \"{src}\"\n\
          tunnel_dst = \"{dst}\"\n{extra}"
     )
 }
@@ -1427,7 +1430,7 @@ fn table_shape_mistakes_are_named_in_toml_terms() {
 fn warnings_of_a_dpdk_cfg_name_its_lines() {
     let cfg_text = "sa out 5 aead_algo aes-128-gcm aead_key 01:02:03:04:05:06:07:08:09:0a:0b:0c:0d:0e:0f:10:11:12:13:14 mode ipv4-tunnel src 172.16.1.5 dst 172.16.2.5\n\
                     sp ipv4 out esp protect 5 pri 1 dst 192.168.105.0/24 sport 0:65535 dport 0:65535\n\
-                    sa in 6 aead_algo aes-128-gcm aead_key 01:02:03:04:05:06:07:08:09:0a:0b:0c:0d:0e:0f:10:11:12:13:14 mode ipv4-tunnel src 172.16.2.5 dst 172.16.1.5\n\
+                    sa in 6 aead_algo aes-128-gcm aead_key 11:12:13:14:15:16:17:18:19:1a:1b:1c:1d:1e:1f:20:21:22:23:24 mode ipv4-tunnel src 172.16.2.5 dst 172.16.1.5\n\
                     sp ipv4 in esp protect 6 pri 1 dst 192.168.55.0/24 sport 0:65535 dport 0:65535\n\
                     rt ipv4 dst 172.16.2.5/32 port 1\n\
                     rt ipv4 dst 192.168.55.0/24 port 0\n";
@@ -1465,4 +1468,50 @@ fn warnings_for_unused_cores_and_inbound_outer_header_settings() {
     // On the outbound SA they are what they say: no warning.
     let text = BASE.replacen("tunnel_dst = \"203.0.113.2\"\n", "tunnel_dst = \"203.0.113.2\"\nouter_ttl = 9\ndf = \"set\"\n", 1);
     assert!(config::warnings(&config::parse(&text, Path::new(FILE)).unwrap()).is_empty());
+}
+
+/// Two SAs under one key material with an algorithm whose nonce is the
+/// sequence number (AES-GCM, AES-GMAC, AES-CTR, ChaCha20-Poly1305) repeat
+/// nonces: each counts from 1 (RFC 4106 §3.1). Refused on the second
+/// SA's `key`, naming the first, whether the two are an outbound and an
+/// inbound SA (the peer encrypts under the inbound one), two outbound SAs,
+/// or two algorithms with one AES-128 key and 4-byte salt/nonce (AES-GCM's
+/// and AES-CTR's counter blocks coincide). AES-CBC SAs may share keys
+/// (their IVs are unpredictable, RFC 3602 §3: the DPDK samples do), and
+/// a different salt is a different nonce.
+#[test]
+fn key_material_shared_by_counter_mode_sas_is_refused() {
+    const K1001: &str = "00112233445566778899aabbccddeeff01020304";
+    let sa = |spi: u32, dir: &str, alg: &str, key: &str, extra: &str| {
+        format!("\n[[sa]]\nspi = {spi}\ndirection = \"{dir}\"\nalgorithm = \"{alg}\"\nkey = \"{key}\"\n{extra}tunnel_src = \"203.0.113.2\"\ntunnel_dst = \"203.0.113.1\"\n")
+    };
+    let first = pos(BASE, K1001).0;
+    for (what, extra) in [
+        ("an inbound SA", sa(1003, "inbound", "aes-128-gcm", K1001, "")),
+        ("a second outbound SA", sa(1005, "outbound", "aes-128-gcm", K1001, "")),
+        ("AES-GMAC", sa(1005, "outbound", "aes-128-gmac", K1001, "")),
+        (
+            "AES-CTR",
+            sa(1005, "outbound", "aes-128-ctr-hmac-sha256", K1001, "auth_key = \"000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\"\n"),
+        ),
+    ] {
+        let text = format!("{BASE}{extra}");
+        let at = format!("key = \"{K1001}\"\ntunnel_src = \"203.0.113.2\"");
+        let at = if extra.contains("auth_key") { format!("key = \"{K1001}\"\nauth_key") } else { at };
+        let (line, col) = pos_last(&text, &at);
+        let err = error(&text);
+        let shown = err.to_string();
+        assert_eq!(err.problems().len(), 1, "{what}: {shown}");
+        assert!(shown.starts_with(&format!("{FILE}:{line}:{}: sa[2].key: the same key material as outbound SA 1001 (line {first}): ", col + 6)), "{what}: {shown}");
+        assert!(shown.contains("repeat nonces"), "{what}: {shown}");
+    }
+    // Two inbound SAs (two peers, or one peer's two SAs) under one key.
+    let k2 = "0f0e0d0c0b0a09080706050403020100a1a2a3a4";
+    let text = format!("{BASE}{}{}", sa(1003, "inbound", "aes-128-gcm", k2, ""), sa(1004, "inbound", "aes-128-gcm", k2, ""));
+    assert!(error(&text).to_string().contains("sa[3].key: the same key material as inbound SA 1003"), "{}", error(&text));
+    // Accepted: the same AES key with another salt, and AES-CBC SAs sharing keys.
+    let other_salt = format!("{}ffffffff", &K1001[..32]);
+    let cbc = |spi: u32, dir: &str| sa(spi, dir, "aes-128-cbc-hmac-sha256", "000102030405060708090a0b0c0d0e0f", "auth_key = \"000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\"\n");
+    let text = format!("{BASE}{}{}{}", sa(1003, "inbound", "aes-128-gcm", &other_salt, ""), cbc(1005, "outbound"), cbc(1006, "inbound"));
+    assert_eq!(config::parse(&text, Path::new(FILE)).unwrap().sas.len(), 5);
 }

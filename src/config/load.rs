@@ -87,6 +87,8 @@
 //!                           #   CTR: AES key ‖ 4-byte nonce (RFC 3686 §5.1): 40 / 72
 //!                           #   CBC: the AES key alone: 32 / 64
 //!                           #   null-*: none (an error if given)
+//!                           # GCM, GMAC, CTR, chacha20-poly1305: two SAs with the same key
+//!                           #   material are an error (nonce = salt ‖ sequence number)
 //! auth_key = "…"            # *-hmac-sha1: 40 hex digits (RFC 2404), *-hmac-sha256: 64 (RFC 4868);
 //!                           # required for those, an error for the combined modes above
 //! esn = false               # extended sequence numbers (RFC 4303 §2.2.1): 64-bit counter,
@@ -1508,6 +1510,11 @@ impl Checker<'_> {
         // (spi, direction) → (Sa::sad_dst, line) of each SA with them.
         type SadDstLines = Vec<(Option<IpAddr>, usize)>;
         let mut seen: HashMap<(u32, u8), SadDstLines> = HashMap::new();
+        // Key material of the SAs whose nonce is their sequence number,
+        // with the (SPI, direction, line) of the first SA with it, by a
+        // hash of the key (the copies are wiped when dropped).
+        let hasher = std::collections::hash_map::RandomState::new();
+        let mut nonce_keys: HashMap<u64, Vec<(Key, u32, Direction, usize)>> = HashMap::new();
         let list = self.all(raws, "sa", |ck, s, tab| {
             let spi_v = ck.required(&s.spi, tab, "spi");
             let spi = spi_v.and_then(|v| ck.spi(v, &tab.field("spi")));
@@ -1693,6 +1700,25 @@ impl Checker<'_> {
                 // gateway.workers is itself wrong: only check the type.
                 (Some(v), None) => ck.integer(v, &tab.field("worker"), 0, i64::MAX).map(|i| Some(i as usize)),
             };
+            // Checked last: a duplicate SPI has been reported (and returned) by now.
+            if let (Some(a), Some(k), Some(spi), Some(dir), Some(v)) = (algorithm, &key, spi, direction, &s.key) {
+                if nonce_from_seq(a) && !k.is_empty() {
+                    let line = ck.line_of(&v.span());
+                    let same = nonce_keys.entry(std::hash::BuildHasher::hash_one(&hasher, k.as_slice())).or_default();
+                    match same.iter().find(|e| e.0 == *k) {
+                        Some(&(_, first, d, l)) => {
+                            let m = format!(
+                                "the same key material as {} SA {first} (line {l}): {} takes its nonce from the sequence number (salt ‖ IV = sequence number), \
+                                 and each SA counts from 1, so two SAs under one key repeat nonces (RFC 4106 §3.1, RFC 3686 §3.1, RFC 7634 §2); give each SA its own key",
+                                dir_name(d),
+                                a.name()
+                            );
+                            ck.problem(&v.span(), &tab.field("key"), m);
+                        }
+                        None => same.push((k.clone(), spi, dir, line)),
+                    }
+                }
+            }
             Some(Sa {
                 spi: spi?,
                 direction: direction?,
@@ -2208,6 +2234,17 @@ struct Sas {
     /// (SPI, direction as u8) → line of every SA whose SPI and direction
     /// are valid.
     ids: HashMap<(u32, u8), usize>,
+}
+
+/// True for the algorithms whose per-packet nonce is the SA's salt (or
+/// nonce) from the key material and the packet's sequence number as IV
+/// ([`crate::esp::IvGen::counter`]): AES-GCM and AES-GMAC (RFC 4106 §3.1,
+/// RFC 4543 §3.1), AES-CTR (RFC 3686 §3.1), ChaCha20-Poly1305 (RFC 7634
+/// §2). Two such SAs under one key material repeat nonces; AES-CBC's IVs
+/// are unpredictable (RFC 3602 §3) and NULL encryption has none.
+fn nonce_from_seq(a: crate::crypto::Algorithm) -> bool {
+    use crate::crypto::Cipher;
+    matches!(a.cipher(), Cipher::AesGcm | Cipher::AesGmac | Cipher::AesCtr | Cipher::ChaCha20Poly1305)
 }
 
 fn dir_name(d: Direction) -> &'static str {

@@ -122,9 +122,9 @@ mod tests {
         );
         for (i, pin) in pins.iter().enumerate() {
             t.push_str(&format!(
-                "[[sa]]\nspi = {}\ndirection = \"outbound\"\nalgorithm = \"aes-128-gcm\"\nkey = \"{}\"\ntunnel_src = \"203.0.113.1\"\ntunnel_dst = \"203.0.113.2\"\n{}",
+                "[[sa]]\nspi = {}\ndirection = \"outbound\"\nalgorithm = \"aes-128-gcm\"\nkey = \"{:040x}\"\ntunnel_src = \"203.0.113.1\"\ntunnel_dst = \"203.0.113.2\"\n{}",
                 1000 + i,
-                "00".repeat(20),
+                i + 1,
                 pin.map(|w| format!("worker = {w}\n")).unwrap_or_default()
             ));
             t.push_str(&format!("[[policy]]\ndirection = \"outbound\"\ndst_ports = \"{i}\"\nprotocol = \"udp\"\naction = \"protect {}\"\n", 1000 + i));

@@ -696,7 +696,7 @@ fn rekeying_one_of_two_inbound_sas_sharing_an_spi_leaves_the_other_its_policies(
 #[test]
 fn sa_list_gives_tunnel_endpoints_for_tunnel_sas_and_null_for_transport_sas() {
     let transport = "[[sa]]\nspi = 3001\ndirection = \"outbound\"\nmode = \"transport\"\nalgorithm = \"aes-128-gcm\"\n\
-                     key = \"24d84805d9cc35adcdc5696f6ed3dab836df80aa\"\n";
+                     key = \"5d84805d9cc35adcdc5696f6ed3dab836df80aa2\"\n";
     let cfg = load("list-transport", &config_text("backend = \"software\"", transport));
     let s = soft();
     let fx = fixture(&cfg, &s);
