@@ -394,11 +394,17 @@ fn duplicate_spi_and_direction() {
 }
 
 /// An inbound SA in tunnel mode with SPI 1002 (BASE has one towards
-/// 203.0.113.1), from `src` to `dst`; `extra` more lines.
-/// An inbound SA with SPI 1002 from `src` to `dst`, its key derived from
-/// both (two peers sharing an SPI have keys of their own).
+/// 203.0.113.1), from `src` to `dst`; `extra` more lines. Its key is
+/// derived from both addresses whole (two peers sharing an SPI have keys
+/// of their own: one key would repeat GCM nonces).
 fn inbound_1002(src: &str, dst: &str, extra: &str) -> String {
-    let key: String = format!("{src}>{dst}").bytes().cycle().take(20).map(|b| format!("{b:02x}")).collect();
+    use std::hash::{Hash, Hasher};
+    let word = |salt: u8| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (salt, src, dst).hash(&mut h);
+        h.finish()
+    };
+    let key: String = [word(0), word(1), word(2)].iter().flat_map(|w| w.to_be_bytes()).take(20).map(|b| format!("{b:02x}")).collect();
     format!(
         "\n[[sa]]\nspi = 1002\ndirection = \"inbound\"\nalgorithm = \"aes-128-gcm\"\n\
          key = \"{key}\"\ntunnel_src = \"{src}\"\n\
