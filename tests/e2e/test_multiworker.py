@@ -40,6 +40,8 @@ import warnings
 from collections import defaultdict
 from pathlib import Path
 
+import secrets
+
 import pytest
 
 import e2elib as L
@@ -87,7 +89,8 @@ def _with_fifth_sa(text: str, cfg: dict) -> tuple[str, int]:
     base = next(s for s in sas if s["direction"] == "outbound")
     spi = max(int(s["spi"]) for s in sas) + 1
     pol = next(p for p in cfg["policy"] if p["action"] == f"protect {base['spi']}")
-    new_sa = dict(base, spi=spi)
+    # A key of its own: two AES-GCM SAs under one key repeat nonces (refused).
+    new_sa = dict(base, spi=spi, key=secrets.token_hex(len(str(base["key"]).replace(":", "")) // 2))
     new_pol = {"direction": "outbound", "src": pol["src"], "dst": pol["dst"], "protocol": "udp",
                "dst_ports": "7000", "priority": 5, "action": f"protect {spi}"}
     return text.rstrip("\n") + "\n\n" + _toml_table("sa", new_sa) + "\n" + _toml_table("policy", new_pol), spi
