@@ -53,9 +53,16 @@ fn rss_kib(pid: u32) -> u64 {
     line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("VmRSS value")
 }
 
-/// Key material for SA `i` (20 bytes: AES-128 key ‖ salt), in hex.
+/// Key material for SA `i` (20 bytes: AES-128 key ‖ salt), in hex: its
+/// own for each (`i`, `gen`), as the gateway requires of AES-GCM SAs.
 fn key_hex(i: u32, gen: u8) -> String {
-    (0..20u32).map(|b| format!("{:02x}", (i.wrapping_mul(31).wrapping_add(b * 7) as u8) ^ gen)).collect()
+    let mut k = [0u8; 20];
+    k[..4].copy_from_slice(&i.to_be_bytes());
+    k[4] = gen;
+    for (b, x) in k.iter_mut().enumerate().skip(5) {
+        *x = (i.wrapping_mul(31).wrapping_add(b as u32 * 7) as u8) ^ gen;
+    }
+    hex::encode(k)
 }
 
 fn add_request(i: u32, policies: bool) -> Value {

@@ -2242,7 +2242,7 @@ struct Sas {
 /// RFC 4543 §3.1), AES-CTR (RFC 3686 §3.1), ChaCha20-Poly1305 (RFC 7634
 /// §2). Two such SAs under one key material repeat nonces; AES-CBC's IVs
 /// are unpredictable (RFC 3602 §3) and NULL encryption has none.
-fn nonce_from_seq(a: crate::crypto::Algorithm) -> bool {
+pub(crate) fn nonce_from_seq(a: crate::crypto::Algorithm) -> bool {
     use crate::crypto::Cipher;
     matches!(a.cipher(), Cipher::AesGcm | Cipher::AesGmac | Cipher::AesCtr | Cipher::ChaCha20Poly1305)
 }

@@ -14,6 +14,7 @@
 //! Time is passed in (`now`), so the manager is testable without sleeping.
 
 use super::binding::{self, Binding};
+use super::keys::{KeyRegister, KeyUser};
 use super::protocol::{Command, CtlError, ErrorCode, Event, EventKind, StatsFormat};
 use super::socket::CtlHandler;
 use super::tables;
@@ -296,6 +297,9 @@ pub struct Manager<'d, D: CryptoDevice> {
     in_selectors: HashMap<u32, Vec<Selector>>,
     policies: Vec<model::Policy>,
     retiring: Vec<Retiring>,
+    /// Counter-mode key material installed SAs hold and gone SAs held:
+    /// a new SA may not take it ([`Self::key_reuse_refused`]).
+    keys: KeyRegister,
     events: Vec<MgrEvent>,
     next_id: u32,
     version: u64,
@@ -356,6 +360,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             in_selectors: HashMap::new(),
             policies: Vec::new(),
             retiring: Vec::new(),
+            keys: KeyRegister::default(),
             events: Vec::new(),
             next_id: 1,
             version: 0,
@@ -704,6 +709,9 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
                 self.sad.set_inbound(slot, Some(Arc::new(e)));
             }
         }
+        if KeyRegister::watched(&sa) {
+            self.keys.note(&sa.key, KeyUser { id, sa: key_of(&sa), gone: false });
+        }
         self.live_insert(Live { sa, slot, id, owner, session, life, since: now, reported_soft: false, reported_hard: false });
         self.dirty = true;
         Ok(())
@@ -730,6 +738,9 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
                 err(if dup { MgrErrorKind::Exists } else { MgrErrorKind::Invalid }, e.to_string())
             })?
         };
+        for sa in &frag.sas {
+            self.key_reuse_refused(sa)?;
+        }
         let mut done: Vec<SaKey> = Vec::with_capacity(frag.sas.len());
         for sa in frag.sas {
             let key = key_of(&sa);
@@ -758,6 +769,8 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     /// goes as soon as the workers are past the current snapshot.
     fn remove_now(&mut self, key: SaKey) {
         let Some(l) = self.live_remove(key) else { return };
+        // It never carried a packet: its key may be offered again.
+        self.keys.forget(&l.sa.key, l.id);
         match key.1 {
             Direction::Outbound => self.sad.set_outbound(l.slot, None),
             Direction::Inbound => self.sad.set_inbound(l.slot, None),
@@ -930,6 +943,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         if (!sa.key.is_empty() || !sa.auth_key.is_empty()) && sa.key == prev.key && sa.auth_key == prev.auth_key {
             return Err(err(MgrErrorKind::Invalid, "the new key material is the old SA's: a rekey needs new keys (its sequence numbers start at 1 again)"));
         }
+        self.key_reuse_refused(&sa)?;
         let mut detached_old = false;
         if self.limit == 1 {
             // One session per queue pair: stop → setup with the new one → start.
@@ -1063,6 +1077,11 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         }
         let wanted: HashMap<SaKey, &model::Sa> = new.sas.iter().map(|s| (key_of(s), s)).collect();
         self.same_keys_refused(&new)?;
+        for sa in &new.sas {
+            if self.live.get(&key_of(sa)).is_none_or(|l| l.sa != *sa) {
+                self.key_reuse_refused(sa).map_err(|e| err(e.kind, format!("{}: {}; nothing applied", new.source.display(), e.message)))?;
+            }
+        }
         self.reload_fits(&new, now)?;
         let (mut added, mut removed, mut replaced) = (0, 0, 0);
         let gone: Vec<SaKey> = self.live.keys().filter(|k| !wanted.contains_key(k)).copied().collect();
@@ -1111,6 +1130,39 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         self.dirty = true;
         self.tick_retiring(now);
         Ok(json!({ "added": added, "removed": removed, "replaced": replaced, "sas": self.live.len(), "policies": self.policies.len() }))
+    }
+
+    /// `Invalid` when `sa` (about to be installed: `sa add`, `sa rekey`,
+    /// `reload`) takes its nonce from the sequence number (AES-GCM,
+    /// AES-GMAC, AES-CTR, ChaCha20-Poly1305) and its `key` is key material
+    /// an SA of this gateway holds or held ([`super::keys`]): counting from
+    /// 1 again it would repeat that SA's nonces (RFC 4106 §3.1, RFC 4543
+    /// §3.1, RFC 3686 §3.1, RFC 7634 §2). The message names that SA.
+    fn key_reuse_refused(&self, sa: &model::Sa) -> Result<(), MgrError> {
+        if !KeyRegister::watched(sa) {
+            return Ok(());
+        }
+        let Some(u) = self.keys.user(&sa.key) else { return Ok(()) };
+        let (spi, d, dst) = u.sa;
+        let state = if u.gone {
+            "which is gone, but its packets were sent"
+        } else if self.live.get(&u.sa).is_some_and(|l| l.id == u.id) {
+            "which is installed"
+        } else {
+            "which is retiring"
+        };
+        Err(err(
+            MgrErrorKind::Invalid,
+            format!(
+                "SA {} {}{}: its key is the key material of {} SA {spi}{}, {state}; {} takes its nonce from that key's salt and the sequence number, and a new SA counts from 1, so it would repeat that SA's nonces (RFC 4106 §3.1, RFC 4543 §3.1, RFC 3686 §3.1, RFC 7634 §2): give it a fresh key",
+                sa.spi,
+                dir_name(sa.direction),
+                dst_note(sa.sad_dst()),
+                dir_name(d),
+                dst_note(dst),
+                sa.algorithm.name()
+            ),
+        ))
     }
 
     /// Refuses a reload that changes a live SA but keeps its SPI and its
@@ -1323,6 +1375,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
                         tracing::error!(spi = r.live.sa.spi, error = %e, "session free failed");
                     }
                     self.release_slot(r.direction, r.live.slot);
+                    self.keys.gone(&r.live.sa.key, r.live.id);
                     let k = key_of(&r.live.sa);
                     let msg = format!("SA {} {}{} gone ({}): {} packets, {} bytes", k.0, dir_name(r.direction), dst_note(k.2), r.why, r.live.life.counters.packets.get(), r.live.life.counters.bytes.get());
                     self.event("deleted", k, msg, Some(&r.live.life));

@@ -9,6 +9,12 @@ use std::path::PathBuf;
 
 const OUT_KEY: &str = "24d84805d9cc35adcdc5696f6ed3dab836df80aa";
 const IN_KEY: &str = "3f5658ee8547685d56203c691b223e23f77e7b80";
+
+/// AES-128-GCM key material (key ‖ salt, 20 bytes) of its own for each
+/// `n`: a new SA may not take another SA's ([`super::super::keys`]).
+fn key(n: u8) -> String {
+    format!("{n:02x}").repeat(20)
+}
 /// The inbound SAs' tunnel_dst (our outside address).
 const OURS: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(203, 0, 113, 1));
 const MACS: [[u8; 6]; 2] = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
@@ -43,6 +49,15 @@ fn write_config(tag: &str, text: &str) -> PathBuf {
     let p = dir.join("gw.toml");
     std::fs::write(&p, text).unwrap();
     p
+}
+
+/// The base config (software backend) in a file of its own, for reloads:
+/// its text, path and loaded form.
+fn soft_config_file(tag: &str) -> (String, PathBuf, Config) {
+    let base = config_text("backend = \"software\"", "");
+    let path = write_config(tag, &base);
+    let cfg = crate::config::load(&path).unwrap();
+    (base, path, cfg)
 }
 
 fn load(tag: &str, text: &str) -> Config {
@@ -101,7 +116,7 @@ fn protect_slots(spd: &Spd) -> Vec<usize> {
 
 fn check_add<D: CryptoDevice>(fx: &mut Fixture<'_, D>, name: &str) {
     let v0 = fx.snap().version;
-    let frag = format!("{}{}", sa(2002, "inbound", IN_KEY), policy("inbound", "10.9.0.0/16", "192.0.2.0/24", 2002));
+    let frag = format!("{}{}", sa(2002, "inbound", &key(0x22)), policy("inbound", "10.9.0.0/16", "192.0.2.0/24", 2002));
     fx.m.add(&frag, Instant::now()).unwrap();
     fx.m.publish();
     let t = fx.snap();
@@ -111,7 +126,7 @@ fn check_add<D: CryptoDevice>(fx: &mut Fixture<'_, D>, name: &str) {
     assert_eq!(e.selectors.len(), 1, "{name}");
     assert_eq!(e.selectors[0].src, crate::policy::spd::Prefix::new("10.9.0.0".parse().unwrap(), 16), "{name}");
     // Duplicate: Exists, nothing changed.
-    let e = fx.m.add(&sa(2002, "inbound", IN_KEY), Instant::now()).unwrap_err();
+    let e = fx.m.add(&sa(2002, "inbound", &key(0x23)), Instant::now()).unwrap_err();
     fx.m.publish();
     assert_eq!(e.kind, MgrErrorKind::Exists, "{name}: {e}");
     assert_eq!(fx.snap().version, t.version, "{name}: nothing published");
@@ -135,7 +150,7 @@ fn bad_key_in_a_fragment_is_invalid_with_its_place_and_nothing_is_installed() {
     let s = soft();
     let mut fx = fixture(&cfg, &s);
     let v = fx.snap().version;
-    let frag = format!("{}{}", sa(3001, "outbound", OUT_KEY), sa(3002, "inbound", "abcd"));
+    let frag = format!("{}{}", sa(3001, "outbound", &key(0x31)), sa(3002, "inbound", "abcd"));
     let e = fx.m.add(&frag, Instant::now()).unwrap_err();
     fx.m.publish();
     assert_eq!(e.kind, MgrErrorKind::Invalid);
@@ -153,7 +168,7 @@ fn a_fragment_past_the_limit_is_busy_and_rolls_back_its_first_sa() {
     let d = desc(3);
     let mut fx = fixture(&cfg, &d);
     let v = fx.snap().version;
-    let frag = format!("{}{}", sa(3001, "outbound", OUT_KEY), sa(3002, "inbound", IN_KEY));
+    let frag = format!("{}{}", sa(3001, "outbound", &key(0x31)), sa(3002, "inbound", &key(0x32)));
     let e = fx.m.add(&frag, Instant::now()).unwrap_err();
     assert_eq!(e.kind, MgrErrorKind::Busy, "{e}");
     assert!(e.message.contains("max_sessions_per_qp = 3"), "{}", e.message);
@@ -168,6 +183,8 @@ fn a_fragment_past_the_limit_is_busy_and_rolls_back_its_first_sa() {
     fx.m.tick(Instant::now());
     assert_eq!(d.qp_sessions(0).unwrap(), 2);
     assert_eq!(fx.m.retiring(), 0);
+    // It never carried a packet: its key may be offered again.
+    fx.m.add(&sa(3001, "outbound", &key(0x31)), Instant::now()).unwrap();
 }
 
 #[test]
@@ -224,7 +241,7 @@ fn rekey_outbound<D: CryptoDevice>(fx: &mut Fixture<'_, D>) {
     let now_ms = crate::esp::pmtu::epoch_ms(now);
     let far = now_ms + 600_000;
     assert!(fx.snap().sad.outbound_at(old).unwrap().path_mtu.lower(1300, now_ms, far, 1500));
-    fx.m.rekey(1001, None, None, 1101, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
+    fx.m.rekey(1001, None, None, 1101, hex::decode(key(0x11)).unwrap(), None, now).unwrap();
     fx.m.publish();
     let new = fx.out_slot(1101).expect("new SA published");
     assert_ne!(new, old);
@@ -263,7 +280,7 @@ fn rekey_inbound_keeps_both_spis_during_the_grace_then_only_the_new() {
     let mut fx = fixture(&cfg, &s);
     fx.m.set_grace(Duration::from_secs(5));
     let now = Instant::now();
-    fx.m.rekey(1002, None, None, 1202, hex::decode(OUT_KEY).unwrap(), None, now).unwrap();
+    fx.m.rekey(1002, None, None, 1202, hex::decode(key(0x12)).unwrap(), None, now).unwrap();
     fx.m.publish();
     assert!(fx.in_resolves(1002) && fx.in_resolves(1202), "both SPIs during the grace");
     let t = fx.snap();
@@ -273,9 +290,9 @@ fn rekey_inbound_keeps_both_spis_during_the_grace_then_only_the_new() {
     // would shadow the retiring one: the peer's packets on the old key
     // would fail their ICV): neither an add nor a rekey back to it.
     let later = now + Duration::from_millis(4000);
-    let e = fx.m.add(&sa(1002, "inbound", OUT_KEY), later).unwrap_err();
+    let e = fx.m.add(&sa(1002, "inbound", &key(0x13)), later).unwrap_err();
     assert!(e.kind == MgrErrorKind::Exists && e.message.contains("retiring inbound SA with SPI 1002") && e.message.contains("1000 ms"), "{e}");
-    let e = fx.m.rekey(1202, None, None, 1002, hex::decode(IN_KEY).unwrap(), None, later).unwrap_err();
+    let e = fx.m.rekey(1202, None, None, 1002, hex::decode(key(0x14)).unwrap(), None, later).unwrap_err();
     assert!(e.kind == MgrErrorKind::Exists && e.message.contains("retiring"), "{e}");
     fx.m.tick(now + Duration::from_millis(4900));
     fx.m.publish();
@@ -286,7 +303,7 @@ fn rekey_inbound_keeps_both_spis_during_the_grace_then_only_the_new() {
     let ev = fx.m.take_events();
     assert!(ev.iter().any(|e| e.kind == "rekeyed" && e.spi == 1002 && e.new_spi == Some(1202)));
     // Past the grace the SPI is free again.
-    fx.m.rekey(1202, None, None, 1002, hex::decode(IN_KEY).unwrap(), None, now + Duration::from_secs(6)).unwrap();
+    fx.m.rekey(1202, None, None, 1002, hex::decode(key(0x14)).unwrap(), None, now + Duration::from_secs(6)).unwrap();
 }
 
 #[test]
@@ -298,12 +315,12 @@ fn a_rekey_of_an_sa_with_an_integrity_key_needs_a_new_one() {
                key = \"000102030405060708090a0b0c0d0e0f\"\nauth_key = \"000102030405060708090a0b0c0d0e0f000102030405060708090a0b0c0d0e0f\"\n\
                tunnel_src = \"203.0.113.1\"\ntunnel_dst = \"203.0.113.2\"\n";
     fx.m.add(cbc, Instant::now()).unwrap();
-    let key = vec![9u8; 16];
-    let e = fx.m.rekey(3001, None, None, 3002, key.clone(), None, Instant::now()).unwrap_err();
+    let cbc_key = vec![9u8; 16];
+    let e = fx.m.rekey(3001, None, None, 3002, cbc_key.clone(), None, Instant::now()).unwrap_err();
     assert!(e.kind == MgrErrorKind::Invalid && e.message.contains("separate integrity key") && e.message.contains("auth_key"), "{e}");
-    fx.m.rekey(3001, None, None, 3002, key, Some(vec![8u8; 32]), Instant::now()).unwrap();
+    fx.m.rekey(3001, None, None, 3002, cbc_key, Some(vec![8u8; 32]), Instant::now()).unwrap();
     // An AEAD SA has none to give.
-    fx.m.rekey(1001, None, None, 1201, hex::decode(IN_KEY).unwrap(), None, Instant::now()).unwrap();
+    fx.m.rekey(1001, None, None, 1201, hex::decode(key(0x15)).unwrap(), None, Instant::now()).unwrap();
 }
 
 #[test]
@@ -315,7 +332,7 @@ fn a_rekeyed_sa_starts_its_sequence_numbers_at_one() {
     let mut fx = fixture(&cfg, &s);
     let first = |fx: &Fixture<'_, SoftDevice>, spi: u32| fx.snap().sad.outbound_sas().find(|(_, s)| s.spi == spi).map(|(_, s)| s.first_seq);
     assert_eq!(first(&fx, 1001), Some(4294967293));
-    fx.m.rekey(1001, None, None, 1201, hex::decode(IN_KEY).unwrap(), None, Instant::now()).unwrap();
+    fx.m.rekey(1001, None, None, 1201, hex::decode(key(0x16)).unwrap(), None, Instant::now()).unwrap();
     fx.m.publish();
     assert_eq!(first(&fx, 1201), Some(1));
 }
@@ -337,7 +354,7 @@ fn limit_one_rekey_stops_sets_up_and_restarts_the_queue_pair_after_publish() {
     assert!(fx.m.restart.is_empty(), "restarted after the publish");
     assert!(fx.out_slot(1101).is_some());
     // A second SA does not fit: Busy.
-    let e = fx.m.add(&sa(3001, "outbound", OUT_KEY), Instant::now()).unwrap_err();
+    let e = fx.m.add(&sa(3001, "outbound", &key(0x31)), Instant::now()).unwrap_err();
     assert_eq!(e.kind, MgrErrorKind::Busy, "{e}");
 }
 
@@ -388,16 +405,14 @@ fn time_lifetimes_fire_once_each_with_their_reason() {
 
 #[test]
 fn reload_applies_changed_removed_added_sas_and_refuses_a_port_change() {
-    let base = config_text("backend = \"software\"", "");
-    let path = write_config("reload", &base);
-    let cfg = crate::config::load(&path).unwrap();
+    let (base, path, cfg) = soft_config_file("reload");
     let s = soft();
     let mut fx = fixture(&cfg, &s);
     let now = Instant::now();
     // Changed 1001 (key), removed 1002 (and its policy), added 3001.
     let next = base
         .replace(OUT_KEY, "0000000000000000000000000000000000000001")
-        .replace(&sa(1002, "inbound", IN_KEY), &sa(3001, "outbound", IN_KEY))
+        .replace(&sa(1002, "inbound", IN_KEY), &sa(3001, "outbound", &key(0x31)))
         .replace(&policy("inbound", "198.51.100.0/24", "192.0.2.0/24", 1002), "");
     std::fs::write(&path, &next).unwrap();
     let r = fx.m.reload(now).unwrap();
@@ -409,7 +424,7 @@ fn reload_applies_changed_removed_added_sas_and_refuses_a_port_change() {
     assert!(!fx.in_resolves(1002));
     // A port change: refused, nothing applied.
     let v = fx.snap().version;
-    std::fs::write(&path, next.replace("\"out0\"", "\"out9\"").replace(&sa(3001, "outbound", IN_KEY), "")).unwrap();
+    std::fs::write(&path, next.replace("\"out0\"", "\"out9\"").replace(&sa(3001, "outbound", &key(0x31)), "")).unwrap();
     let e = fx.m.reload(now).unwrap_err();
     assert_eq!(e.kind, MgrErrorKind::Invalid);
     assert!(e.message.contains("[[port]]") && e.message.contains("nothing applied"), "{}", e.message);
@@ -426,9 +441,7 @@ fn reload_applies_changed_removed_added_sas_and_refuses_a_port_change() {
 /// the same IVs as before). With a new key the same change is applied.
 #[test]
 fn a_reload_that_changes_an_sa_but_not_its_keys_is_refused() {
-    let base = config_text("backend = \"software\"", "");
-    let path = write_config("reload-samekey", &base);
-    let cfg = crate::config::load(&path).unwrap();
+    let (base, path, cfg) = soft_config_file("reload-samekey");
     let s = soft();
     let mut fx = fixture(&cfg, &s);
     let now = Instant::now();
@@ -469,6 +482,8 @@ fn a_reload_that_does_not_fit_the_queue_pairs_changes_nothing() {
     let mut fx = fixture(&cfg, &d);
     let now = Instant::now();
     fx.m.rekey(1001, None, None, 2001, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
+    // OUT_KEY is spent: the file brings 1001 back under a fresh key.
+    std::fs::write(&path, text.replace(OUT_KEY, &key(0x41))).unwrap();
     fx.m.publish();
     fx.m.tick(now);
     fx.m.publish();
@@ -519,9 +534,7 @@ fn port_changes_name_the_port_and_the_field() {
 
 #[test]
 fn reload_applies_a_new_rekey_grace_and_refuses_a_new_socket_path() {
-    let base = config_text("backend = \"software\"", "");
-    let path = write_config("reload-control", &base);
-    let cfg = crate::config::load(&path).unwrap();
+    let (base, path, cfg) = soft_config_file("reload-control");
     let s = soft();
     let mut fx = fixture(&cfg, &s);
     fx.m.set_grace(Duration::from_millis(cfg.control.rekey_grace_ms));
@@ -529,16 +542,16 @@ fn reload_applies_a_new_rekey_grace_and_refuses_a_new_socket_path() {
     // The grace from the file: a rekey after the reload keeps the old SA 250 ms.
     std::fs::write(&path, format!("{base}[control]\nrekey_grace_ms = 250\n")).unwrap();
     fx.m.reload(now).unwrap();
-    let r = fx.m.rekey(1002, None, None, 4002, hex::decode(OUT_KEY).unwrap(), None, now).unwrap();
+    let r = fx.m.rekey(1002, None, None, 4002, hex::decode(key(0x42)).unwrap(), None, now).unwrap();
     assert_eq!(r["old_valid_ms"].as_u64(), Some(250), "{r}");
     // A new socket path needs a restart: refused, nothing applied.
     std::fs::write(&path, format!("{base}[control]\nrekey_grace_ms = 9000\nsocket = \"/tmp/elsewhere.sock\"\n")).unwrap();
     let e = fx.m.reload(now).unwrap_err();
     assert_eq!(e.kind, MgrErrorKind::Invalid);
     assert!(e.message.contains("control.socket") && e.message.contains("nothing applied"), "{}", e.message);
-    let r = fx.m.rekey(1001, None, None, 4001, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
+    let r = fx.m.rekey(1001, None, None, 4001, hex::decode(key(0x43)).unwrap(), None, now).unwrap();
     assert_eq!(r["old_valid_ms"].as_u64(), Some(100), "outbound: {r}");
-    let r = fx.m.rekey(4002, None, None, 5002, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
+    let r = fx.m.rekey(4002, None, None, 5002, hex::decode(key(0x44)).unwrap(), None, now).unwrap();
     assert_eq!(r["old_valid_ms"].as_u64(), Some(250), "the refused file's grace is not applied: {r}");
 }
 
@@ -552,13 +565,13 @@ fn publish_stops_waiting_for_workers_once_the_gateway_is_stopping() {
     fx.m.set_stop_flag(stop.clone());
     // The fixture's worker never adopts anything: a running gateway waits
     // the whole adopt wait for it...
-    fx.m.add(&sa(2001, "outbound", OUT_KEY), Instant::now()).unwrap();
+    fx.m.add(&sa(2001, "outbound", &key(0x21)), Instant::now()).unwrap();
     let t = Instant::now();
     fx.m.publish();
     assert!(t.elapsed() >= Duration::from_millis(400), "{:?}", t.elapsed());
     // ...a stopping one (SIGTERM: its workers are leaving) does not.
     stop.store(true, Ordering::Relaxed);
-    fx.m.add(&sa(2002, "outbound", OUT_KEY), Instant::now()).unwrap();
+    fx.m.add(&sa(2002, "outbound", &key(0x22)), Instant::now()).unwrap();
     let t = Instant::now();
     fx.m.publish();
     assert!(t.elapsed() < Duration::from_millis(200), "{:?}", t.elapsed());
@@ -574,7 +587,7 @@ fn rekey_over_the_socket_takes_the_key_as_sa_key_does_and_says_what_is_wrong_wit
         m.handle(&Command::SaRekey { spi: 1001, direction: Some(Direction::Outbound), dst: None, new_spi, key: key.into(), auth_key: None })
     };
     // The key file of `secgw ctl sa rekey` holds hex "as sa.key": ':' separators allowed.
-    let colons = IN_KEY.as_bytes().chunks(2).map(|c| std::str::from_utf8(c).unwrap()).collect::<Vec<_>>().join(":");
+    let colons = key(0x45).as_bytes().chunks(2).map(|c| std::str::from_utf8(c).unwrap()).collect::<Vec<_>>().join(":");
     let r = rekey(&mut fx.m, 4001, &colons).unwrap();
     assert_eq!(r["rekeyed"]["new_spi"].as_u64(), Some(4001), "{r}");
     // 40 digits, one of them not hex: named as such (not "an even number").
@@ -629,7 +642,7 @@ fn an_spi_shared_by_two_inbound_sas_is_ambiguous_until_the_destination_is_given(
     // Config SA 1002 goes to 203.0.113.1; a second peer uses SPI 1002
     // towards our 203.0.113.5, with its own key and policy.
     let second: std::net::IpAddr = "203.0.113.5".parse().unwrap();
-    let frag = format!("{}{}", inbound_to(1002, "203.0.113.6", "203.0.113.5", OUT_KEY), policy("inbound", "10.6.0.0/16", "192.0.2.0/24", 1002));
+    let frag = format!("{}{}", inbound_to(1002, "203.0.113.6", "203.0.113.5", &key(0x51)), policy("inbound", "10.6.0.0/16", "192.0.2.0/24", 1002));
     let r = fx.m.add(&frag, now).unwrap();
     assert_eq!(r["added"][0]["tunnel_dst"], "203.0.113.5", "{r}");
     fx.m.publish();
@@ -641,7 +654,7 @@ fn an_spi_shared_by_two_inbound_sas_is_ambiguous_until_the_destination_is_given(
     let ev = fx.m.take_events();
     assert!(ev.iter().any(|e| e.kind == "added" && e.spi == 1002 && e.dst == Some(second)), "{ev:?}");
     // The same SPI and destination again: exists.
-    let e = fx.m.add(&inbound_to(1002, "203.0.113.7", "203.0.113.5", IN_KEY), now).unwrap_err();
+    let e = fx.m.add(&inbound_to(1002, "203.0.113.7", "203.0.113.5", &key(0x52)), now).unwrap_err();
     assert_eq!(e.kind, MgrErrorKind::Exists, "{e}");
     assert!(e.message.contains("SPI 1002 and tunnel_dst 203.0.113.5 is installed already"), "{}", e.message);
     // Without a destination, del and rekey say the SPI is ambiguous and
@@ -678,9 +691,9 @@ fn rekeying_one_of_two_inbound_sas_sharing_an_spi_leaves_the_other_its_policies(
     let mut fx = fixture(&cfg, &s);
     fx.m.set_grace(Duration::from_millis(10));
     let now = Instant::now();
-    fx.m.add(&inbound_to(1002, "203.0.113.6", "203.0.113.5", OUT_KEY), now).unwrap();
+    fx.m.add(&inbound_to(1002, "203.0.113.6", "203.0.113.5", &key(0x51)), now).unwrap();
     let second: std::net::IpAddr = "203.0.113.5".parse().unwrap();
-    let r = fx.m.rekey(1002, None, Some(second), 3002, hex::decode(IN_KEY).unwrap(), None, now).unwrap();
+    let r = fx.m.rekey(1002, None, Some(second), 3002, hex::decode(key(0x52)).unwrap(), None, now).unwrap();
     assert_eq!(r["rekeyed"]["tunnel_dst"], "203.0.113.5", "{r}");
     fx.m.tick(now + Duration::from_secs(1));
     fx.m.publish();
@@ -743,9 +756,125 @@ fn busy_names_the_sessions_of_retiring_sas() {
     let mut fx = fixture(&cfg, &d);
     fx.m.set_grace(Duration::from_secs(5));
     let now = Instant::now();
-    fx.m.rekey(1002, None, None, 1202, hex::decode(OUT_KEY).unwrap(), None, now).unwrap();
+    fx.m.rekey(1002, None, None, 1202, hex::decode(key(0x12)).unwrap(), None, now).unwrap();
     fx.m.publish();
-    let e = fx.m.add(&sa(3001, "outbound", IN_KEY), now + Duration::from_millis(1000)).unwrap_err();
+    let e = fx.m.add(&sa(3001, "outbound", &key(0x31)), now + Duration::from_millis(1000)).unwrap_err();
     assert_eq!(e.kind, MgrErrorKind::Busy);
     assert!(e.message.contains("holds 3 session(s)") && e.message.contains("1 of them of retiring SAs") && e.message.contains("in 4000 ms"), "{}", e.message);
+}
+
+/// Counter-mode key material (AES-GCM here) another SA holds or held is
+/// refused on the socket as in the file (RFC 4106 §3.1: a new SA counts
+/// from 1, so it would repeat that SA's nonces): `sa add`, naming the SA
+/// holding it; nothing installed; a fresh key is taken.
+#[test]
+fn sa_add_refuses_key_material_an_installed_or_gone_sa_holds() {
+    let cfg = load("reuse-add", &config_text("backend = \"software\"", ""));
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    fx.m.publish();
+    let v = fx.snap().version;
+    let frag = format!("{}{}", sa(2001, "outbound", &key(0x61)), sa(2002, "outbound", IN_KEY));
+    let e = fx.m.add(&frag, Instant::now()).unwrap_err();
+    assert_eq!(e.kind, MgrErrorKind::Invalid);
+    assert!(
+        e.message.contains("SA 2002 outbound: its key is the key material of inbound SA 1002 (tunnel_dst 203.0.113.1), which is installed")
+            && e.message.contains("RFC 4106 §3.1")
+            && e.message.contains("fresh key"),
+        "{}",
+        e.message
+    );
+    fx.m.publish();
+    assert_eq!(fx.snap().version, v, "nothing published");
+    assert_eq!(fx.m.len(), 2);
+    // The first SA of that fragment was never installed: its key is free.
+    fx.m.add(&sa(2001, "outbound", &key(0x61)), Instant::now()).unwrap();
+    // A deleted SA's key stays taken once it is gone: its packets are out.
+    let now = Instant::now();
+    fx.m.del(1001, None, None, now).unwrap();
+    fx.m.publish();
+    fx.m.tick(now + Duration::from_secs(1));
+    fx.m.publish();
+    fx.quiesce();
+    fx.m.tick(now + Duration::from_secs(2));
+    assert_eq!(fx.m.retiring(), 0, "SA 1001 gone");
+    assert!(fx.m.take_events().iter().any(|e| e.kind == "deleted" && e.spi == 1001));
+    let e = fx.m.add(&sa(1001, "outbound", OUT_KEY), now + Duration::from_secs(2)).unwrap_err();
+    assert!(e.kind == MgrErrorKind::Invalid && e.message.contains("outbound SA 1001, which is gone, but its packets were sent"), "{e}");
+    fx.m.add(&sa(1001, "outbound", &key(0x62)), now + Duration::from_secs(2)).unwrap();
+    // AES-CBC's IVs are random (RFC 3602 §3): its keys are not registered.
+    let cbc = |spi: u32| {
+        format!(
+            "[[sa]]\nspi = {spi}\ndirection = \"outbound\"\nalgorithm = \"aes-128-cbc-hmac-sha256\"\nkey = \"{}\"\nauth_key = \"{}\"\ntunnel_src = \"203.0.113.1\"\ntunnel_dst = \"203.0.113.2\"\n",
+            "07".repeat(16),
+            "08".repeat(32)
+        )
+    };
+    fx.m.add(&cbc(3001), now).unwrap();
+    fx.m.add(&cbc(3002), now).unwrap();
+}
+
+/// `sa rekey` to key material another SA holds: refused, naming it. With
+/// AES-CTR and HMAC the nonce comes from the cipher key alone, so a new
+/// `auth_key` beside the old cipher key is refused too (it passed before:
+/// only both keys equal were refused).
+#[test]
+fn sa_rekey_refuses_key_material_another_sa_holds_and_a_kept_ctr_cipher_key() {
+    let cfg = load("reuse-rekey", &config_text("backend = \"software\"", ""));
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let now = Instant::now();
+    let e = fx.m.rekey(1001, None, None, 1101, hex::decode(IN_KEY).unwrap(), None, now).unwrap_err();
+    assert!(e.kind == MgrErrorKind::Invalid && e.message.contains("SA 1101 outbound: its key is the key material of inbound SA 1002"), "{e}");
+    let ctr_key = "09".repeat(20);
+    let ctr = format!(
+        "[[sa]]\nspi = 3001\ndirection = \"outbound\"\nalgorithm = \"aes-128-ctr-hmac-sha256\"\nkey = \"{ctr_key}\"\nauth_key = \"{}\"\ntunnel_src = \"203.0.113.1\"\ntunnel_dst = \"203.0.113.2\"\n",
+        "0a".repeat(32)
+    );
+    fx.m.add(&ctr, now).unwrap();
+    let e = fx.m.rekey(3001, None, None, 3002, hex::decode(&ctr_key).unwrap(), Some(vec![0x0b; 32]), now).unwrap_err();
+    assert!(e.kind == MgrErrorKind::Invalid && e.message.contains("outbound SA 3001, which is installed") && e.message.contains("aes-128-ctr-hmac-sha256"), "{e}");
+    fx.m.publish();
+    assert!(fx.out_slot(3001).is_some() && fx.out_slot(3002).is_none() && fx.out_slot(1101).is_none(), "nothing changed");
+    // The old SA, retiring now, keeps its key: a rekey back to it is refused.
+    fx.m.rekey(3001, None, None, 3002, vec![0x0c; 20], Some(vec![0x0b; 32]), now).unwrap();
+    let e = fx.m.rekey(3002, None, None, 3003, hex::decode(&ctr_key).unwrap(), Some(vec![0x0d; 32]), now).unwrap_err();
+    assert!(e.message.contains("outbound SA 3001, which is retiring"), "{e}");
+}
+
+/// `reload` giving an SA a new SPI but its old key, or bringing back a
+/// file key that a socket rekey replaced: refused, nothing applied.
+#[test]
+fn reload_refuses_key_material_another_sa_holds_or_held() {
+    let (base, path, cfg) = soft_config_file("reuse-reload");
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let now = Instant::now();
+    fx.m.publish();
+    let v = fx.snap().version;
+    let renumbered = base
+        .replace(&sa(1001, "outbound", OUT_KEY), &sa(1101, "outbound", OUT_KEY))
+        .replace(&policy("outbound", "192.0.2.0/24", "198.51.100.0/24", 1001), &policy("outbound", "192.0.2.0/24", "198.51.100.0/24", 1101));
+    std::fs::write(&path, &renumbered).unwrap();
+    let e = fx.m.reload(now).unwrap_err();
+    assert_eq!(e.kind, MgrErrorKind::Invalid);
+    assert!(
+        e.message.contains(&format!("{}: SA 1101 outbound: its key is the key material of outbound SA 1001, which is installed", path.display()))
+            && e.message.ends_with("nothing applied"),
+        "{}",
+        e.message
+    );
+    fx.m.publish();
+    assert_eq!(fx.snap().version, v, "nothing applied");
+    assert!(fx.out_slot(1001).is_some() && fx.out_slot(1101).is_none());
+    // A socket rekey moves 1001 to 1201; the file still names 1001 with
+    // its first key, which would count from 1 again.
+    std::fs::write(&path, &base).unwrap();
+    fx.m.rekey(1001, None, None, 1201, hex::decode(key(0x63)).unwrap(), None, now).unwrap();
+    let e = fx.m.reload(now + Duration::from_secs(10)).unwrap_err();
+    assert!(e.message.contains("SA 1001 outbound: its key is the key material of outbound SA 1001, which is"), "{e}");
+    // With a fresh key in the file, the reload applies.
+    std::fs::write(&path, base.replace(OUT_KEY, &key(0x64))).unwrap();
+    let r = fx.m.reload(now + Duration::from_secs(10)).unwrap();
+    assert_eq!((r["added"].as_u64(), r["removed"].as_u64()), (Some(1), Some(1)), "{r}");
 }

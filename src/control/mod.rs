@@ -5,6 +5,7 @@
 
 pub mod binding;
 pub mod client;
+pub mod keys;
 pub mod protocol;
 pub mod manager;
 pub mod run;
