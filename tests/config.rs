@@ -1515,6 +1515,15 @@ fn key_material_shared_by_counter_mode_sas_is_refused() {
     let k2 = "0f0e0d0c0b0a09080706050403020100a1a2a3a4";
     let text = format!("{BASE}{}{}", sa(1003, "inbound", "aes-128-gcm", k2, ""), sa(1004, "inbound", "aes-128-gcm", k2, ""));
     assert!(error(&text).to_string().contains("sa[3].key: the same key material as inbound SA 1003"), "{}", error(&text));
+    // AES-256-GCM and ChaCha20-Poly1305 key material are both 36 bytes: no
+    // nonce in common, refused as one key under two ciphers.
+    let k36 = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff01020304";
+    let text = format!("{BASE}{}{}", sa(1003, "inbound", "aes-256-gcm", k36, ""), sa(1005, "outbound", "chacha20-poly1305", k36, ""));
+    let shown = error(&text).to_string();
+    assert!(
+        shown.contains("sa[3].key: the same key material as inbound SA 1003 (line ") && shown.contains("which uses it with aes-256-gcm: one key must serve one SA and one algorithm") && !shown.contains("repeat nonces"),
+        "{shown}"
+    );
     // Accepted: the same AES key with another salt, and AES-CBC SAs sharing keys.
     let other_salt = format!("{}ffffffff", &K1001[..32]);
     let cbc = |spi: u32, dir: &str| sa(spi, dir, "aes-128-cbc-hmac-sha256", "000102030405060708090a0b0c0d0e0f", "auth_key = \"000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\"\n");

@@ -304,6 +304,15 @@ fn errors_name_line_and_keyword() {
         "cipher_key",
         "expected 16 bytes for aes-128-cbc",
     );
+    // Two AES-GCM SAs under one key: found by the TOML checker, placed on
+    // the second SA's line and named by its keyword (aead_key, not cipher_key).
+    let k = "1:2:3:4:5:6:7:8:9:a:b:c:d:e:f:10:11:12:13:14";
+    at(
+        &format!("sa out 5 aead_algo aes-128-gcm aead_key {k} mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2\nsa in 6 aead_algo aes-128-gcm aead_key {k} mode ipv4-tunnel src 10.0.0.2 dst 10.0.0.1\n{TAIL}"),
+        2,
+        "aead_key",
+        "the same key material as outbound SA 5 (line 1)",
+    );
     // Missing continuation target: a '\' on the last line.
     at(&format!("{TAIL}{GOOD_SA} \\\n"), 3, "\\", "nothing follows");
     at(&format!("{TAIL}{GOOD_SA} \\"), 3, "\\", "nothing follows");

@@ -402,6 +402,9 @@ struct Sa {
     dst: Option<(IpAddr, usize)>,
     esn: u64,
     udp_encap: bool,
+    /// The keyword that gave `key`: `cipher_key`, `aead_key`, or
+    /// `auth_key` for AES-GMAC (DPDK's `auth_algo aes-gmac`).
+    key_word: &'static str,
     /// The refusal: (line, keyword, why).
     refused: Option<(usize, String, String)>,
 }
@@ -946,6 +949,11 @@ impl Parser<'_> {
                 }
             }
         }
+        let key_word = match (&aead_algo, &cipher, &auth) {
+            (Some(_), _, _) => "aead_key",
+            (None, Some((c, _)), Some((a, _))) if matches!(cipher_auth(c.s, a.s), Ok(Algorithm::Aes128Gmac)) => "auth_key",
+            _ => "cipher_key",
+        };
         let (algorithm, key, auth_key) = match (&cipher, &auth, &aead_algo) {
             (_, _, Some((a, k))) => match aead(a.s) {
                 Ok(alg) => (Some(alg), k.clone(), Zeroizing::new(Vec::new())),
@@ -999,6 +1007,7 @@ impl Parser<'_> {
             dst,
             esn,
             udp_encap,
+            key_word,
             refused,
         })
     }
@@ -1330,7 +1339,7 @@ pub fn convert(text: &str, source: &Path, opts: &ImportOptions) -> Result<Import
         out.line(&format!("mode = \"{mode}\""), Some((l, "mode")));
         out.line(&format!("algorithm = \"{}\"", sa.algorithm.name()), Some((l, "cipher_algo")));
         if !sa.key.is_empty() {
-            out.line(&format!("key = \"{}\"", hex(&sa.key).as_str()), Some((l, "cipher_key")));
+            out.line(&format!("key = \"{}\"", hex(&sa.key).as_str()), Some((l, sa.key_word)));
         }
         if !sa.auth_key.is_empty() {
             out.line(&format!("auth_key = \"{}\"", hex(&sa.auth_key).as_str()), Some((l, "auth_key")));

@@ -324,6 +324,10 @@ type Field = Option<Spanned<Raw>>;
 /// Key bytes decoded from hex, zeroized when dropped.
 type Key = Zeroizing<Vec<u8>>;
 
+/// A counter-mode SA holding a key (for the shared-key check): the key,
+/// its SPI, direction, line and algorithm.
+type KeyHolder = (Key, u32, Direction, usize, crate::crypto::Algorithm);
+
 impl<'de> Deserialize<'de> for Raw {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_any(RawVisitor)
@@ -1511,10 +1515,10 @@ impl Checker<'_> {
         type SadDstLines = Vec<(Option<IpAddr>, usize)>;
         let mut seen: HashMap<(u32, u8), SadDstLines> = HashMap::new();
         // Key material of the SAs whose nonce is their sequence number,
-        // with the (SPI, direction, line) of the first SA with it, by a
-        // hash of the key (the copies are wiped when dropped).
+        // with the (SPI, direction, line, algorithm) of the first SA with
+        // it, by a hash of the key (the copies are wiped when dropped).
         let hasher = std::collections::hash_map::RandomState::new();
-        let mut nonce_keys: HashMap<u64, Vec<(Key, u32, Direction, usize)>> = HashMap::new();
+        let mut nonce_keys: HashMap<u64, Vec<KeyHolder>> = HashMap::new();
         let list = self.all(raws, "sa", |ck, s, tab| {
             let spi_v = ck.required(&s.spi, tab, "spi");
             let spi = spi_v.and_then(|v| ck.spi(v, &tab.field("spi")));
@@ -1706,16 +1710,26 @@ impl Checker<'_> {
                     let line = ck.line_of(&v.span());
                     let same = nonce_keys.entry(std::hash::BuildHasher::hash_one(&hasher, k.as_slice())).or_default();
                     match same.iter().find(|e| e.0 == *k) {
-                        Some(&(_, first, d, l)) => {
-                            let m = format!(
-                                "the same key material as {} SA {first} (line {l}): {} takes its nonce from the sequence number (salt ‖ IV = sequence number), \
-                                 and each SA counts from 1, so two SAs under one key repeat nonces (RFC 4106 §3.1, RFC 3686 §3.1, RFC 7634 §2); give each SA its own key",
-                                dir_name(d),
-                                a.name()
-                            );
+                        Some(&(_, first, d, l, fa)) => {
+                            let m = if (fa.cipher() == crate::crypto::Cipher::ChaCha20Poly1305) != (a.cipher() == crate::crypto::Cipher::ChaCha20Poly1305) {
+                                // AES-256 and ChaCha20 keys are both 32 bytes: no
+                                // nonce in common, but one key for two ciphers.
+                                format!(
+                                    "the same key material as {} SA {first} (line {l}), which uses it with {}: one key must serve one SA and one algorithm; give each SA its own key",
+                                    dir_name(d),
+                                    fa.name()
+                                )
+                            } else {
+                                format!(
+                                    "the same key material as {} SA {first} (line {l}): {} takes its nonce from the sequence number (salt ‖ IV = sequence number), \
+                                     and each SA counts from 1, so two SAs under one key repeat nonces (RFC 4106 §3.1, RFC 4543 §3.1, RFC 3686 §3.1, RFC 7634 §2); give each SA its own key",
+                                    dir_name(d),
+                                    a.name()
+                                )
+                            };
                             ck.problem(&v.span(), &tab.field("key"), m);
                         }
-                        None => same.push((k.clone(), spi, dir, line)),
+                        None => same.push((k.clone(), spi, dir, line, a)),
                     }
                 }
             }

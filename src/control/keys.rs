@@ -11,8 +11,8 @@
 //! authentication key. The config loader refuses two such SAs in one file;
 //! this register covers what the control thread installs afterwards.
 //!
-//! Keys are not kept: only a SipHash-1-3 value under a key drawn at start
-//! (`RandomState`), 64 bits, so two different keys collide with odds of
+//! Keys are not kept: only a 64-bit keyed hash (the standard library's
+//! `RandomState`, keyed at start), so two different keys collide with odds of
 //! about n²/2⁶⁵ for n registered keys (a refused SA, never an accepted
 //! reuse). Keys of installed SAs stay registered while the SA is; of gone
 //! SAs the last [`SPENT_KEPT`] are kept, older ones forgotten.
@@ -24,17 +24,21 @@ use std::hash::BuildHasher;
 use std::net::IpAddr;
 
 /// Gone SAs whose key material stays registered (oldest forgotten first):
-/// about 64 bytes each, 16 MiB at most.
+/// about 64 bytes each, 16 MiB at most (besides one entry per installed SA).
 pub const SPENT_KEPT: usize = 1 << 18;
 
-/// The SA that first used a key material: its manager id (unique for the
-/// manager's life), SPI, direction and `sad_dst`, and whether it is gone.
+/// The SA that first used a key material: its manager id (unique among
+/// the manager's SAs until its `u32` counter wraps), SPI, direction and
+/// `sad_dst`, its algorithm, and whether it is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyUser {
     /// The SA's id (`Live::id` in the manager).
     pub id: u32,
     /// SPI, direction, [`model::Sa::sad_dst`].
     pub sa: (u32, Direction, Option<IpAddr>),
+    /// Its algorithm (an AES-256-GCM key equal to a ChaCha20-Poly1305 one
+    /// shares no nonce with it, but is refused all the same).
+    pub algorithm: crate::crypto::Algorithm,
     /// Its session was freed: it encrypts and decrypts nothing more.
     pub gone: bool,
 }
@@ -124,7 +128,7 @@ mod tests {
     use super::*;
 
     fn user(id: u32) -> KeyUser {
-        KeyUser { id, sa: (1000 + id, Direction::Outbound, None), gone: false }
+        KeyUser { id, sa: (1000 + id, Direction::Outbound, None), algorithm: crate::crypto::Algorithm::Aes128Gcm, gone: false }
     }
 
     #[test]

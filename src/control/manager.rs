@@ -710,7 +710,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             }
         }
         if KeyRegister::watched(&sa) {
-            self.keys.note(&sa.key, KeyUser { id, sa: key_of(&sa), gone: false });
+            self.keys.note(&sa.key, KeyUser { id, sa: key_of(&sa), algorithm: sa.algorithm, gone: false });
         }
         self.live_insert(Live { sa, slot, id, owner, session, life, since: now, reported_soft: false, reported_hard: false });
         self.dirty = true;
@@ -726,7 +726,9 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
 
     /// `sa add`: validates `text` (a fragment of `[[sa]]` and `[[policy]]`
     /// tables, see [`crate::config::parse_fragment`]) and installs it; all
-    /// or nothing. Published with the next [`Manager::publish`].
+    /// or nothing. Published with the next [`Manager::publish`]. `Invalid`
+    /// also for key material another SA holds or held
+    /// ([`Self::key_reuse_refused`]).
     pub fn add(&mut self, text: &str, now: Instant) -> Result<Value, MgrError> {
         let frag = {
             let installed = |spi, d| self.installed(spi, d);
@@ -896,6 +898,8 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     /// `d` and `dst` (the SA's tunnel_dst) pick the SA when its SPI names
     /// several (errors as `sa del`'s). While other inbound SAs share the
     /// old SPI, its policies are copied to the new SPI instead of moved.
+    /// `Invalid`: new key material of the wrong length, equal to the old
+    /// SA's, or held by another SA ([`Self::key_reuse_refused`]).
     // (spi, d, dst) name the SA as the protocol's sa.rekey does; grouping
     // them would only move the arguments into a struct literal at each call.
     #[allow(clippy::too_many_arguments)]
@@ -1151,16 +1155,26 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         } else {
             "which is retiring"
         };
+        use crate::crypto::Cipher::ChaCha20Poly1305;
+        let why = if (u.algorithm.cipher() == ChaCha20Poly1305) != (sa.algorithm.cipher() == ChaCha20Poly1305) {
+            format!("it uses it with {}: one key must serve one SA and one algorithm", u.algorithm.name())
+        } else {
+            let what = match sa.direction {
+                Direction::Outbound => "counting from 1 again, the new SA would repeat that SA's nonces",
+                // The peer's nonces; and a new replay window (RFC 4303 §3.4.3).
+                Direction::Inbound => "a peer counting from 1 again under it repeats that SA's nonces, and the new SA's empty replay window would accept that SA's packets again",
+            };
+            format!("{} takes its nonce from that key's salt and the sequence number: {what} (RFC 4106 §3.1, RFC 4543 §3.1, RFC 3686 §3.1, RFC 7634 §2)", sa.algorithm.name())
+        };
         Err(err(
             MgrErrorKind::Invalid,
             format!(
-                "SA {} {}{}: its key is the key material of {} SA {spi}{}, {state}; {} takes its nonce from that key's salt and the sequence number, and a new SA counts from 1, so it would repeat that SA's nonces (RFC 4106 §3.1, RFC 4543 §3.1, RFC 3686 §3.1, RFC 7634 §2): give it a fresh key",
+                "SA {} {}{}: its key is the key material of {} SA {spi}{}, {state}; {why}: give it a fresh key",
                 sa.spi,
                 dir_name(sa.direction),
                 dst_note(sa.sad_dst()),
                 dir_name(d),
                 dst_note(dst),
-                sa.algorithm.name()
             ),
         ))
     }

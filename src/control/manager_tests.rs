@@ -802,6 +802,16 @@ fn sa_add_refuses_key_material_an_installed_or_gone_sa_holds() {
     let e = fx.m.add(&sa(1001, "outbound", OUT_KEY), now + Duration::from_secs(2)).unwrap_err();
     assert!(e.kind == MgrErrorKind::Invalid && e.message.contains("outbound SA 1001, which is gone, but its packets were sent"), "{e}");
     fx.m.add(&sa(1001, "outbound", &key(0x62)), now + Duration::from_secs(2)).unwrap();
+    // A new inbound SA: the peer's nonces, and a replay window afresh.
+    let e = fx.m.add(&sa(2003, "inbound", &key(0x62)), now).unwrap_err();
+    assert!(e.message.contains("SA 2003 inbound (tunnel_dst 203.0.113.1): its key is the key material of outbound SA 1001, which is installed") && e.message.contains("empty replay window"), "{e}");
+    // AES-256-GCM and ChaCha20-Poly1305 key material have one length: one
+    // key under two ciphers is refused as such, not as nonces repeated.
+    let k36 = "5a".repeat(36);
+    let alg = |spi: u32, alg: &str| sa(spi, "outbound", &k36).replace("aes-128-gcm", alg);
+    fx.m.add(&alg(4001, "aes-256-gcm"), now).unwrap();
+    let e = fx.m.add(&alg(4002, "chacha20-poly1305"), now).unwrap_err();
+    assert!(e.message.contains("outbound SA 4001, which is installed; it uses it with aes-256-gcm: one key must serve one SA and one algorithm") && !e.message.contains("nonces"), "{e}");
     // AES-CBC's IVs are random (RFC 3602 §3): its keys are not registered.
     let cbc = |spi: u32| {
         format!(
