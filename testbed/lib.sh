@@ -238,11 +238,19 @@ gw_start() {
     [ -x "$SECGW_BIN" ] || { err "secgw binary not found at $SECGW_BIN (cargo build --release)"; return 1; }
     [ -f "$cfg" ] || { err "config $cfg not found"; return 1; }
     : >"$dir/stderr.log"; : >"$dir/stdout.log"; rm -f "$dir/stats.json"
-    log "starting $name: $SECGW_BIN run --config $cfg --stats-file $dir/stats.json $*"
+    # Two testbeds must not share a control socket: in a prefixed one
+    # (SECGW_NS_PREFIX), unless the config or the caller names a socket, the
+    # gateway listens on /run/secgw/<prefix><name>.sock instead of the
+    # default /run/secgw/<gateway.name>.sock.
+    local sock=()
+    if [ -n "$SECGW_NS_PREFIX" ] && ! grep -qE '^[[:space:]]*socket[[:space:]]*=' "$cfg" && [[ " $* " != *" --socket "* ]]; then
+        sock=(--socket "/run/secgw/$(ns "$name").sock")
+    fi
+    log "starting $name: $SECGW_BIN run --config $cfg --stats-file $dir/stats.json ${sock[*]} $*"
     # A background job of a non-interactive shell starts with SIGINT ignored;
     # env --default-signal gives the gateway a normal SIGINT back (gw_stop uses it).
     ip netns exec "$(ns "$name")" env --default-signal=INT,TERM "$SECGW_BIN" run --config "$cfg" \
-        --stats-file "$dir/stats.json" "$@" \
+        --stats-file "$dir/stats.json" "${sock[@]}" "$@" \
         >"$dir/stdout.log" 2>"$dir/stderr.log" </dev/null &
     GW_PID[$name]=$!
     echo "${GW_PID[$name]}" >"$dir/pid"
