@@ -487,6 +487,21 @@ fn protect_unknown_spi() {
     );
 }
 
+/// An SA whose SPI is refused leaves its policy naming "no SA": that
+/// message points back at the refused SPI (walkthrough finding: it read
+/// as a second, unrelated mistake).
+#[test]
+fn protect_of_an_sa_whose_spi_is_refused_points_at_it() {
+    let text = edit("spi = 1001", "spi = 0");
+    let (spi_line, _) = pos(&text, "spi = 0");
+    let shown = error(&text).to_string();
+    assert!(shown.contains("sa[0].spi: expected an SPI in 1..=4294967295"), "{shown}");
+    assert!(
+        shown.contains(&format!("policy[0].action: expected the SPI of an [[sa]], found 1001 (no SA has it; sa[0].spi at line {spi_line} is invalid, perhaps the one meant)")),
+        "{shown}"
+    );
+}
+
 #[test]
 fn protect_spi_of_other_direction() {
     let text = edit("action = \"protect 1001\"", "action = \"protect 0x3ea\"");

@@ -797,6 +797,9 @@ struct Checker<'a> {
     /// line number is a binary search, not a scan from the start, so
     /// checking 100,000 SAs stays linear).
     line_starts: Vec<usize>,
+    /// SAs whose `spi` is there but invalid, as "sa[i].spi at line N": a
+    /// policy naming "no SA" may mean one of them (said in its message).
+    bad_spis: Vec<String>,
 }
 
 /// A table being checked: its path and its span (missing keys point here).
@@ -825,7 +828,7 @@ pub(super) fn indexed_line_col(text: &str, starts: &[usize], offset: usize) -> (
 
 impl<'a> Checker<'a> {
     fn new(text: &'a str, source: &'a Path) -> Checker<'a> {
-        Checker { text, source, problems: Vec::new(), line_starts: line_starts(text) }
+        Checker { text, source, problems: Vec::new(), line_starts: line_starts(text), bad_spis: Vec::new() }
     }
 }
 
@@ -1522,6 +1525,10 @@ impl Checker<'_> {
         let list = self.all(raws, "sa", |ck, s, tab| {
             let spi_v = ck.required(&s.spi, tab, "spi");
             let spi = spi_v.and_then(|v| ck.spi(v, &tab.field("spi")));
+            if let (Some(v), None) = (spi_v, spi) {
+                let at = format!("{} at line {}", tab.field("spi"), ck.line_of(&v.span()));
+                ck.bad_spis.push(at);
+            }
             let direction = ck
                 .required(&s.direction, tab, "direction")
                 .and_then(|v| ck.keyword(v, &tab.field("direction"), DIRECTIONS));
@@ -2147,8 +2154,11 @@ impl Checker<'_> {
                         dir_name(dir),
                         dir_name(other)
                     )
-                } else {
+                } else if self.bad_spis.is_empty() {
                     format!("expected the SPI of an [[sa]], found {spi} (no SA has it)")
+                } else {
+                    // Most likely the SA whose SPI was refused above.
+                    format!("expected the SPI of an [[sa]], found {spi} (no SA has it; {} is invalid, perhaps the one meant)", self.bad_spis.join(", "))
                 };
                 self.problem(&v.span(), field, m);
                 return None;
