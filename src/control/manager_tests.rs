@@ -888,3 +888,28 @@ fn reload_refuses_key_material_another_sa_holds_or_held() {
     let r = fx.m.reload(now + Duration::from_secs(10)).unwrap();
     assert_eq!((r["added"].as_u64(), r["removed"].as_u64()), (Some(1), Some(1)), "{r}");
 }
+
+/// On the limit-1 path the key check comes before the queue pair is
+/// stopped; and a rekeyed SA's key stays taken once that SA is gone.
+#[test]
+fn limit_one_rekey_refuses_a_gone_sas_key_before_stopping_the_queue_pair() {
+    let text = config_text(&desc_cfg(1), "").replace(&sa(1002, "inbound", IN_KEY), "").replace(&policy("inbound", "198.51.100.0/24", "192.0.2.0/24", 1002), "");
+    let cfg = load("lim1-reuse", &text);
+    let d = desc(1);
+    let mut fx = fixture(&cfg, &d);
+    let now = Instant::now();
+    fx.m.rekey(1001, None, None, 1101, hex::decode(key(0x71)).unwrap(), None, now).unwrap();
+    fx.m.publish();
+    fx.m.tick(now);
+    fx.m.publish();
+    fx.quiesce();
+    fx.m.tick(now);
+    assert_eq!(fx.m.retiring(), 0, "SA 1001 gone");
+    let attached = d.qp_session_ids(0).unwrap();
+    let e = fx.m.rekey(1101, None, None, 1201, hex::decode(OUT_KEY).unwrap(), None, now).unwrap_err();
+    assert!(e.kind == MgrErrorKind::Invalid && e.message.contains("outbound SA 1001, which is gone"), "{e}");
+    assert!(fx.m.restart.is_empty(), "the queue pair was not stopped");
+    assert_eq!(d.qp_session_ids(0).unwrap(), attached, "SA 1101's session still set up");
+    fx.m.publish();
+    assert!(fx.out_slot(1101).is_some() && fx.out_slot(1201).is_none());
+}
