@@ -239,11 +239,14 @@ gw_start() {
     [ -f "$cfg" ] || { err "config $cfg not found"; return 1; }
     : >"$dir/stderr.log"; : >"$dir/stdout.log"; rm -f "$dir/stats.json"
     # Two testbeds must not share a control socket: in a prefixed one
-    # (SECGW_NS_PREFIX), unless the config or the caller names a socket, the
-    # gateway listens on /run/secgw/<prefix><name>.sock instead of the
+    # (SECGW_NS_PREFIX), unless the config (`socket =`, `control.socket =`,
+    # `control = { socket = … }`) or the caller (`--socket`) names a socket,
+    # the gateway listens on /run/secgw/<namespace>.sock instead of the
     # default /run/secgw/<gateway.name>.sock.
     local sock=()
-    if [ -n "$SECGW_NS_PREFIX" ] && ! grep -qE '^[[:space:]]*socket[[:space:]]*=' "$cfg" && [[ " $* " != *" --socket "* ]]; then
+    if [ -n "$SECGW_NS_PREFIX" ] \
+        && ! grep -vE '^[[:space:]]*#' "$cfg" | grep -qE '(^|[[:space:].{,])socket[[:space:]]*=' \
+        && [[ " $* " != *" --socket "* && " $* " != *" --socket="* ]]; then
         sock=(--socket "/run/secgw/$(ns "$name").sock")
     fi
     log "starting $name: $SECGW_BIN run --config $cfg --stats-file $dir/stats.json ${sock[*]} $*"

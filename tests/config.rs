@@ -500,6 +500,13 @@ fn protect_of_an_sa_whose_spi_is_refused_points_at_it() {
         shown.contains(&format!("policy[0].action: expected the SPI of an [[sa]], found 1001 (no SA has it; sa[0].spi at line {spi_line} is invalid, perhaps the one meant)")),
         "{shown}"
     );
+    // An inbound SA with a refused SPI is not offered for an outbound policy.
+    let text = edit("spi = 1002", "spi = 0");
+    let shown = error(&text).to_string();
+    assert!(shown.contains("policy[1].action: expected the SPI of an [[sa]], found 1002 (no SA has it; sa[1].spi at line"), "{shown}");
+    let text = edit("spi = 1002", "spi = 0").replace("protect 1001", "protect 7");
+    let shown = error(&text).to_string();
+    assert!(shown.contains("found 7 (no SA has it)"), "the outbound policy is not pointed at inbound sa[1]: {shown}");
 }
 
 #[test]

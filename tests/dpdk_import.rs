@@ -313,6 +313,14 @@ fn errors_name_line_and_keyword() {
         "aead_key",
         "the same key material as outbound SA 5 (line 1)",
     );
+    // AES-GMAC is DPDK's auth_algo aes-gmac: its key is the auth_key.
+    let gmac = |dir: &str, spi: u32, ends: &str| format!("sa {dir} {spi} cipher_algo null auth_algo aes-gmac auth_key {k} mode ipv4-tunnel {ends}\n");
+    at(
+        &format!("{}{}{TAIL}", gmac("out", 5, "src 10.0.0.1 dst 10.0.0.2"), gmac("in", 6, "src 10.0.0.2 dst 10.0.0.1")),
+        2,
+        "auth_key",
+        "the same key material as outbound SA 5 (line 1)",
+    );
     // Missing continuation target: a '\' on the last line.
     at(&format!("{TAIL}{GOOD_SA} \\\n"), 3, "\\", "nothing follows");
     at(&format!("{TAIL}{GOOD_SA} \\"), 3, "\\", "nothing follows");

@@ -949,26 +949,22 @@ impl Parser<'_> {
                 }
             }
         }
-        let key_word = match (&aead_algo, &cipher, &auth) {
-            (Some(_), _, _) => "aead_key",
-            (None, Some((c, _)), Some((a, _))) if matches!(cipher_auth(c.s, a.s), Ok(Algorithm::Aes128Gmac)) => "auth_key",
-            _ => "cipher_key",
-        };
-        let (algorithm, key, auth_key) = match (&cipher, &auth, &aead_algo) {
+        // The keyword that gave `key` is the one its errors are placed on.
+        let (algorithm, key, auth_key, key_word) = match (&cipher, &auth, &aead_algo) {
             (_, _, Some((a, k))) => match aead(a.s) {
-                Ok(alg) => (Some(alg), k.clone(), Zeroizing::new(Vec::new())),
+                Ok(alg) => (Some(alg), k.clone(), Zeroizing::new(Vec::new()), "aead_key"),
                 Err(why) => {
                     refusals.push((a.line, "aead_algo".into(), why));
-                    (None, Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new()))
+                    (None, Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new()), "aead_key")
                 }
             },
             (Some((c, ck)), Some((a, ak)), None) => match cipher_auth(c.s, a.s) {
                 // GMAC's key ‖ salt is secgw's `key`.
-                Ok(Algorithm::Aes128Gmac) => (Some(Algorithm::Aes128Gmac), ak.clone(), Zeroizing::new(Vec::new())),
-                Ok(alg) => (Some(alg), ck.clone(), ak.clone()),
+                Ok(Algorithm::Aes128Gmac) => (Some(Algorithm::Aes128Gmac), ak.clone(), Zeroizing::new(Vec::new()), "auth_key"),
+                Ok(alg) => (Some(alg), ck.clone(), ak.clone(), "cipher_key"),
                 Err(why) => {
                     refusals.push((c.line, "cipher_algo".into(), why));
-                    (None, Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new()))
+                    (None, Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new()), "cipher_key")
                 }
             },
             _ => unreachable!("checked above"),
@@ -1337,7 +1333,12 @@ pub fn convert(text: &str, source: &Path, opts: &ImportOptions) -> Result<Import
         out.line(&format!("direction = \"{dir}\""), Some((l, "sa")));
         let mode = if matches!(sa.mode, SaMode::Transport) { "transport" } else { "tunnel" };
         out.line(&format!("mode = \"{mode}\""), Some((l, "mode")));
-        out.line(&format!("algorithm = \"{}\"", sa.algorithm.name()), Some((l, "cipher_algo")));
+        let algo_word = match sa.key_word {
+            "aead_key" => "aead_algo",
+            "auth_key" => "auth_algo",
+            _ => "cipher_algo",
+        };
+        out.line(&format!("algorithm = \"{}\"", sa.algorithm.name()), Some((l, algo_word)));
         if !sa.key.is_empty() {
             out.line(&format!("key = \"{}\"", hex(&sa.key).as_str()), Some((l, sa.key_word)));
         }

@@ -797,9 +797,10 @@ struct Checker<'a> {
     /// line number is a binary search, not a scan from the start, so
     /// checking 100,000 SAs stays linear).
     line_starts: Vec<usize>,
-    /// SAs whose `spi` is there but invalid, as "sa[i].spi at line N": a
-    /// policy naming "no SA" may mean one of them (said in its message).
-    bad_spis: Vec<String>,
+    /// SAs whose `spi` is there but invalid, as ("sa[i].spi at line N",
+    /// their direction if valid): a policy naming "no SA" may mean one of
+    /// them (said in its message).
+    bad_spis: Vec<(String, Option<Direction>)>,
 }
 
 /// A table being checked: its path and its span (missing keys point here).
@@ -1525,13 +1526,13 @@ impl Checker<'_> {
         let list = self.all(raws, "sa", |ck, s, tab| {
             let spi_v = ck.required(&s.spi, tab, "spi");
             let spi = spi_v.and_then(|v| ck.spi(v, &tab.field("spi")));
-            if let (Some(v), None) = (spi_v, spi) {
-                let at = format!("{} at line {}", tab.field("spi"), ck.line_of(&v.span()));
-                ck.bad_spis.push(at);
-            }
             let direction = ck
                 .required(&s.direction, tab, "direction")
                 .and_then(|v| ck.keyword(v, &tab.field("direction"), DIRECTIONS));
+            if let (Some(v), None) = (spi_v, spi) {
+                let at = format!("{} at line {}", tab.field("spi"), ck.line_of(&v.span()));
+                ck.bad_spis.push((at, direction));
+            }
             let modes = &[("tunnel", SaMode::Tunnel), ("transport", SaMode::Transport)];
             let mode = ck.opt_keyword(&s.mode, &tab.field("mode"), modes, SaMode::Tunnel);
             let transport = mode == Some(SaMode::Transport);
@@ -2154,11 +2155,18 @@ impl Checker<'_> {
                         dir_name(dir),
                         dir_name(other)
                     )
-                } else if self.bad_spis.is_empty() {
-                    format!("expected the SPI of an [[sa]], found {spi} (no SA has it)")
                 } else {
-                    // Most likely the SA whose SPI was refused above.
-                    format!("expected the SPI of an [[sa]], found {spi} (no SA has it; {} is invalid, perhaps the one meant)", self.bad_spis.join(", "))
+                    // Most likely an SA of this direction whose SPI was refused
+                    // above (at most 3 named: the message stays short).
+                    let maybe: Vec<&str> = self.bad_spis.iter().filter(|b| b.1.is_none_or(|d| d == dir)).map(|b| b.0.as_str()).collect();
+                    let hint = match maybe.as_slice() {
+                        [] => String::new(),
+                        [one] => format!("; {one} is invalid, perhaps the one meant"),
+                        [a, b] => format!("; {a} and {b} are invalid, perhaps one of them the one meant"),
+                        [a, b, c, rest @ ..] if !rest.is_empty() => format!("; {a}, {b}, {c} and {} more are invalid, perhaps one of them the one meant", rest.len()),
+                        [a, b, c, ..] => format!("; {a}, {b} and {c} are invalid, perhaps one of them the one meant"),
+                    };
+                    format!("expected the SPI of an [[sa]], found {spi} (no SA has it{hint})")
                 };
                 self.problem(&v.span(), field, m);
                 return None;
