@@ -1719,9 +1719,7 @@ impl Checker<'_> {
                     let same = nonce_keys.entry(std::hash::BuildHasher::hash_one(&hasher, k.as_slice())).or_default();
                     match same.iter().find(|e| e.0 == *k) {
                         Some(&(_, first, d, l, fa)) => {
-                            let m = if (fa.cipher() == crate::crypto::Cipher::ChaCha20Poly1305) != (a.cipher() == crate::crypto::Cipher::ChaCha20Poly1305) {
-                                // AES-256 and ChaCha20 keys are both 32 bytes: no
-                                // nonce in common, but one key for two ciphers.
+                            let m = if two_ciphers(fa, a) {
                                 format!(
                                     "the same key material as {} SA {first} (line {l}), which uses it with {}: one key must serve one SA and one algorithm; give each SA its own key",
                                     dir_name(d),
@@ -2277,6 +2275,15 @@ struct Sas {
 pub(crate) fn nonce_from_seq(a: crate::crypto::Algorithm) -> bool {
     use crate::crypto::Cipher;
     matches!(a.cipher(), Cipher::AesGcm | Cipher::AesGmac | Cipher::AesCtr | Cipher::ChaCha20Poly1305)
+}
+
+/// True when key material shared by SAs of algorithms `a` and `b` serves
+/// two ciphers (AES and ChaCha20: AES-256-GCM and ChaCha20-Poly1305 key
+/// material are both 36 bytes): no nonce in common, but one key for two
+/// algorithms, refused as such rather than as nonces repeated.
+pub(crate) fn two_ciphers(a: crate::crypto::Algorithm, b: crate::crypto::Algorithm) -> bool {
+    use crate::crypto::Cipher::ChaCha20Poly1305;
+    (a.cipher() == ChaCha20Poly1305) != (b.cipher() == ChaCha20Poly1305)
 }
 
 fn dir_name(d: Direction) -> &'static str {

@@ -21,7 +21,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 pub use load::{load, parse, parse_fragment, parse_spi, Fragment};
-pub(crate) use load::nonce_from_seq;
+pub(crate) use load::{nonce_from_seq, two_ciphers};
 pub use model::*;
 pub use positions::{Located, Positions};
 pub use summary::{provider_counts, summary};

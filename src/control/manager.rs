@@ -1155,8 +1155,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         } else {
             "which is retiring"
         };
-        use crate::crypto::Cipher::ChaCha20Poly1305;
-        let why = if (u.algorithm.cipher() == ChaCha20Poly1305) != (sa.algorithm.cipher() == ChaCha20Poly1305) {
+        let why = if crate::config::two_ciphers(u.algorithm, sa.algorithm) {
             format!("it uses it with {}: one key must serve one SA and one algorithm", u.algorithm.name())
         } else {
             let what = match sa.direction {
