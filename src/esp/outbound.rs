@@ -116,6 +116,7 @@ pub const UDP_ENCAP_OVERHEAD: usize = udp::HEADER_LEN;
 /// ([`tfc_target`]) counts as the least inner length (RFC 4303 §2.7). `hl` is unused in tunnel mode. The
 /// one place that knows an SA's overhead: the MTU check and
 /// [`max_inner_len`] both use it.
+#[inline(always)]
 pub fn encapsulated_len(sa: &OutboundSa, hl: usize, inner_len: usize) -> usize {
     let (kept, fixed, align) = layout(sa, hl);
     // TFC padding (tunnel mode): a shorter packet goes out as long as this.
@@ -322,6 +323,7 @@ pub fn prepare_with_ident(
 /// payload length: `pad_to`, or `total` when the packet is at least that
 /// long already (or, never with a validated config, the buffer has no
 /// room: the packet goes unpadded).
+#[inline(always)]
 fn tfc_pad(buf: &mut PktBuf, total: usize, pad_to: usize) -> usize {
     if pad_to <= total {
         return total;
@@ -473,7 +475,7 @@ pub fn finish(op: CryptoOp<PktBuf>) -> Result<PktBuf, (EspError, PktBuf)> {
 }
 
 /// [`finish`], the op's session reference going back to `cache`.
-#[inline]
+#[inline(always)]
 pub fn finish_cached(op: CryptoOp<PktBuf>, cache: &mut SessionCache) -> Result<PktBuf, (EspError, PktBuf)> {
     let CryptoOp { session, mut buf, status, .. } = op;
     cache.give_back(session);

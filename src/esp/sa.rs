@@ -306,7 +306,7 @@ impl SessionCache {
 
     /// A finished op's session reference: kept when there is room (the
     /// cache switching to its session if it held another's), else dropped.
-    #[inline]
+    #[inline(always)]
     pub fn give_back(&mut self, session: Arc<Session>) {
         if self.spare.capacity() == 0 {
             return;

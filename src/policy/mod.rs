@@ -90,7 +90,7 @@ impl Tables {
     /// router forwards ([`unforwardable`]), or `src` is one of our own
     /// addresses (a spoofed or looped packet; RFC 1812 §5.3.7 lets a
     /// router discard such sources, as Linux does).
-    #[inline]
+    #[inline(always)]
     pub fn martian(&self, src: IpAddr, dst: IpAddr) -> bool {
         unforwardable(src) || unforwardable(dst) || self.is_ours(src)
     }

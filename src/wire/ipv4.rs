@@ -55,6 +55,7 @@ pub struct Ipv4Packet<'a> {
 impl<'a> Ipv4Packet<'a> {
     /// Validates version 4, IHL ≥ 5, header checksum, and that the total
     /// length covers the header and fits in `buf`.
+    #[inline(always)]
     pub fn new_checked(buf: &'a [u8]) -> Result<Self, WireError> {
         // etherparse checks version, IHL and that the header fits in `buf`;
         // the total length is checked against the header length below.
@@ -137,7 +138,7 @@ impl<'a> Ipv4Packet<'a> {
 /// Decrements the TTL of the IPv4 header at the start of `hdr` by one and
 /// updates the header checksum incrementally (RFC 1624). `hdr` must hold at
 /// least 20 bytes (the caller has checked it with [`Ipv4Packet::new_checked`]).
-#[inline]
+#[inline(always)]
 pub fn decrement_ttl(hdr: &mut [u8]) {
     if hdr.len() < MIN_HEADER_LEN {
         return;
@@ -208,7 +209,7 @@ pub fn recompute_l4_checksum(pkt: &mut [u8]) -> bool {
 /// is summed from the field values, not read back from the bytes written:
 /// this runs once per packet on the outbound path.
 #[allow(clippy::too_many_arguments)]
-#[inline]
+#[inline(always)]
 pub fn write_header(
     hdr: &mut [u8],
     tos: u8,
