@@ -490,3 +490,45 @@ fn no_unprotected_port_to_infer_asks_for_the_mask() {
     let e = dpdk::parse(text, Path::new("t.cfg"), &o).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("-u") && e.contains("give -u MASK") && !e.contains("found 2 protected"), "{e}");
 }
+
+/// DPDK's AES-192 keywords (sa.c: `aes-192-cbc` with a 24-byte key,
+/// `aes-192-ctr` and `aes-192-gcm` with 24 bytes ‖ 4-byte nonce or salt)
+/// import as secgw's AES-192 algorithms with the key material as given; a
+/// 16-byte key under `aes-192-cbc` is refused at its keyword.
+#[test]
+fn aes_192_imports() {
+    let k = |n: usize, seed: usize| (0..n).map(|i| format!("{:x}", (i * 7 + seed) & 0xff)).collect::<Vec<_>>().join(":");
+    let sha1 = format!("auth_algo sha1-hmac auth_key {}", k(20, 1));
+    let sha256 = format!("auth_algo sha256-hmac auth_key {}", k(32, 2));
+    let ends = "mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2";
+    let text = format!(
+        "sa out 5 cipher_algo aes-192-cbc cipher_key {} {sha1} {ends}\n\
+         sa out 6 cipher_algo aes-192-cbc cipher_key {} {sha256} {ends}\n\
+         sa out 7 cipher_algo aes-192-ctr cipher_key {} {sha1} {ends}\n\
+         sa out 8 cipher_algo aes-192-ctr cipher_key {} {sha256} {ends}\n\
+         sa out 9 aead_algo aes-192-gcm aead_key {} {ends}\n\
+         {TAIL}",
+        k(24, 3),
+        k(24, 4),
+        k(28, 5),
+        k(28, 6),
+        k(28, 7)
+    );
+    let o = ImportOptions { port_mask: Some(3), unprotected_mask: Some(1), ..Default::default() };
+    let (cfg, notices) = dpdk::parse(&text, Path::new("x.cfg"), &o).unwrap();
+    assert!(!notices.iter().any(|n| n.kind == NoticeKind::Refused), "{notices:#?}");
+    let got: Vec<(u32, &str, usize)> = cfg.sas.iter().map(|s| (s.spi, s.algorithm.name(), s.key.len())).collect();
+    assert_eq!(
+        got,
+        [
+            (5, "aes-192-cbc-hmac-sha1", 24),
+            (6, "aes-192-cbc-hmac-sha256", 24),
+            (7, "aes-192-ctr-hmac-sha1", 28),
+            (8, "aes-192-ctr-hmac-sha256", 28),
+            (9, "aes-192-gcm", 28)
+        ]
+    );
+    assert_eq!(&cfg.sas[4].key[..], &key_bytes(&k(28, 7))[..]);
+    let ps = problems(&format!("sa out 5 cipher_algo aes-192-cbc cipher_key {} {sha1} {ends}\n{TAIL}", k(16, 3)));
+    assert!(ps.iter().any(|p| p.line == 1 && p.field == "cipher_key" && p.message.contains("expected 24 bytes for aes-192-cbc")), "{ps:#?}");
+}

@@ -74,18 +74,18 @@
 //!                           #   inserted after the forwarded packet's own IPv4 header; then
 //!                           #   tunnel_src, tunnel_dst, outer_ttl and df are errors; udp_encap
 //!                           #   is allowed: UDP between that header and ESP, RFC 3948 §3.2)
-//! algorithm = "aes-128-gcm" # required: "aes-128-gcm" | "aes-256-gcm" (RFC 4106),
-//!                           # "aes-128-gmac" | "aes-256-gmac" (RFC 4543, authentication only),
+//! algorithm = "aes-128-gcm" # required: "aes-{128,192,256}-gcm" (RFC 4106),
+//!                           # "aes-{128,192,256}-gmac" (RFC 4543, authentication only),
 //!                           # "chacha20-poly1305" (RFC 7634),
-//!                           # "aes-{128,256}-cbc-hmac-{sha1,sha256}" (RFC 3602 with RFC 2404 / RFC 4868),
-//!                           # "aes-{128,256}-ctr-hmac-{sha1,sha256}" (RFC 3686 with RFC 2404 / RFC 4868),
+//!                           # "aes-{128,192,256}-cbc-hmac-{sha1,sha256}" (RFC 3602 with RFC 2404 / RFC 4868),
+//!                           # "aes-{128,192,256}-ctr-hmac-{sha1,sha256}" (RFC 3686 with RFC 2404 / RFC 4868),
 //!                           # "null-hmac-sha1" | "null-hmac-sha256" (RFC 2410)
 //! key = "00112233…"         # cipher key material in hex (':' separators allowed):
 //!                           #   GCM, GMAC: AES key ‖ 4-byte salt (RFC 4106 §8.1, RFC 4543 §3.2):
-//!                           #     40 hex digits for 128-bit, 72 for 256-bit keys
+//!                           #     40 hex digits for 128-bit, 56 for 192-bit, 72 for 256-bit keys
 //!                           #   chacha20-poly1305: 256-bit key ‖ 4-byte salt (RFC 7634 §2): 72
-//!                           #   CTR: AES key ‖ 4-byte nonce (RFC 3686 §5.1): 40 / 72
-//!                           #   CBC: the AES key alone: 32 / 64
+//!                           #   CTR: AES key ‖ 4-byte nonce (RFC 3686 §5.1): 40 / 56 / 72
+//!                           #   CBC: the AES key alone: 32 / 48 / 64
 //!                           #   null-*: none (an error if given)
 //!                           # GCM, GMAC, CTR, chacha20-poly1305: two SAs with the same key
 //!                           #   material are an error (nonce = salt ‖ sequence number)

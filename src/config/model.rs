@@ -278,13 +278,17 @@ pub fn key_description(a: Algorithm) -> Option<&'static str> {
     use Algorithm::*;
     Some(match a {
         Aes128Gcm => "AES-128-GCM key ‖ 4-byte salt",
+        Aes192Gcm => "AES-192-GCM key ‖ 4-byte salt",
         Aes256Gcm => "AES-256-GCM key ‖ 4-byte salt",
         Aes128Gmac => "AES-128-GMAC key ‖ 4-byte salt",
+        Aes192Gmac => "AES-192-GMAC key ‖ 4-byte salt",
         Aes256Gmac => "AES-256-GMAC key ‖ 4-byte salt",
         ChaCha20Poly1305 => "ChaCha20 key ‖ 4-byte salt",
         Aes128CbcHmacSha1 | Aes128CbcHmacSha256 => "AES-128-CBC key",
+        Aes192CbcHmacSha1 | Aes192CbcHmacSha256 => "AES-192-CBC key",
         Aes256CbcHmacSha1 | Aes256CbcHmacSha256 => "AES-256-CBC key",
         Aes128CtrHmacSha1 | Aes128CtrHmacSha256 => "AES-128-CTR key ‖ 4-byte nonce",
+        Aes192CtrHmacSha1 | Aes192CtrHmacSha256 => "AES-192-CTR key ‖ 4-byte nonce",
         Aes256CtrHmacSha1 | Aes256CtrHmacSha256 => "AES-256-CTR key ‖ 4-byte nonce",
         NullHmacSha1 | NullHmacSha256 => return None,
     })

@@ -94,6 +94,18 @@ pub enum Algorithm {
     NullHmacSha1,
     /// NULL encryption with HMAC-SHA-256-128.
     NullHmacSha256,
+    /// AES-GCM with a 192-bit key (RFC 4106 §8.1 lists 128, 192 and 256).
+    Aes192Gcm,
+    /// AES-GMAC with a 192-bit key (RFC 4543 §3.3).
+    Aes192Gmac,
+    /// AES-192-CBC (RFC 3602 §5) with HMAC-SHA1-96.
+    Aes192CbcHmacSha1,
+    /// AES-192-CBC with HMAC-SHA-256-128.
+    Aes192CbcHmacSha256,
+    /// AES-192-CTR (RFC 3686 §5.1) with HMAC-SHA1-96.
+    Aes192CtrHmacSha1,
+    /// AES-192-CTR with HMAC-SHA-256-128.
+    Aes192CtrHmacSha256,
 }
 
 /// Former name of [`Algorithm`], from when only AES-GCM existed.
@@ -145,7 +157,7 @@ impl Mac {
 
 impl Algorithm {
     /// Every algorithm, in the order the devices list them.
-    pub const ALL: [Algorithm; 15] = [
+    pub const ALL: [Algorithm; 21] = [
         Algorithm::Aes128Gcm,
         Algorithm::Aes256Gcm,
         Algorithm::Aes128Gmac,
@@ -161,6 +173,12 @@ impl Algorithm {
         Algorithm::Aes256CtrHmacSha256,
         Algorithm::NullHmacSha1,
         Algorithm::NullHmacSha256,
+        Algorithm::Aes192Gcm,
+        Algorithm::Aes192Gmac,
+        Algorithm::Aes192CbcHmacSha1,
+        Algorithm::Aes192CbcHmacSha256,
+        Algorithm::Aes192CtrHmacSha1,
+        Algorithm::Aes192CtrHmacSha256,
     ];
 
     /// The name an SA selects it by in the config (`algorithm = "…"`).
@@ -181,6 +199,12 @@ impl Algorithm {
             Algorithm::Aes256CtrHmacSha256 => "aes-256-ctr-hmac-sha256",
             Algorithm::NullHmacSha1 => "null-hmac-sha1",
             Algorithm::NullHmacSha256 => "null-hmac-sha256",
+            Algorithm::Aes192Gcm => "aes-192-gcm",
+            Algorithm::Aes192Gmac => "aes-192-gmac",
+            Algorithm::Aes192CbcHmacSha1 => "aes-192-cbc-hmac-sha1",
+            Algorithm::Aes192CbcHmacSha256 => "aes-192-cbc-hmac-sha256",
+            Algorithm::Aes192CtrHmacSha1 => "aes-192-ctr-hmac-sha1",
+            Algorithm::Aes192CtrHmacSha256 => "aes-192-ctr-hmac-sha256",
         }
     }
 
@@ -188,11 +212,11 @@ impl Algorithm {
     pub fn cipher(self) -> Cipher {
         use Algorithm::*;
         match self {
-            Aes128Gcm | Aes256Gcm => Cipher::AesGcm,
-            Aes128Gmac | Aes256Gmac => Cipher::AesGmac,
+            Aes128Gcm | Aes192Gcm | Aes256Gcm => Cipher::AesGcm,
+            Aes128Gmac | Aes192Gmac | Aes256Gmac => Cipher::AesGmac,
             ChaCha20Poly1305 => Cipher::ChaCha20Poly1305,
-            Aes128CbcHmacSha1 | Aes256CbcHmacSha1 | Aes128CbcHmacSha256 | Aes256CbcHmacSha256 => Cipher::AesCbc,
-            Aes128CtrHmacSha1 | Aes256CtrHmacSha1 | Aes128CtrHmacSha256 | Aes256CtrHmacSha256 => Cipher::AesCtr,
+            Aes128CbcHmacSha1 | Aes192CbcHmacSha1 | Aes256CbcHmacSha1 | Aes128CbcHmacSha256 | Aes192CbcHmacSha256 | Aes256CbcHmacSha256 => Cipher::AesCbc,
+            Aes128CtrHmacSha1 | Aes192CtrHmacSha1 | Aes256CtrHmacSha1 | Aes128CtrHmacSha256 | Aes192CtrHmacSha256 | Aes256CtrHmacSha256 => Cipher::AesCtr,
             NullHmacSha1 | NullHmacSha256 => Cipher::Null,
         }
     }
@@ -201,8 +225,8 @@ impl Algorithm {
     pub fn mac(self) -> Option<Mac> {
         use Algorithm::*;
         match self {
-            Aes128Gcm | Aes256Gcm | Aes128Gmac | Aes256Gmac | ChaCha20Poly1305 => None,
-            Aes128CbcHmacSha1 | Aes256CbcHmacSha1 | Aes128CtrHmacSha1 | Aes256CtrHmacSha1 | NullHmacSha1 => Some(Mac::HmacSha1_96),
+            Aes128Gcm | Aes192Gcm | Aes256Gcm | Aes128Gmac | Aes192Gmac | Aes256Gmac | ChaCha20Poly1305 => None,
+            Aes128CbcHmacSha1 | Aes192CbcHmacSha1 | Aes256CbcHmacSha1 | Aes128CtrHmacSha1 | Aes192CtrHmacSha1 | Aes256CtrHmacSha1 | NullHmacSha1 => Some(Mac::HmacSha1_96),
             _ => Some(Mac::HmacSha256_128),
         }
     }
@@ -217,6 +241,7 @@ impl Algorithm {
         use Algorithm::*;
         match self {
             Aes128Gcm | Aes128Gmac | Aes128CbcHmacSha1 | Aes128CbcHmacSha256 | Aes128CtrHmacSha1 | Aes128CtrHmacSha256 => 16,
+            Aes192Gcm | Aes192Gmac | Aes192CbcHmacSha1 | Aes192CbcHmacSha256 | Aes192CtrHmacSha1 | Aes192CtrHmacSha256 => 24,
             Aes256Gcm | Aes256Gmac | Aes256CbcHmacSha1 | Aes256CbcHmacSha256 | Aes256CtrHmacSha1 | Aes256CtrHmacSha256 => 32,
             ChaCha20Poly1305 => 32,
             NullHmacSha1 | NullHmacSha256 => 0,

@@ -40,7 +40,9 @@ impl Provider {
     pub fn icv_lens(self, alg: Algorithm) -> &'static [usize] {
         match (self, alg.cipher()) {
             (Provider::RustCrypto, _) => alg.icv_lens(),
-            (Provider::Ring, Cipher::AesGcm | Cipher::ChaCha20Poly1305) => &[16],
+            // ring has no AES-192.
+            (Provider::Ring, Cipher::AesGcm) if alg.key_len() != 24 => &[16],
+            (Provider::Ring, Cipher::ChaCha20Poly1305) => &[16],
             (Provider::Ring, _) => &[],
         }
     }
@@ -115,6 +117,10 @@ mod tests {
             assert_eq!(rc.resolve(alg, 16), Some(Provider::RustCrypto));
         }
         assert_eq!(auto.resolve(ChaCha20Poly1305, 16), Some(Provider::Ring));
+        // ring has no AES-192: auto takes RustCrypto, ring alone refuses.
+        assert_eq!(auto.resolve(Aes192Gcm, 16), Some(Provider::RustCrypto));
+        assert_eq!(ring.resolve(Aes192Gcm, 16), None);
+        assert!(ring.icv_lens(Aes192Gcm).is_empty());
         for alg in Algorithm::ALL.into_iter().filter(|a| !matches!(a.cipher(), Cipher::AesGcm | Cipher::ChaCha20Poly1305)) {
             assert_eq!(auto.resolve(alg, alg.default_icv_len()), Some(Provider::RustCrypto), "{}", alg.name());
             assert_eq!(ring.resolve(alg, alg.default_icv_len()), None, "{}", alg.name());

@@ -49,10 +49,11 @@ impl GcmVector {
         u32::from_be_bytes(h(&self.spi).try_into().unwrap())
     }
 
-    /// The AEAD of its key length; `None` for AES-192 (not offered).
+    /// The AEAD of its key length (AES-128, -192 or -256-GCM).
     pub fn algorithm(&self) -> Option<Algorithm> {
         match self.key.len() / 2 {
             16 => Some(Algorithm::Aes128Gcm),
+            24 => Some(Algorithm::Aes192Gcm),
             32 => Some(Algorithm::Aes256Gcm),
             _ => None,
         }
@@ -150,7 +151,11 @@ pub fn packet_cases() -> Vec<PacketCase> {
         let key = hv(v, "key");
         out.push(PacketCase {
             name: format!("RFC 4543 GMAC {}", v["name"].as_str().unwrap()),
-            alg: if key.len() == 16 { Algorithm::Aes128Gmac } else { Algorithm::Aes256Gmac },
+            alg: match key.len() {
+                16 => Algorithm::Aes128Gmac,
+                24 => Algorithm::Aes192Gmac,
+                _ => Algorithm::Aes256Gmac,
+            },
             key,
             salt: hv(v, "salt").try_into().unwrap(),
             auth_key: Vec::new(),

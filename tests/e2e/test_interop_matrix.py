@@ -11,12 +11,12 @@ Dimensions (each a list below; adding a row adds cells):
 - NATT: off (ESP, protocol / next header 50) or on (ESP in UDP 4500 → 4500,
   RFC 3948: `udp_encap = true` at both ends, scapy's nat_t_header). IPv6
   transport with NAT-T is refused by secgw's config (README: RFC 3948 NAT-T
-  transport is IPv4-only here): those 30 cells are not run; the test checks
+  transport is IPv4-only here): those 42 cells are not run; the test checks
   that `secgw check` refuses each of them (gw0's outbound and gw1's inbound
   SA + policy) and prints them as "n/a (refused by config …)".
 - ESN: off or on (RFC 4303 §2.2.1).
-- ALGS: the 15 algorithms secgw supports.
-6 families × 2 × 2 × 15 = 360 cells, 330 of them run.
+- ALGS: the 21 algorithms secgw supports.
+6 families × 2 × 2 × 21 = 504 cells, 462 of them run.
 
 The pair runs configs derived from the dual-stack configs/ep0-v6.toml /
 ep1-v6.toml (written to the test's artifacts folder): for cell i gw0 gets an
@@ -133,6 +133,12 @@ ALGS = [
     Alg("aes-256-ctr-hmac-sha256", "AES-CTR", 32, 4, "SHA2-256-128", 32, 8, 16, 4),
     Alg("null-hmac-sha1", "NULL", 0, 0, "HMAC-SHA1-96", 20, 0, 12, 4),
     Alg("null-hmac-sha256", "NULL", 0, 0, "SHA2-256-128", 32, 0, 16, 4),
+    Alg("aes-192-gcm", "AES-GCM", 24, 4, "NULL", 0, 8, 16, 4),
+    Alg("aes-192-gmac", "AES-NULL-GMAC", 24, 4, "NULL", 0, 8, 16, 4),
+    Alg("aes-192-cbc-hmac-sha1", "AES-CBC", 24, 0, "HMAC-SHA1-96", 20, 16, 12, 16),
+    Alg("aes-192-cbc-hmac-sha256", "AES-CBC", 24, 0, "SHA2-256-128", 32, 16, 16, 16),
+    Alg("aes-192-ctr-hmac-sha1", "AES-CTR", 24, 4, "HMAC-SHA1-96", 20, 8, 12, 4),
+    Alg("aes-192-ctr-hmac-sha256", "AES-CTR", 24, 4, "SHA2-256-128", 32, 8, 16, 4),
 ]
 
 
@@ -671,8 +677,8 @@ def test_interop_matrix(testbed, start_gws, artifacts):
     from scapy.layers.l2 import Ether
 
     t_start = time.monotonic()
-    assert len(CELLS) == sum(len(m.families) for m in MODES) * len(NATT) * len(ESN) * len(ALGS) == 360
-    assert len(RUN) == len(CELLS) - len(ESN) * len(ALGS) == 330
+    assert len(CELLS) == sum(len(m.families) for m in MODES) * len(NATT) * len(ESN) * len(ALGS) == 504
+    assert len(RUN) == len(CELLS) - len(ESN) * len(ALGS) == 462
     assert len({c.label for c in CELLS}) == len(CELLS)
     for c in RUN:
         assert c.max_payload > 1000, (c.label, c.max_payload)

@@ -10,7 +10,7 @@ use crate::crypto::{Algorithm, Cipher, OpRanges, OpStatus};
 use aes::cipher::generic_array::GenericArray;
 use aes::cipher::inout::InOutBuf;
 use aes::cipher::{BlockCipher, BlockDecrypt, BlockDecryptMut, BlockEncrypt, BlockEncryptMut, InnerIvInit, KeyInit, StreamCipherCore};
-use aes::{Aes128, Aes256};
+use aes::{Aes128, Aes192, Aes256};
 use hmac::{Hmac, Mac as _};
 use sha1::Sha1;
 use sha2::Sha256;
@@ -20,8 +20,10 @@ use subtle::ConstantTimeEq;
 enum Enc {
     Null,
     Cbc128(Aes128),
+    Cbc192(Aes192),
     Cbc256(Aes256),
     Ctr128(Aes128),
+    Ctr192(Aes192),
     Ctr256(Aes256),
 }
 
@@ -42,8 +44,10 @@ impl CipherMac {
     pub(crate) fn new(alg: Algorithm, key: &[u8], auth_key: &[u8]) -> CipherMac {
         let enc = match (alg.cipher(), key.len()) {
             (Cipher::AesCbc, 16) => Enc::Cbc128(Aes128::new(GenericArray::from_slice(key))),
+            (Cipher::AesCbc, 24) => Enc::Cbc192(Aes192::new(GenericArray::from_slice(key))),
             (Cipher::AesCbc, _) => Enc::Cbc256(Aes256::new(GenericArray::from_slice(key))),
             (Cipher::AesCtr, 16) => Enc::Ctr128(Aes128::new(GenericArray::from_slice(key))),
+            (Cipher::AesCtr, 24) => Enc::Ctr192(Aes192::new(GenericArray::from_slice(key))),
             (Cipher::AesCtr, _) => Enc::Ctr256(Aes256::new(GenericArray::from_slice(key))),
             _ => Enc::Null,
         };
@@ -84,8 +88,10 @@ impl CipherMac {
         match &self.enc {
             Enc::Null => {}
             Enc::Cbc128(k) => cbc_encrypt(k, a.iv, data),
+            Enc::Cbc192(k) => cbc_encrypt(k, a.iv, data),
             Enc::Cbc256(k) => cbc_encrypt(k, a.iv, data),
             Enc::Ctr128(k) => ctr_apply(k, a.nonce, data),
+            Enc::Ctr192(k) => ctr_apply(k, a.nonce, data),
             Enc::Ctr256(k) => ctr_apply(k, a.nonce, data),
         }
         let mut t = [0u8; 32];
@@ -112,8 +118,10 @@ impl CipherMac {
         match &self.enc {
             Enc::Null => {}
             Enc::Cbc128(k) => cbc_decrypt(k, a.iv, data),
+            Enc::Cbc192(k) => cbc_decrypt(k, a.iv, data),
             Enc::Cbc256(k) => cbc_decrypt(k, a.iv, data),
             Enc::Ctr128(k) => ctr_apply(k, a.nonce, data),
+            Enc::Ctr192(k) => ctr_apply(k, a.nonce, data),
             Enc::Ctr256(k) => ctr_apply(k, a.nonce, data),
         }
         OpStatus::Success

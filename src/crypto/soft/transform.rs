@@ -16,7 +16,7 @@ use super::cipher_mac::CipherMac;
 use super::gcm::Gcm;
 use super::ring_aead::RingAead;
 use crate::crypto::{Algorithm, Cipher, OpRanges, OpStatus, Provider};
-use aes::{Aes128, Aes256};
+use aes::{Aes128, Aes192, Aes256};
 use chacha20poly1305::aead::AeadInPlace;
 use chacha20poly1305::{ChaCha20Poly1305, KeyInit};
 
@@ -39,6 +39,8 @@ pub(crate) struct OpArgs<'a> {
 pub(crate) enum Transform {
     /// AES-128-GCM and AES-128-GMAC.
     Gcm128(Box<Gcm<Aes128>>),
+    /// AES-192-GCM and AES-192-GMAC.
+    Gcm192(Box<Gcm<Aes192>>),
     /// AES-256-GCM and AES-256-GMAC.
     Gcm256(Box<Gcm<Aes256>>),
     /// ChaCha20-Poly1305.
@@ -64,6 +66,7 @@ impl Transform {
     fn rustcrypto(alg: Algorithm, key: &[u8], auth_key: &[u8]) -> Transform {
         match alg.cipher() {
             Cipher::AesGcm | Cipher::AesGmac if key.len() == 16 => Transform::Gcm128(Box::new(Gcm::new(key))),
+            Cipher::AesGcm | Cipher::AesGmac if key.len() == 24 => Transform::Gcm192(Box::new(Gcm::new(key))),
             Cipher::AesGcm | Cipher::AesGmac => Transform::Gcm256(Box::new(Gcm::new(key))),
             Cipher::ChaCha20Poly1305 => Transform::ChaCha(Box::new(ChaCha20Poly1305::new(chacha20poly1305::Key::from_slice(key)))),
             Cipher::AesCbc | Cipher::AesCtr | Cipher::Null => Transform::CipherMac(Box::new(CipherMac::new(alg, key, auth_key))),
@@ -74,6 +77,7 @@ impl Transform {
     pub(crate) fn heap_bytes(&self) -> usize {
         match self {
             Transform::Gcm128(g) => std::mem::size_of_val(&**g),
+            Transform::Gcm192(g) => std::mem::size_of_val(&**g),
             Transform::Gcm256(g) => std::mem::size_of_val(&**g),
             Transform::ChaCha(c) => std::mem::size_of_val(&**c),
             Transform::CipherMac(c) => std::mem::size_of_val(&**c),
@@ -86,6 +90,7 @@ impl Transform {
     pub(crate) fn seal(&self, a: &OpArgs<'_>, buf: &mut [u8], r: &OpRanges) -> OpStatus {
         match self {
             Transform::Gcm128(g) => g.seal(a, buf, r),
+            Transform::Gcm192(g) => g.seal(a, buf, r),
             Transform::Gcm256(g) => g.seal(a, buf, r),
             Transform::ChaCha(c) => {
                 if a.icv_len != 16 {
@@ -111,6 +116,7 @@ impl Transform {
     pub(crate) fn open(&self, a: &OpArgs<'_>, buf: &mut [u8], r: &OpRanges) -> OpStatus {
         match self {
             Transform::Gcm128(g) => g.open(a, buf, r),
+            Transform::Gcm192(g) => g.open(a, buf, r),
             Transform::Gcm256(g) => g.open(a, buf, r),
             Transform::ChaCha(c) => {
                 if a.icv_len != 16 {
@@ -145,11 +151,13 @@ mod tests {
     fn expanded_keys_zeroize_on_drop() {
         // GCM and GMAC.
         assert_zod::<Gcm<Aes128>>();
+        assert_zod::<Gcm<Aes192>>();
         assert_zod::<Gcm<Aes256>>();
         // ChaCha20-Poly1305 (its key; chacha20poly1305 always wipes it).
         assert_zod::<ChaCha20Poly1305>();
         // The cipher half of CBC and CTR with an HMAC.
         assert_zod::<Aes128>();
+        assert_zod::<Aes192>();
         assert_zod::<Aes256>();
     }
 }
