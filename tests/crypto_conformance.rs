@@ -553,14 +553,20 @@ fn every_algorithm_rejects_tampering<D: Dut>(dev: &D) {
     }
 }
 
-/// RFC 3602 §4 Cases #1-#4 (AES-128-CBC) and RFC 3686 §6 (AES-CTR, 128-,
-/// 192- and 256-bit keys) as ops on the device: the cipher
+/// RFC 3602 §4 Cases #1-#4 (AES-128-CBC), NIST SP 800-38A F.2.3
+/// (AES-192-CBC) and RFC 3686 §6 (AES-CTR, 128-, 192- and 256-bit keys)
+/// as ops on the device: the cipher
 /// range becomes the published ciphertext, and opens back.
 fn cipher_vectors<D: Dut>(dev: &D) {
     let mut qp = dev.queue_pair_setup::<Vec<u8>>(QP, QpConf { nb_descriptors: 4 }).unwrap();
     let mut cases = Vec::new();
     for v in json("cbc_esp.json")["cipher_vectors"].as_array().unwrap() {
-        cases.push((Algorithm::Aes128CbcHmacSha1, hv(v, "key"), [0u8; 4], hv(v, "iv"), hv(v, "plaintext"), hv(v, "ciphertext")));
+        let alg = match hv(v, "key").len() {
+            16 => Algorithm::Aes128CbcHmacSha1,
+            24 => Algorithm::Aes192CbcHmacSha256,
+            n => panic!("no AES-CBC vector with a {n}-byte key here"),
+        };
+        cases.push((alg, hv(v, "key"), [0u8; 4], hv(v, "iv"), hv(v, "plaintext"), hv(v, "ciphertext")));
     }
     for v in json("ctr.json")["vectors"].as_array().unwrap() {
         let alg = match hv(v, "key").len() {
@@ -571,7 +577,7 @@ fn cipher_vectors<D: Dut>(dev: &D) {
         };
         cases.push((alg, hv(v, "key"), hv(v, "nonce").try_into().unwrap(), hv(v, "iv"), hv(v, "plaintext"), hv(v, "ciphertext")));
     }
-    assert_eq!(cases.len(), 4 + 9);
+    assert_eq!(cases.len(), 5 + 9);
     for (alg, key, salt, iv, pt, ct) in cases {
         let mut x = algo_xform(alg, CipherDirection::Encrypt, alg.default_icv_len());
         (x.key, x.salt) = (key, salt);

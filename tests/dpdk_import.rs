@@ -493,8 +493,9 @@ fn no_unprotected_port_to_infer_asks_for_the_mask() {
 
 /// DPDK's AES-192 keywords (sa.c: `aes-192-cbc` with a 24-byte key,
 /// `aes-192-ctr` and `aes-192-gcm` with 24 bytes ‖ 4-byte nonce or salt)
-/// import as secgw's AES-192 algorithms with the key material as given; a
-/// 16-byte key under `aes-192-cbc` is refused at its keyword.
+/// import as secgw's AES-192 algorithms with the key material as given,
+/// outbound and inbound; a 16-byte key under `aes-192-cbc` is refused at
+/// its keyword; `aes-192-ccm` is still not offered (AES-CCM, README).
 #[test]
 fn aes_192_imports() {
     let k = |n: usize, seed: usize| (0..n).map(|i| format!("{:x}", (i * 7 + seed) & 0xff)).collect::<Vec<_>>().join(":");
@@ -507,28 +508,40 @@ fn aes_192_imports() {
          sa out 7 cipher_algo aes-192-ctr cipher_key {} {sha1} {ends}\n\
          sa out 8 cipher_algo aes-192-ctr cipher_key {} {sha256} {ends}\n\
          sa out 9 aead_algo aes-192-gcm aead_key {} {ends}\n\
+         sa in 10 cipher_algo aes-192-ctr cipher_key {} {sha256} mode ipv4-tunnel src 10.0.0.2 dst 10.0.0.1\n\
          {TAIL}",
         k(24, 3),
         k(24, 4),
         k(28, 5),
         k(28, 6),
-        k(28, 7)
+        k(28, 7),
+        k(28, 8)
     );
     let o = ImportOptions { port_mask: Some(3), unprotected_mask: Some(1), ..Default::default() };
     let (cfg, notices) = dpdk::parse(&text, Path::new("x.cfg"), &o).unwrap();
     assert!(!notices.iter().any(|n| n.kind == NoticeKind::Refused), "{notices:#?}");
-    let got: Vec<(u32, &str, usize)> = cfg.sas.iter().map(|s| (s.spi, s.algorithm.name(), s.key.len())).collect();
+    let got: Vec<(u32, Direction, &str)> = cfg.sas.iter().map(|s| (s.spi, s.direction, s.algorithm.name())).collect();
+    let out = Direction::Outbound;
     assert_eq!(
         got,
         [
-            (5, "aes-192-cbc-hmac-sha1", 24),
-            (6, "aes-192-cbc-hmac-sha256", 24),
-            (7, "aes-192-ctr-hmac-sha1", 28),
-            (8, "aes-192-ctr-hmac-sha256", 28),
-            (9, "aes-192-gcm", 28)
+            (5, out, "aes-192-cbc-hmac-sha1"),
+            (6, out, "aes-192-cbc-hmac-sha256"),
+            (7, out, "aes-192-ctr-hmac-sha1"),
+            (8, out, "aes-192-ctr-hmac-sha256"),
+            (9, out, "aes-192-gcm"),
+            (10, Direction::Inbound, "aes-192-ctr-hmac-sha256")
         ]
     );
-    assert_eq!(&cfg.sas[4].key[..], &key_bytes(&k(28, 7))[..]);
+    let keys: Vec<Vec<u8>> = cfg.sas.iter().map(|s| s.key.to_vec()).collect();
+    assert_eq!(keys, [(24, 3), (24, 4), (28, 5), (28, 6), (28, 7), (28, 8)].map(|(n, seed)| key_bytes(&k(n, seed))));
+    let auth: Vec<Vec<u8>> = cfg.sas.iter().map(|s| s.auth_key.to_vec()).collect();
+    let (a1, a2) = (key_bytes(&k(20, 1)), key_bytes(&k(32, 2)));
+    assert_eq!(auth, [a1.clone(), a2.clone(), a1, a2.clone(), Vec::new(), a2]);
+    let ccm = format!("sa out 5 aead_algo aes-192-ccm aead_key {} {ends}\n{TAIL}", k(28, 7));
+    let (cfg, notices) = dpdk::parse(&ccm, Path::new("x.cfg"), &o).unwrap();
+    assert!(cfg.sas.is_empty());
+    assert!(notices.iter().any(|n| n.kind == NoticeKind::Refused && n.line == 1 && n.keyword == "aead_algo"), "{notices:#?}");
     let ps = problems(&format!("sa out 5 cipher_algo aes-192-cbc cipher_key {} {sha1} {ends}\n{TAIL}", k(16, 3)));
     assert!(ps.iter().any(|p| p.line == 1 && p.field == "cipher_key" && p.message.contains("expected 24 bytes for aes-192-cbc")), "{ps:#?}");
 }

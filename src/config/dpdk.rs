@@ -37,7 +37,7 @@
 //!   a warning.
 //! * **Keys.** `cipher_key`/`aead_key` are the TOML `key`: for AES-CTR,
 //!   AES-GCM and ChaCha20-Poly1305 DPDK's key already ends with the 4-byte
-//!   nonce or salt (sa.c: `key_len` 20/36 for 128/256-bit keys), which is
+//!   nonce or salt (sa.c: `key_len` 20/28/36 for 128/192/256-bit keys), which is
 //!   secgw's layout too; `auth_key` is the HMAC key; the 20 bytes of
 //!   `auth_algo aes-gmac` (key ‖ salt) become `key` of `aes-128-gmac`.
 //! * **NULL/NULL.** `cipher_algo null auth_algo null` (ESP with neither

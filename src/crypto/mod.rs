@@ -21,7 +21,7 @@
 //!   `process_op`; [`DeviceInfo::capabilities`] lists each with its sizes
 //!   and `session_create` refuses anything not listed.
 //! * Two providers run the transforms ([`Provider`]: RustCrypto for every
-//!   algorithm, `ring` for AES-GCM with a 16-byte ICV and
+//!   algorithm, `ring` for AES-128/256-GCM with a 16-byte ICV and
 //!   ChaCha20-Poly1305). A device is built with a [`ProviderChoice`]
 //!   (`[crypto] provider`) and resolves it per session in
 //!   `session_create` ([`Session::provider`]); a device limited to one
@@ -96,9 +96,9 @@ pub enum Algorithm {
     NullHmacSha256,
     /// AES-GCM with a 192-bit key (RFC 4106 §8.1 lists 128, 192 and 256).
     Aes192Gcm,
-    /// AES-GMAC with a 192-bit key (RFC 4543 §3.3).
+    /// AES-GMAC with a 192-bit key (RFC 4543).
     Aes192Gmac,
-    /// AES-192-CBC (RFC 3602 §5) with HMAC-SHA1-96.
+    /// AES-192-CBC (RFC 3602 §2.2) with HMAC-SHA1-96.
     Aes192CbcHmacSha1,
     /// AES-192-CBC with HMAC-SHA-256-128.
     Aes192CbcHmacSha256,

@@ -12,14 +12,15 @@
 //! and resolves it when a session is created ([`ProviderChoice::resolve`]),
 //! never per packet: the session's transform is then one enum variant.
 
-use super::{Algorithm, Cipher};
+use super::Algorithm;
 
 /// A library that runs a session's transform.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Provider {
     /// RustCrypto: every algorithm and ICV length.
     RustCrypto,
-    /// `ring`: AES-GCM with a 16-byte ICV and ChaCha20-Poly1305.
+    /// `ring`: AES-128/256-GCM with a 16-byte ICV and ChaCha20-Poly1305
+    /// (ring has no AES-192).
     Ring,
 }
 
@@ -38,11 +39,10 @@ impl Provider {
     /// The ICV lengths (bytes) this provider runs `alg` with; empty when it
     /// does not run `alg` at all.
     pub fn icv_lens(self, alg: Algorithm) -> &'static [usize] {
-        match (self, alg.cipher()) {
+        match (self, alg) {
             (Provider::RustCrypto, _) => alg.icv_lens(),
             // ring has no AES-192.
-            (Provider::Ring, Cipher::AesGcm) if alg.key_len() != 24 => &[16],
-            (Provider::Ring, Cipher::ChaCha20Poly1305) => &[16],
+            (Provider::Ring, Algorithm::Aes128Gcm | Algorithm::Aes256Gcm | Algorithm::ChaCha20Poly1305) => &[16],
             (Provider::Ring, _) => &[],
         }
     }
@@ -103,6 +103,7 @@ impl ProviderChoice {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crypto::Cipher;
 
     #[test]
     fn resolve_table() {

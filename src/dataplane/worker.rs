@@ -1446,7 +1446,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             let p = p as usize;
             egress_mtu = Some(egress_mtu.map_or(p, |m| m.min(p)));
         }
-        // A plain match: as `Option::filter`'s closure the length check
+        // The length check outside a closure: inside `Option::filter`'s it
         // was a call of its own per packet (pipeline bench, callgrind).
         let too_big = match egress_mtu {
             Some(m) => outbound::encapsulated_len(sa, hl, buf.len() - ethernet::HEADER_LEN) > m,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Independently verify tests/vectors/cbc_esp.json with pyca/cryptography.
 
-cipher_vectors (RFC 3602 section 4, Cases #1-#4):
+cipher_vectors (RFC 3602 section 4, Cases #1-#4; NIST SP 800-38A F.2.3, AES-192):
   AES-CBC(key, iv).encrypt(plaintext) == ciphertext, and decrypts back
 esp_vectors (Cases #5-#8, encryption-only ESP packets):
   packet == spi || seq || iv || ciphertext

@@ -1,7 +1,7 @@
 //! The software crypto device: synchronous, in the worker, on RustCrypto
 //! primitives (`transform.rs`: AES-GCM/GMAC from `aes` + `ctr` + `ghash`,
 //! ChaCha20-Poly1305, AES-CBC/CTR/NULL with HMAC-SHA1/SHA-256) or, per the
-//! device's [`ProviderChoice`], ring's AES-GCM and ChaCha20-Poly1305
+//! device's [`ProviderChoice`], ring's AES-128/256-GCM and ChaCha20-Poly1305
 //! (`ring_aead.rs`). Unlimited
 //! sessions per queue pair; no attach needed
 //! (`DeviceInfo::max_sessions_per_qp` 0, `flags.attach_sessions` false: the
