@@ -627,7 +627,7 @@ fn neighbor_discovery() {
     assert_eq!(&ip[8..24], &GW0_IN6.octets());
     assert_eq!(&ip[24..40], &A6.octets());
     let msg = &ip[40..];
-    assert_eq!((msg[0], msg[1], msg[4]), (136, 0, 0x60), "Neighbor Advertisement, S and O set, R clear");
+    assert_eq!((msg[0], msg[1], msg[4]), (136, 0, 0xe0), "Neighbor Advertisement, R, S and O set (a router: RFC 4861 §4.4)");
     assert_eq!(&msg[8..24], &GW0_IN6.octets(), "target");
     assert_eq!(&msg[24..32], &[2, 1, 2, 0, 0, 0, 0, 1], "target link-layer address option: the port's MAC");
     assert!(l4_checksum_ok(&GW0_IN6, &A6, 58, msg));
@@ -638,7 +638,7 @@ fn neighbor_discovery() {
     let f = &out[0].1;
     assert_eq!(&f[..6], &[0x33, 0x33, 0, 0, 0, 1]);
     assert_eq!(&f[14 + 24..14 + 40], &"ff02::1".parse::<Ipv6Addr>().unwrap().octets());
-    assert_eq!(f[14 + 40 + 4], 0x20, "O only");
+    assert_eq!(f[14 + 40 + 4], 0xa0, "R and O, S clear");
     assert!(l4_checksum_ok(&GW0_IN6, &"ff02::1".parse().unwrap(), 58, &f[54..]));
     assert_eq!(gw0.stats().nd_replies, 3);
     // Not answered: hop limit 254 (RFC 4861 §7.1.1), a multicast source,

@@ -919,9 +919,12 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// a solicited-node address and without a source link-layer option)
     /// for one of our IPv6 addresses on `port`, from a unicast MAC and not
     /// from one of our addresses, is answered in place with a Neighbor
-    /// Advertisement (§7.2.4): to the solicitation's source with S and O
+    /// Advertisement (§7.2.4): to the solicitation's source with R, S and O
     /// set, or, for a duplicate address detection probe (unspecified
-    /// source), to all-nodes (ff02::1) with O set; hop limit 255, a target
+    /// source), to all-nodes (ff02::1) with R and O set; R because the
+    /// gateway is a router (§4.4: a Linux host drops a cached route, and
+    /// with it the path MTU, via a gateway it does not know as a router);
+    /// hop limit 255, a target
     /// link-layer address option with the port's MAC; Ethernet destination
     /// = the source link-layer option, else the frame's source. Counted
     /// under `nd_replies`. Everything else is dropped as `nd_ignored`.
@@ -988,13 +991,13 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                             None
                         } else {
                             let all_nodes = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
-                            Some((target, all_nodes, icmpv6::multicast_mac(&all_nodes), icmpv6::NA_FLAG_OVERRIDE))
+                            Some((target, all_nodes, icmpv6::multicast_mac(&all_nodes), icmpv6::NA_FLAG_ROUTER | icmpv6::NA_FLAG_OVERRIDE))
                         }
                     } else {
                         // §7.2.3: the source link-layer option teaches us the sender.
                         learn = ns.source_lladdr().filter(|&m| resolve::learnable(t, port, IpAddr::V6(src), m, false)).map(|m| (IpAddr::V6(src), m));
                         let to_mac = ns.source_lladdr().unwrap_or(eth_src);
-                        Some((target, src, to_mac, icmpv6::NA_FLAG_SOLICITED | icmpv6::NA_FLAG_OVERRIDE))
+                        Some((target, src, to_mac, icmpv6::NA_FLAG_ROUTER | icmpv6::NA_FLAG_SOLICITED | icmpv6::NA_FLAG_OVERRIDE))
                     }
                 }
                 _ => None,

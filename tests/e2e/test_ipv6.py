@@ -65,6 +65,8 @@ def test_packet_too_big(testbed, start_gws, artifacts):
     from scapy.layers.inet import UDP
     from scapy.layers.inet6 import ICMPv6PacketTooBig, IPerror6, IPv6, IPv6ExtHdrFragment, UDPerror
     L.run_ns("hostA", "ip", "-6", "route", "flush", "cache")
+    # hostA resolves gw0 afresh, so its neighbour entry comes from gw0's answer.
+    L.run_ns("hostA", "ip", "-6", "neigh", "flush", "dev", "a0")
     gws = start_gws(v6_configs())
     cap_a = L.Capture("hostA", "a0", f"icmp6 or (ip6 and src host {L.A_IP6})", artifacts / "a0")
     cap_b = L.Capture("hostB", "b0", f"ip6 and src host {L.A_IP6}", artifacts / "b0-frags")
@@ -92,6 +94,11 @@ def test_packet_too_big(testbed, start_gws, artifacts):
         "for _ in range(2):\n"
         "    send(); time.sleep(0.2)\n")
     pmtu = int(L.run_ns("hostA", sys.executable, "-c", sender).stdout.split()[0])
+    # A garbage collection of hostA's routes now: Linux drops a cached route via a
+    # gateway whose neighbour entry lacks the router flag (rt6_age_examine_exception),
+    # so the PMTU learned from gw0 lasts only if gw0's Neighbor Advertisements carry
+    # R (RFC 4861 §4.4). Without this flush the collection came at random (twice in CI).
+    L.run_ns("hostA", "sysctl", "-qw", "net.ipv6.route.flush=1")
     route = L.run_ns("hostA", "ip", "-6", "route", "get", L.B_IP6).stdout
     data = bytes(range(256)) * 5 + bytes(172)  # 1452 bytes: a 1500-byte IPv6 packet
     frames = cap_a.stop(settle=0.3)
@@ -119,6 +126,8 @@ def test_packet_too_big(testbed, start_gws, artifacts):
         assert p[ICMPv6PacketTooBig].mtu == 1426
         assert len(raw(p[IPv6])) == 1280, "as much of the packet as fits in 1280 bytes"
     assert pmtu == 1426, f"hostA's socket path MTU {pmtu}"
+    neigh = L.run_ns("hostA", "ip", "-6", "neigh", "show", L.GW0_IN_IP6, "dev", "a0").stdout
+    assert " router" in neigh, f"gw0's Neighbor Advertisement without R: {neigh!r}"
     assert "mtu 1426" in route, f"hostA's route cache: {route!r}"
     # Every fragmented datagram that left hostA arrives whole at hostB.
     sent = {}
