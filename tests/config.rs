@@ -864,6 +864,10 @@ fn auth_key_rules() {
     assert_one(&text, "auth_key = ", 11, "sa[0].auth_key", "expected 40 hex digits (HMAC-SHA1-96 key), found 64");
     let text = with_sa0(&format!("algorithm = \"null-hmac-sha256\"\nauth_key = \"{}\"", hexkey(20)));
     assert_one(&text, "auth_key = ", 11, "sa[0].auth_key", "expected 64 hex digits (HMAC-SHA-256-128 key), found 40");
+    let text = with_sa0(&format!("algorithm = \"aes-256-ctr-hmac-sha384\"\nkey = \"{}\"\nauth_key = \"{}\"", hexkey(36), hexkey(32)));
+    assert_one(&text, "auth_key = ", 11, "sa[0].auth_key", "expected 96 hex digits (HMAC-SHA-384-192 key), found 64");
+    let text = with_sa0(&format!("algorithm = \"null-hmac-sha512\"\nauth_key = \"{}\"", hexkey(48)));
+    assert_one(&text, "auth_key = ", 11, "sa[0].auth_key", "expected 128 hex digits (HMAC-SHA-512-256 key), found 96");
     // Refused for the combined modes.
     let text = edit("key = \"00112233445566778899aabbccddeeff01020304\"", &format!("key = \"00112233445566778899aabbccddeeff01020304\"\nauth_key = \"{}\"", hexkey(20)));
     assert_one(&text, "auth_key = ", 11, "sa[0].auth_key", "aes-128-gcm authenticates with its own ICV and takes no auth_key");

@@ -497,10 +497,12 @@ fn every_algorithm_esp_round_trip<D: Dut>(dev: &D) -> Vec<(Algorithm, usize, Vec
     packets
 }
 
-/// Every (algorithm, ICV length) pair secgw offers: 27 (21 algorithms,
+/// Every (algorithm, ICV length) pair secgw offers: 41 (35 algorithms,
 /// AES-GCM's three with two truncated ICVs each).
 fn every_transform() -> usize {
-    Algorithm::ALL.iter().map(|a| a.icv_lens().len()).sum()
+    let n = Algorithm::ALL.iter().map(|a| a.icv_lens().len()).sum();
+    assert_eq!(n, 41, "an algorithm or ICV length came or went: update this count");
+    n
 }
 
 fn every_algorithm_esp<D: Dut>(dev: &D) {
@@ -599,8 +601,9 @@ fn cipher_vectors<D: Dut>(dev: &D) {
     }
 }
 
-/// RFC 2202 (20-byte keys: HMAC-SHA1-96) and RFC 4868 §2.7.2.1 (32-byte
-/// keys: HMAC-SHA-256-128) through NULL + HMAC sessions: the ICV is the
+/// RFC 2202 (20-byte keys: HMAC-SHA1-96) and RFC 4868 §2.7.2.1-3 (32-,
+/// 48- and 64-byte keys: HMAC-SHA-256-128, -384-192, -512-256) through
+/// NULL + HMAC sessions: the ICV is the
 /// published truncated MAC, verification passes, and fails on a flipped bit.
 /// The other key lengths of RFC 2202/4231 are unit tests of the transform.
 fn hmac_vectors<D: Dut>(dev: &D) {
@@ -613,7 +616,13 @@ fn hmac_vectors<D: Dut>(dev: &D) {
     for v in f["hmac_sha256_128"].as_array().unwrap() {
         cases.push((Algorithm::NullHmacSha256, hv(v, "key"), hv(v, "data"), hv(v, "digest_128")));
     }
-    assert_eq!(cases.len(), 3 + 3);
+    for v in f["hmac_sha384_192"].as_array().unwrap() {
+        cases.push((Algorithm::NullHmacSha384, hv(v, "key"), hv(v, "data"), hv(v, "digest_192")));
+    }
+    for v in f["hmac_sha512_256"].as_array().unwrap() {
+        cases.push((Algorithm::NullHmacSha512, hv(v, "key"), hv(v, "data"), hv(v, "digest_256")));
+    }
+    assert_eq!(cases.len(), 3 + 3 + 3 + 3);
     for (alg, key, data, mac) in cases {
         let mut x = algo_xform(alg, CipherDirection::Encrypt, mac.len());
         x.auth_key = key;

@@ -496,6 +496,17 @@ fn no_unprotected_port_to_infer_asks_for_the_mask() {
 /// import as secgw's AES-192 algorithms with the key material as given,
 /// outbound and inbound; a 16-byte key under `aes-192-cbc` is refused at
 /// its keyword; `aes-192-ccm` is still not offered (AES-CCM, README).
+/// The SAs `text` imports to (port mask 3, port 0 unprotected), with no
+/// refusal: (SPI, direction, algorithm) each, their keys and auth keys.
+#[allow(clippy::type_complexity)]
+fn imported_sas(text: &str) -> (Vec<(u32, Direction, &'static str)>, Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let o = ImportOptions { port_mask: Some(3), unprotected_mask: Some(1), ..Default::default() };
+    let (cfg, notices) = dpdk::parse(text, Path::new("x.cfg"), &o).unwrap();
+    assert!(!notices.iter().any(|n| n.kind == NoticeKind::Refused), "{notices:#?}");
+    let got = cfg.sas.iter().map(|s| (s.spi, s.direction, s.algorithm.name())).collect();
+    (got, cfg.sas.iter().map(|s| s.key.to_vec()).collect(), cfg.sas.iter().map(|s| s.auth_key.to_vec()).collect())
+}
+
 #[test]
 fn aes_192_imports() {
     let k = |n: usize, seed: usize| (0..n).map(|i| format!("{:x}", (i * 7 + seed) & 0xff)).collect::<Vec<_>>().join(":");
@@ -517,10 +528,7 @@ fn aes_192_imports() {
         k(28, 7),
         k(28, 8)
     );
-    let o = ImportOptions { port_mask: Some(3), unprotected_mask: Some(1), ..Default::default() };
-    let (cfg, notices) = dpdk::parse(&text, Path::new("x.cfg"), &o).unwrap();
-    assert!(!notices.iter().any(|n| n.kind == NoticeKind::Refused), "{notices:#?}");
-    let got: Vec<(u32, Direction, &str)> = cfg.sas.iter().map(|s| (s.spi, s.direction, s.algorithm.name())).collect();
+    let (got, keys, auth) = imported_sas(&text);
     let out = Direction::Outbound;
     assert_eq!(
         got,
@@ -533,15 +541,54 @@ fn aes_192_imports() {
             (10, Direction::Inbound, "aes-192-ctr-hmac-sha256")
         ]
     );
-    let keys: Vec<Vec<u8>> = cfg.sas.iter().map(|s| s.key.to_vec()).collect();
     assert_eq!(keys, [(24, 3), (24, 4), (28, 5), (28, 6), (28, 7), (28, 8)].map(|(n, seed)| key_bytes(&k(n, seed))));
-    let auth: Vec<Vec<u8>> = cfg.sas.iter().map(|s| s.auth_key.to_vec()).collect();
     let (a1, a2) = (key_bytes(&k(20, 1)), key_bytes(&k(32, 2)));
     assert_eq!(auth, [a1.clone(), a2.clone(), a1, a2.clone(), Vec::new(), a2]);
     let ccm = format!("sa out 5 aead_algo aes-192-ccm aead_key {} {ends}\n{TAIL}", k(28, 7));
+    let o = ImportOptions { port_mask: Some(3), unprotected_mask: Some(1), ..Default::default() };
     let (cfg, notices) = dpdk::parse(&ccm, Path::new("x.cfg"), &o).unwrap();
     assert!(cfg.sas.is_empty());
     assert!(notices.iter().any(|n| n.kind == NoticeKind::Refused && n.line == 1 && n.keyword == "aead_algo"), "{notices:#?}");
     let ps = problems(&format!("sa out 5 cipher_algo aes-192-cbc cipher_key {} {sha1} {ends}\n{TAIL}", k(16, 3)));
     assert!(ps.iter().any(|p| p.line == 1 && p.field == "cipher_key" && p.message.contains("expected 24 bytes for aes-192-cbc")), "{ps:#?}");
+}
+
+/// DPDK's `sha384-hmac` / `sha512-hmac` (48- / 64-byte auth keys) import as
+/// HMAC-SHA-384-192 / HMAC-SHA-512-256 (RFC 4868) with AES-CBC, AES-CTR
+/// and NULL; a short auth key names the line and field.
+#[test]
+fn sha384_sha512_imports() {
+    let k = |n: usize, seed: usize| (0..n).map(|i| format!("{:x}", (i * 5 + seed) & 0xff)).collect::<Vec<_>>().join(":");
+    let sha384 = format!("auth_algo sha384-hmac auth_key {}", k(48, 1));
+    let sha512 = format!("auth_algo sha512-hmac auth_key {}", k(64, 2));
+    let ends = "mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2";
+    let text = format!(
+        "sa out 5 cipher_algo aes-128-cbc cipher_key {} {sha384} {ends}\n\
+         sa out 6 cipher_algo aes-256-cbc cipher_key {} {sha512} {ends}\n\
+         sa out 7 cipher_algo aes-192-ctr cipher_key {} {sha384} {ends}\n\
+         sa out 8 cipher_algo null {sha512} {ends}\n\
+         sa in 9 cipher_algo aes-256-ctr cipher_key {} {sha512} mode ipv4-tunnel src 10.0.0.2 dst 10.0.0.1\n\
+         {TAIL}",
+        k(16, 3),
+        k(32, 4),
+        k(28, 5),
+        k(36, 6)
+    );
+    let (got, keys, auth) = imported_sas(&text);
+    let out = Direction::Outbound;
+    assert_eq!(
+        got,
+        [
+            (5, out, "aes-128-cbc-hmac-sha384"),
+            (6, out, "aes-256-cbc-hmac-sha512"),
+            (7, out, "aes-192-ctr-hmac-sha384"),
+            (8, out, "null-hmac-sha512"),
+            (9, Direction::Inbound, "aes-256-ctr-hmac-sha512")
+        ]
+    );
+    assert_eq!(keys, [key_bytes(&k(16, 3)), key_bytes(&k(32, 4)), key_bytes(&k(28, 5)), Vec::new(), key_bytes(&k(36, 6))]);
+    let (a384, a512) = (key_bytes(&k(48, 1)), key_bytes(&k(64, 2)));
+    assert_eq!(auth, [a384.clone(), a512.clone(), a384, a512.clone(), a512]);
+    let ps = problems(&format!("sa out 5 cipher_algo aes-128-cbc cipher_key {} auth_algo sha512-hmac auth_key {} {ends}\n{TAIL}", k(16, 3), k(32, 2)));
+    assert!(ps.iter().any(|p| p.line == 1 && p.field == "auth_key"), "{ps:#?}");
 }

@@ -284,23 +284,25 @@ pub fn key_description(a: Algorithm) -> Option<&'static str> {
         Aes192Gmac => "AES-192-GMAC key ‖ 4-byte salt",
         Aes256Gmac => "AES-256-GMAC key ‖ 4-byte salt",
         ChaCha20Poly1305 => "ChaCha20 key ‖ 4-byte salt",
-        Aes128CbcHmacSha1 | Aes128CbcHmacSha256 => "AES-128-CBC key",
-        Aes192CbcHmacSha1 | Aes192CbcHmacSha256 => "AES-192-CBC key",
-        Aes256CbcHmacSha1 | Aes256CbcHmacSha256 => "AES-256-CBC key",
-        Aes128CtrHmacSha1 | Aes128CtrHmacSha256 => "AES-128-CTR key ‖ 4-byte nonce",
-        Aes192CtrHmacSha1 | Aes192CtrHmacSha256 => "AES-192-CTR key ‖ 4-byte nonce",
-        Aes256CtrHmacSha1 | Aes256CtrHmacSha256 => "AES-256-CTR key ‖ 4-byte nonce",
-        NullHmacSha1 | NullHmacSha256 => return None,
+        Aes128CbcHmacSha1 | Aes128CbcHmacSha256 | Aes128CbcHmacSha384 | Aes128CbcHmacSha512 => "AES-128-CBC key",
+        Aes192CbcHmacSha1 | Aes192CbcHmacSha256 | Aes192CbcHmacSha384 | Aes192CbcHmacSha512 => "AES-192-CBC key",
+        Aes256CbcHmacSha1 | Aes256CbcHmacSha256 | Aes256CbcHmacSha384 | Aes256CbcHmacSha512 => "AES-256-CBC key",
+        Aes128CtrHmacSha1 | Aes128CtrHmacSha256 | Aes128CtrHmacSha384 | Aes128CtrHmacSha512 => "AES-128-CTR key ‖ 4-byte nonce",
+        Aes192CtrHmacSha1 | Aes192CtrHmacSha256 | Aes192CtrHmacSha384 | Aes192CtrHmacSha512 => "AES-192-CTR key ‖ 4-byte nonce",
+        Aes256CtrHmacSha1 | Aes256CtrHmacSha256 | Aes256CtrHmacSha384 | Aes256CtrHmacSha512 => "AES-256-CTR key ‖ 4-byte nonce",
+        NullHmacSha1 | NullHmacSha256 | NullHmacSha384 | NullHmacSha512 => return None,
     })
 }
 
 /// The integrity algorithm's name and key length in bytes (RFC 2404 §3:
-/// 20, RFC 4868 §2.1.1: 32); `None` for combined modes.
+/// 20, RFC 4868 §2.1.1: 32, 48 or 64); `None` for combined modes.
 pub fn auth(a: Algorithm) -> Option<(&'static str, usize)> {
     use crate::crypto::Mac;
     a.mac().map(|m| match m {
         Mac::HmacSha1_96 => ("HMAC-SHA1-96", m.key_len()),
         Mac::HmacSha256_128 => ("HMAC-SHA-256-128", m.key_len()),
+        Mac::HmacSha384_192 => ("HMAC-SHA-384-192", m.key_len()),
+        Mac::HmacSha512_256 => ("HMAC-SHA-512-256", m.key_len()),
     })
 }
 

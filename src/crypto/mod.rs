@@ -106,6 +106,34 @@ pub enum Algorithm {
     Aes192CtrHmacSha1,
     /// AES-192-CTR with HMAC-SHA-256-128.
     Aes192CtrHmacSha256,
+    /// AES-128-CBC with HMAC-SHA-384-192 (RFC 4868 §2.1).
+    Aes128CbcHmacSha384,
+    /// AES-192-CBC with HMAC-SHA-384-192.
+    Aes192CbcHmacSha384,
+    /// AES-256-CBC with HMAC-SHA-384-192.
+    Aes256CbcHmacSha384,
+    /// AES-128-CBC with HMAC-SHA-512-256 (RFC 4868 §2.1).
+    Aes128CbcHmacSha512,
+    /// AES-192-CBC with HMAC-SHA-512-256.
+    Aes192CbcHmacSha512,
+    /// AES-256-CBC with HMAC-SHA-512-256.
+    Aes256CbcHmacSha512,
+    /// AES-128-CTR with HMAC-SHA-384-192.
+    Aes128CtrHmacSha384,
+    /// AES-192-CTR with HMAC-SHA-384-192.
+    Aes192CtrHmacSha384,
+    /// AES-256-CTR with HMAC-SHA-384-192.
+    Aes256CtrHmacSha384,
+    /// AES-128-CTR with HMAC-SHA-512-256.
+    Aes128CtrHmacSha512,
+    /// AES-192-CTR with HMAC-SHA-512-256.
+    Aes192CtrHmacSha512,
+    /// AES-256-CTR with HMAC-SHA-512-256.
+    Aes256CtrHmacSha512,
+    /// NULL encryption with HMAC-SHA-384-192.
+    NullHmacSha384,
+    /// NULL encryption with HMAC-SHA-512-256.
+    NullHmacSha512,
 }
 
 /// Former name of [`Algorithm`], from when only AES-GCM existed.
@@ -136,28 +164,38 @@ pub enum Mac {
     HmacSha1_96,
     /// HMAC-SHA-256 truncated to 128 bits (RFC 4868), 256-bit key.
     HmacSha256_128,
+    /// HMAC-SHA-384 truncated to 192 bits (RFC 4868), 384-bit key.
+    HmacSha384_192,
+    /// HMAC-SHA-512 truncated to 256 bits (RFC 4868), 512-bit key.
+    HmacSha512_256,
 }
 
 impl Mac {
-    /// Key length in bytes (RFC 2404 §3, RFC 4868 §2.1.1).
+    /// Key length in bytes (RFC 2404 §3; RFC 4868 §2.1.1: the hash's
+    /// output length, 32, 48 or 64).
     pub fn key_len(self) -> usize {
         match self {
             Mac::HmacSha1_96 => 20,
             Mac::HmacSha256_128 => 32,
+            Mac::HmacSha384_192 => 48,
+            Mac::HmacSha512_256 => 64,
         }
     }
-    /// Truncated output (ICV) length in bytes.
+    /// Truncated output (ICV) length in bytes (RFC 2404 §2; RFC 4868
+    /// §2.3: half the hash's output).
     pub fn icv_len(self) -> usize {
         match self {
             Mac::HmacSha1_96 => 12,
             Mac::HmacSha256_128 => 16,
+            Mac::HmacSha384_192 => 24,
+            Mac::HmacSha512_256 => 32,
         }
     }
 }
 
 impl Algorithm {
     /// Every algorithm, in the order the devices list them.
-    pub const ALL: [Algorithm; 21] = [
+    pub const ALL: [Algorithm; 35] = [
         Algorithm::Aes128Gcm,
         Algorithm::Aes256Gcm,
         Algorithm::Aes128Gmac,
@@ -179,6 +217,20 @@ impl Algorithm {
         Algorithm::Aes192CbcHmacSha256,
         Algorithm::Aes192CtrHmacSha1,
         Algorithm::Aes192CtrHmacSha256,
+        Algorithm::Aes128CbcHmacSha384,
+        Algorithm::Aes192CbcHmacSha384,
+        Algorithm::Aes256CbcHmacSha384,
+        Algorithm::Aes128CbcHmacSha512,
+        Algorithm::Aes192CbcHmacSha512,
+        Algorithm::Aes256CbcHmacSha512,
+        Algorithm::Aes128CtrHmacSha384,
+        Algorithm::Aes192CtrHmacSha384,
+        Algorithm::Aes256CtrHmacSha384,
+        Algorithm::Aes128CtrHmacSha512,
+        Algorithm::Aes192CtrHmacSha512,
+        Algorithm::Aes256CtrHmacSha512,
+        Algorithm::NullHmacSha384,
+        Algorithm::NullHmacSha512,
     ];
 
     /// The name an SA selects it by in the config (`algorithm = "…"`).
@@ -205,6 +257,20 @@ impl Algorithm {
             Algorithm::Aes192CbcHmacSha256 => "aes-192-cbc-hmac-sha256",
             Algorithm::Aes192CtrHmacSha1 => "aes-192-ctr-hmac-sha1",
             Algorithm::Aes192CtrHmacSha256 => "aes-192-ctr-hmac-sha256",
+            Algorithm::Aes128CbcHmacSha384 => "aes-128-cbc-hmac-sha384",
+            Algorithm::Aes192CbcHmacSha384 => "aes-192-cbc-hmac-sha384",
+            Algorithm::Aes256CbcHmacSha384 => "aes-256-cbc-hmac-sha384",
+            Algorithm::Aes128CbcHmacSha512 => "aes-128-cbc-hmac-sha512",
+            Algorithm::Aes192CbcHmacSha512 => "aes-192-cbc-hmac-sha512",
+            Algorithm::Aes256CbcHmacSha512 => "aes-256-cbc-hmac-sha512",
+            Algorithm::Aes128CtrHmacSha384 => "aes-128-ctr-hmac-sha384",
+            Algorithm::Aes192CtrHmacSha384 => "aes-192-ctr-hmac-sha384",
+            Algorithm::Aes256CtrHmacSha384 => "aes-256-ctr-hmac-sha384",
+            Algorithm::Aes128CtrHmacSha512 => "aes-128-ctr-hmac-sha512",
+            Algorithm::Aes192CtrHmacSha512 => "aes-192-ctr-hmac-sha512",
+            Algorithm::Aes256CtrHmacSha512 => "aes-256-ctr-hmac-sha512",
+            Algorithm::NullHmacSha384 => "null-hmac-sha384",
+            Algorithm::NullHmacSha512 => "null-hmac-sha512",
         }
     }
 
@@ -215,9 +281,11 @@ impl Algorithm {
             Aes128Gcm | Aes192Gcm | Aes256Gcm => Cipher::AesGcm,
             Aes128Gmac | Aes192Gmac | Aes256Gmac => Cipher::AesGmac,
             ChaCha20Poly1305 => Cipher::ChaCha20Poly1305,
-            Aes128CbcHmacSha1 | Aes192CbcHmacSha1 | Aes256CbcHmacSha1 | Aes128CbcHmacSha256 | Aes192CbcHmacSha256 | Aes256CbcHmacSha256 => Cipher::AesCbc,
-            Aes128CtrHmacSha1 | Aes192CtrHmacSha1 | Aes256CtrHmacSha1 | Aes128CtrHmacSha256 | Aes192CtrHmacSha256 | Aes256CtrHmacSha256 => Cipher::AesCtr,
-            NullHmacSha1 | NullHmacSha256 => Cipher::Null,
+            Aes128CbcHmacSha1 | Aes192CbcHmacSha1 | Aes256CbcHmacSha1 | Aes128CbcHmacSha256 | Aes192CbcHmacSha256 | Aes256CbcHmacSha256 | Aes128CbcHmacSha384
+            | Aes192CbcHmacSha384 | Aes256CbcHmacSha384 | Aes128CbcHmacSha512 | Aes192CbcHmacSha512 | Aes256CbcHmacSha512 => Cipher::AesCbc,
+            Aes128CtrHmacSha1 | Aes192CtrHmacSha1 | Aes256CtrHmacSha1 | Aes128CtrHmacSha256 | Aes192CtrHmacSha256 | Aes256CtrHmacSha256 | Aes128CtrHmacSha384
+            | Aes192CtrHmacSha384 | Aes256CtrHmacSha384 | Aes128CtrHmacSha512 | Aes192CtrHmacSha512 | Aes256CtrHmacSha512 => Cipher::AesCtr,
+            NullHmacSha1 | NullHmacSha256 | NullHmacSha384 | NullHmacSha512 => Cipher::Null,
         }
     }
 
@@ -227,7 +295,15 @@ impl Algorithm {
         match self {
             Aes128Gcm | Aes192Gcm | Aes256Gcm | Aes128Gmac | Aes192Gmac | Aes256Gmac | ChaCha20Poly1305 => None,
             Aes128CbcHmacSha1 | Aes192CbcHmacSha1 | Aes256CbcHmacSha1 | Aes128CtrHmacSha1 | Aes192CtrHmacSha1 | Aes256CtrHmacSha1 | NullHmacSha1 => Some(Mac::HmacSha1_96),
-            _ => Some(Mac::HmacSha256_128),
+            Aes128CbcHmacSha256 | Aes192CbcHmacSha256 | Aes256CbcHmacSha256 | Aes128CtrHmacSha256 | Aes192CtrHmacSha256 | Aes256CtrHmacSha256 | NullHmacSha256 => {
+                Some(Mac::HmacSha256_128)
+            }
+            Aes128CbcHmacSha384 | Aes192CbcHmacSha384 | Aes256CbcHmacSha384 | Aes128CtrHmacSha384 | Aes192CtrHmacSha384 | Aes256CtrHmacSha384 | NullHmacSha384 => {
+                Some(Mac::HmacSha384_192)
+            }
+            Aes128CbcHmacSha512 | Aes192CbcHmacSha512 | Aes256CbcHmacSha512 | Aes128CtrHmacSha512 | Aes192CtrHmacSha512 | Aes256CtrHmacSha512 | NullHmacSha512 => {
+                Some(Mac::HmacSha512_256)
+            }
         }
     }
 
@@ -240,11 +316,14 @@ impl Algorithm {
     pub fn key_len(self) -> usize {
         use Algorithm::*;
         match self {
-            Aes128Gcm | Aes128Gmac | Aes128CbcHmacSha1 | Aes128CbcHmacSha256 | Aes128CtrHmacSha1 | Aes128CtrHmacSha256 => 16,
-            Aes192Gcm | Aes192Gmac | Aes192CbcHmacSha1 | Aes192CbcHmacSha256 | Aes192CtrHmacSha1 | Aes192CtrHmacSha256 => 24,
-            Aes256Gcm | Aes256Gmac | Aes256CbcHmacSha1 | Aes256CbcHmacSha256 | Aes256CtrHmacSha1 | Aes256CtrHmacSha256 => 32,
+            Aes128Gcm | Aes128Gmac | Aes128CbcHmacSha1 | Aes128CbcHmacSha256 | Aes128CtrHmacSha1 | Aes128CtrHmacSha256 | Aes128CbcHmacSha384 | Aes128CbcHmacSha512
+            | Aes128CtrHmacSha384 | Aes128CtrHmacSha512 => 16,
+            Aes192Gcm | Aes192Gmac | Aes192CbcHmacSha1 | Aes192CbcHmacSha256 | Aes192CtrHmacSha1 | Aes192CtrHmacSha256 | Aes192CbcHmacSha384 | Aes192CbcHmacSha512
+            | Aes192CtrHmacSha384 | Aes192CtrHmacSha512 => 24,
+            Aes256Gcm | Aes256Gmac | Aes256CbcHmacSha1 | Aes256CbcHmacSha256 | Aes256CtrHmacSha1 | Aes256CtrHmacSha256 | Aes256CbcHmacSha384 | Aes256CbcHmacSha512
+            | Aes256CtrHmacSha384 | Aes256CtrHmacSha512 => 32,
             ChaCha20Poly1305 => 32,
-            NullHmacSha1 | NullHmacSha256 => 0,
+            NullHmacSha1 | NullHmacSha256 | NullHmacSha384 | NullHmacSha512 => 0,
         }
     }
 
@@ -282,11 +361,14 @@ impl Algorithm {
     }
 
     /// ICV lengths an SA may choose: 8, 12 or 16 for AES-GCM (RFC 4106
-    /// §6), 16 for GMAC and ChaCha20-Poly1305, the MAC's truncation else.
+    /// §6), 16 for GMAC and ChaCha20-Poly1305, the MAC's truncation else
+    /// (12, 16, 24 or 32: RFC 2404 §2, RFC 4868 §2.3).
     pub fn icv_lens(self) -> &'static [usize] {
         match (self.cipher(), self.mac()) {
             (Cipher::AesGcm, _) => &[8, 12, 16],
             (_, Some(Mac::HmacSha1_96)) => &[12],
+            (_, Some(Mac::HmacSha384_192)) => &[24],
+            (_, Some(Mac::HmacSha512_256)) => &[32],
             _ => &[16],
         }
     }

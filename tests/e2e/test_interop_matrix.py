@@ -11,12 +11,12 @@ Dimensions (each a list below; adding a row adds cells):
 - NATT: off (ESP, protocol / next header 50) or on (ESP in UDP 4500 → 4500,
   RFC 3948: `udp_encap = true` at both ends, scapy's nat_t_header). IPv6
   transport with NAT-T is refused by secgw's config (README: RFC 3948 NAT-T
-  transport is IPv4-only here): those 42 cells are not run; the test checks
+  transport is IPv4-only here): those 70 cells are not run; the test checks
   that `secgw check` refuses each of them (gw0's outbound and gw1's inbound
   SA + policy) and prints them as "n/a (refused by config …)".
 - ESN: off or on (RFC 4303 §2.2.1).
-- ALGS: the 21 algorithms secgw supports.
-6 families × 2 × 2 × 21 = 504 cells, 462 of them run.
+- ALGS: the 35 algorithms secgw supports.
+6 families × 2 × 2 × 35 = 840 cells, 770 of them run.
 
 The pair runs configs derived from the dual-stack configs/ep0-v6.toml /
 ep1-v6.toml (written to the test's artifacts folder): for cell i gw0 gets an
@@ -139,6 +139,20 @@ ALGS = [
     Alg("aes-192-cbc-hmac-sha256", "AES-CBC", 24, 0, "SHA2-256-128", 32, 16, 16, 16),
     Alg("aes-192-ctr-hmac-sha1", "AES-CTR", 24, 4, "HMAC-SHA1-96", 20, 8, 12, 4),
     Alg("aes-192-ctr-hmac-sha256", "AES-CTR", 24, 4, "SHA2-256-128", 32, 8, 16, 4),
+    Alg("aes-128-cbc-hmac-sha384", "AES-CBC", 16, 0, "SHA2-384-192", 48, 16, 24, 16),
+    Alg("aes-192-cbc-hmac-sha384", "AES-CBC", 24, 0, "SHA2-384-192", 48, 16, 24, 16),
+    Alg("aes-256-cbc-hmac-sha384", "AES-CBC", 32, 0, "SHA2-384-192", 48, 16, 24, 16),
+    Alg("aes-128-cbc-hmac-sha512", "AES-CBC", 16, 0, "SHA2-512-256", 64, 16, 32, 16),
+    Alg("aes-192-cbc-hmac-sha512", "AES-CBC", 24, 0, "SHA2-512-256", 64, 16, 32, 16),
+    Alg("aes-256-cbc-hmac-sha512", "AES-CBC", 32, 0, "SHA2-512-256", 64, 16, 32, 16),
+    Alg("aes-128-ctr-hmac-sha384", "AES-CTR", 16, 4, "SHA2-384-192", 48, 8, 24, 4),
+    Alg("aes-192-ctr-hmac-sha384", "AES-CTR", 24, 4, "SHA2-384-192", 48, 8, 24, 4),
+    Alg("aes-256-ctr-hmac-sha384", "AES-CTR", 32, 4, "SHA2-384-192", 48, 8, 24, 4),
+    Alg("aes-128-ctr-hmac-sha512", "AES-CTR", 16, 4, "SHA2-512-256", 64, 8, 32, 4),
+    Alg("aes-192-ctr-hmac-sha512", "AES-CTR", 24, 4, "SHA2-512-256", 64, 8, 32, 4),
+    Alg("aes-256-ctr-hmac-sha512", "AES-CTR", 32, 4, "SHA2-512-256", 64, 8, 32, 4),
+    Alg("null-hmac-sha384", "NULL", 0, 0, "SHA2-384-192", 48, 0, 24, 4),
+    Alg("null-hmac-sha512", "NULL", 0, 0, "SHA2-512-256", 64, 0, 32, 4),
 ]
 
 
@@ -426,7 +440,7 @@ def ref_open(cell: Cell, esp: bytes, esn_hi: int = 0) -> bytes:
         assert AESGCM(key).decrypt(salt + iv, icv, aad + iv + body) == b""
         pt = body
     else:
-        digest = hashlib.sha1 if a.auth_key_len == 20 else hashlib.sha256
+        digest = {20: hashlib.sha1, 32: hashlib.sha256, 48: hashlib.sha384, 64: hashlib.sha512}[a.auth_key_len]
         want = hmac.new(cell.auth_key, esp[:len(esp) - a.icv] + hi, digest).digest()[:a.icv]
         assert hmac.compare_digest(want, icv), f"HMAC mismatch: got {icv.hex()}, want {want.hex()}"
         if a.scapy_crypt == "AES-CBC":
@@ -677,8 +691,8 @@ def test_interop_matrix(testbed, start_gws, artifacts):
     from scapy.layers.l2 import Ether
 
     t_start = time.monotonic()
-    assert len(CELLS) == sum(len(m.families) for m in MODES) * len(NATT) * len(ESN) * len(ALGS) == 504
-    assert len(RUN) == len(CELLS) - len(ESN) * len(ALGS) == 462
+    assert len(CELLS) == sum(len(m.families) for m in MODES) * len(NATT) * len(ESN) * len(ALGS) == 840
+    assert len(RUN) == len(CELLS) - len(ESN) * len(ALGS) == 770
     assert len({c.label for c in CELLS}) == len(CELLS)
     for c in RUN:
         assert c.max_payload > 1000, (c.label, c.max_payload)

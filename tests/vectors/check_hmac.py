@@ -5,6 +5,8 @@
   hmac_sha256 (RFC 4231):      HMAC-SHA256(key, data) starts with digest (Test Case 5
                                is published truncated), digest_128 == its first 16 octets
   hmac_sha256_128 (RFC 4868):  HMAC-SHA256(key, data)[:16] == digest_128, 32-octet keys
+  hmac_sha384_192 (RFC 4868):  HMAC-SHA384(key, data)[:24] == digest_192, 48-octet keys
+  hmac_sha512_256 (RFC 4868):  HMAC-SHA512(key, data)[:32] == digest_256, 64-octet keys
 
 Prints "N passed, M failed" and exits non-zero if anything fails.
 Usage: python3 check_hmac.py [path/to/hmac.json]
@@ -39,6 +41,13 @@ def check(v, kind):
             errs.append(f"HMAC-SHA256 mismatch: {out.hex()}")
         if h(v["digest_128"]) != out[:16]:
             errs.append("digest_128")
+    elif kind in ("hmac_sha384_192", "hmac_sha512_256"):
+        alg, n, field = (hashes.SHA384(), 24, "digest_192") if kind == "hmac_sha384_192" else (hashes.SHA512(), 32, "digest_256")
+        out = mac(alg, key, data)
+        if len(key) != 2 * n:
+            errs.append(f"RFC 4868 keys are {2 * n} octets")
+        if h(v[field]) != out[:n]:
+            errs.append(f"{kind} mismatch: {out[:n].hex()}")
     else:
         out = mac(hashes.SHA256(), key, data)
         if len(key) != 32:
@@ -51,7 +60,7 @@ def check(v, kind):
 def main():
     doc = load("hmac.json")
     cases = [(f"{kind} {v.get('name')}", lambda v=v, kind=kind: check(v, kind))
-             for kind in ("hmac_sha1", "hmac_sha256", "hmac_sha256_128") for v in doc[kind]]
+             for kind in ("hmac_sha1", "hmac_sha256", "hmac_sha256_128", "hmac_sha384_192", "hmac_sha512_256") for v in doc[kind]]
     return run(cases)
 
 

@@ -1,7 +1,7 @@
 //! Cipher plus separate integrity, encrypt-then-MAC as ESP does it
 //! (RFC 4303 §3.3.2, §3.4.4): AES-CBC (RFC 3602), AES-CTR (RFC 3686) or
-//! NULL (RFC 2410), with HMAC-SHA1-96 (RFC 2404) or HMAC-SHA-256-128
-//! (RFC 4868). The MAC covers the op's auth range and then its auth
+//! NULL (RFC 2410), with HMAC-SHA1-96 (RFC 2404) or HMAC-SHA-256-128,
+//! -384-192 or -512-256 (RFC 4868). The MAC covers the op's auth range and then its auth
 //! trailer (ESN high bits), is truncated to the ICV length, and on open is
 //! compared in constant time before anything is decrypted.
 
@@ -11,9 +11,9 @@ use aes::cipher::generic_array::GenericArray;
 use aes::cipher::inout::InOutBuf;
 use aes::cipher::{BlockCipher, BlockDecrypt, BlockDecryptMut, BlockEncrypt, BlockEncryptMut, InnerIvInit, KeyInit, StreamCipherCore};
 use aes::{Aes128, Aes192, Aes256};
-use hmac::{Hmac, Mac as _};
+use hmac::Hmac;
 use sha1::Sha1;
-use sha2::Sha256;
+use sha2::{Sha256, Sha384, Sha512};
 use subtle::ConstantTimeEq;
 
 /// The cipher part with its expanded key.
@@ -31,7 +31,12 @@ enum Enc {
 enum Auth {
     Sha1(Hmac<Sha1>),
     Sha256(Hmac<Sha256>),
+    Sha384(Hmac<Sha384>),
+    Sha512(Hmac<Sha512>),
 }
+
+/// Room for the longest full HMAC (SHA-512's 64 bytes).
+const MAC_MAX: usize = 64;
 
 /// Expanded keys of a cipher + HMAC session.
 pub(crate) struct CipherMac {
@@ -51,33 +56,34 @@ impl CipherMac {
             (Cipher::AesCtr, _) => Enc::Ctr256(Aes256::new(GenericArray::from_slice(key))),
             _ => Enc::Null,
         };
-        // HMAC takes a key of any length (RFC 2104); ours are 20 or 32 bytes.
+        // HMAC takes a key of any length (RFC 2104); ours are 20, 32, 48 or 64 bytes.
+        const ANY: &str = "HMAC accepts any key length";
+        use crate::crypto::Mac;
         let auth = match alg.mac() {
-            Some(crate::crypto::Mac::HmacSha1_96) => Auth::Sha1(<Hmac<Sha1> as hmac::Mac>::new_from_slice(auth_key).expect("HMAC accepts any key length")),
-            _ => Auth::Sha256(<Hmac<Sha256> as hmac::Mac>::new_from_slice(auth_key).expect("HMAC accepts any key length")),
+            Some(Mac::HmacSha1_96) => Auth::Sha1(<Hmac<Sha1> as hmac::Mac>::new_from_slice(auth_key).expect(ANY)),
+            Some(Mac::HmacSha384_192) => Auth::Sha384(<Hmac<Sha384> as hmac::Mac>::new_from_slice(auth_key).expect(ANY)),
+            Some(Mac::HmacSha512_256) => Auth::Sha512(<Hmac<Sha512> as hmac::Mac>::new_from_slice(auth_key).expect(ANY)),
+            // SHA-256, and what `check_xform` lets through for a combined mode (never used).
+            Some(Mac::HmacSha256_128) | None => Auth::Sha256(<Hmac<Sha256> as hmac::Mac>::new_from_slice(auth_key).expect(ANY)),
         };
         CipherMac { enc, auth }
     }
 
     /// The full HMAC of `auth ‖ trailer` into `out`; returns its length.
-    fn mac(&self, auth: &[u8], trailer: &[u8], out: &mut [u8; 32]) -> usize {
+    fn mac(&self, auth: &[u8], trailer: &[u8], out: &mut [u8; MAC_MAX]) -> usize {
+        fn run<M: hmac::Mac + Clone>(k: &M, auth: &[u8], trailer: &[u8], out: &mut [u8; MAC_MAX]) -> usize {
+            let mut m = k.clone();
+            m.update(auth);
+            m.update(trailer);
+            let t = m.finalize().into_bytes();
+            out[..t.len()].copy_from_slice(&t);
+            t.len()
+        }
         match &self.auth {
-            Auth::Sha1(k) => {
-                let mut m = k.clone();
-                m.update(auth);
-                m.update(trailer);
-                let t = m.finalize().into_bytes();
-                out[..t.len()].copy_from_slice(&t);
-                t.len()
-            }
-            Auth::Sha256(k) => {
-                let mut m = k.clone();
-                m.update(auth);
-                m.update(trailer);
-                let t = m.finalize().into_bytes();
-                out[..t.len()].copy_from_slice(&t);
-                t.len()
-            }
+            Auth::Sha1(k) => run(k, auth, trailer, out),
+            Auth::Sha256(k) => run(k, auth, trailer, out),
+            Auth::Sha384(k) => run(k, auth, trailer, out),
+            Auth::Sha512(k) => run(k, auth, trailer, out),
         }
     }
 
@@ -94,7 +100,7 @@ impl CipherMac {
             Enc::Ctr192(k) => ctr_apply(k, a.nonce, data),
             Enc::Ctr256(k) => ctr_apply(k, a.nonce, data),
         }
-        let mut t = [0u8; 32];
+        let mut t = [0u8; MAC_MAX];
         let n = self.mac(&buf[r.auth.clone()], a.trailer, &mut t);
         if a.icv_len > n {
             return OpStatus::InvalidOp;
@@ -106,7 +112,7 @@ impl CipherMac {
     /// Verifies the truncated MAC in constant time (RFC 2404 §2, RFC 4868
     /// §2.3: exactly the ICV's bits), then decrypts.
     pub(crate) fn open(&self, a: &OpArgs<'_>, buf: &mut [u8], r: &OpRanges) -> OpStatus {
-        let mut t = [0u8; 32];
+        let mut t = [0u8; MAC_MAX];
         let n = self.mac(&buf[r.auth.clone()], a.trailer, &mut t);
         if a.icv_len > n {
             return OpStatus::InvalidOp;
@@ -167,6 +173,8 @@ mod tests {
         hmac_sha1: Vec<V>,
         hmac_sha256: Vec<V>,
         hmac_sha256_128: Vec<V>,
+        hmac_sha384_192: Vec<V>,
+        hmac_sha512_256: Vec<V>,
     }
 
     #[derive(serde::Deserialize)]
@@ -178,6 +186,10 @@ mod tests {
         digest_96: String,
         #[serde(default)]
         digest_128: String,
+        #[serde(default)]
+        digest_192: String,
+        #[serde(default)]
+        digest_256: String,
     }
 
     fn h(s: &str) -> Vec<u8> {
@@ -196,7 +208,7 @@ mod tests {
     fn run(alg: Algorithm, v: &V, want: &str, icv_len: usize) {
         let m = CipherMac::new(alg, &[], &h(&v.key));
         let data = h(&v.data);
-        let mut buf = [&data[..], &[0u8; 16][..icv_len]].concat();
+        let mut buf = [&data[..], &[0u8; 32][..icv_len]].concat();
         let r = OpRanges { data: 0..0, auth: 0..data.len(), icv: data.len()..data.len() + icv_len };
         let a = OpArgs { nonce: &[0; 12], iv: &[0; 16], aad: &[], trailer: &[], icv_len };
         assert_eq!(m.seal(&a, &mut buf, &r), OpStatus::Success);
@@ -223,6 +235,18 @@ mod tests {
         assert_eq!(f.hmac_sha256.len(), 7);
         for v in f.hmac_sha256.iter().chain(&f.hmac_sha256_128) {
             run(Algorithm::NullHmacSha256, v, &v.digest_128, 16);
+        }
+    }
+
+    #[test]
+    fn rfc4868_hmac_sha384_192_and_sha512_256() {
+        let f = load();
+        assert_eq!((f.hmac_sha384_192.len(), f.hmac_sha512_256.len()), (3, 3));
+        for v in &f.hmac_sha384_192 {
+            run(Algorithm::NullHmacSha384, v, &v.digest_192, 24);
+        }
+        for v in &f.hmac_sha512_256 {
+            run(Algorithm::NullHmacSha512, v, &v.digest_256, 32);
         }
     }
 
