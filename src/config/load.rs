@@ -1922,13 +1922,8 @@ impl Checker<'_> {
             }
             (Some((_, None)), None) => Some(Key::default()),
             (Some((_, Some((name, len)))), _) => {
-                let desc = match name {
-                    "HMAC-SHA1-96" => "HMAC-SHA1-96 key",
-                    "HMAC-SHA-384-192" => "HMAC-SHA-384-192 key",
-                    "HMAC-SHA-512-256" => "HMAC-SHA-512-256 key",
-                    _ => "HMAC-SHA-256-128 key",
-                };
-                self.required(&s.auth_key, tab, "auth_key").and_then(|v| self.key(v, &tab.field("auth_key"), Some((2 * len, desc))))
+                let desc = format!("{name} key");
+                self.required(&s.auth_key, tab, "auth_key").and_then(|v| self.key(v, &tab.field("auth_key"), Some((2 * len, &desc))))
             }
             (None, Some(v)) => self.key(v, &tab.field("auth_key"), None),
             (None, None) => None,
