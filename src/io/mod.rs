@@ -24,9 +24,12 @@ pub const HEADROOM: usize = 128;
 ///
 /// Invariant: `head + len <= BUF_SIZE`.
 pub struct PktBuf {
-    data: Box<[u8]>,
-    head: usize,
-    len: usize,
+    /// A thin pointer to a fixed-size array (not a slice): the buffer
+    /// moves as three words through the per-packet path, and its bounds
+    /// are known to the compiler.
+    data: Box<[u8; BUF_SIZE]>,
+    head: u32,
+    len: u32,
     /// Port the frame was received on.
     pub port: u16,
     /// Worker whose pool the buffer belongs to (buffers handed to another
@@ -60,25 +63,26 @@ impl PktBuf {
     /// A zeroed buffer with the frame empty at `HEADROOM`. Allocates: call at
     /// start-up only.
     pub fn new() -> Self {
-        PktBuf { data: vec![0u8; BUF_SIZE].into_boxed_slice(), head: HEADROOM, len: 0, port: 0, home: 0, outer_frag_mtu: 0 }
+        let data: Box<[u8; BUF_SIZE]> = vec![0u8; BUF_SIZE].into_boxed_slice().try_into().expect("BUF_SIZE bytes");
+        PktBuf { data, head: HEADROOM as u32, len: 0, port: 0, home: 0, outer_frag_mtu: 0 }
     }
 
     /// The frame bytes.
     #[inline]
     pub fn frame(&self) -> &[u8] {
-        &self.data[self.head..self.head + self.len]
+        &self.data[self.head as usize..(self.head + self.len) as usize]
     }
 
     /// The frame bytes, mutable.
     #[inline]
     pub fn frame_mut(&mut self) -> &mut [u8] {
-        &mut self.data[self.head..self.head + self.len]
+        &mut self.data[self.head as usize..(self.head + self.len) as usize]
     }
 
     /// Frame length in bytes.
     #[inline]
     pub fn len(&self) -> usize {
-        self.len
+        self.len as usize
     }
 
     /// True when the frame is empty.
@@ -90,13 +94,13 @@ impl PktBuf {
     /// Bytes free in front of the frame.
     #[inline]
     pub fn headroom(&self) -> usize {
-        self.head
+        self.head as usize
     }
 
     /// Bytes free after the frame.
     #[inline]
     pub fn tailroom(&self) -> usize {
-        BUF_SIZE - self.head - self.len
+        BUF_SIZE - (self.head + self.len) as usize
     }
 
     /// Resets to an empty frame at `HEADROOM` and returns the writable area
@@ -104,7 +108,7 @@ impl PktBuf {
     /// [`PktBuf::set_len`]. The bytes in the area are left as they are.
     #[inline]
     pub fn reset(&mut self) -> &mut [u8] {
-        self.head = HEADROOM;
+        self.head = HEADROOM as u32;
         self.len = 0;
         self.outer_frag_mtu = 0;
         &mut self.data[HEADROOM..]
@@ -114,10 +118,10 @@ impl PktBuf {
     /// Returns false (and changes nothing) if it would not fit.
     #[inline]
     pub fn set_len(&mut self, len: usize) -> bool {
-        if self.head + len > BUF_SIZE {
+        if self.head as usize + len > BUF_SIZE {
             return false;
         }
-        self.len = len;
+        self.len = len as u32;
         true
     }
 
@@ -129,11 +133,12 @@ impl PktBuf {
     /// not fit in the area. Used by IP reassembly to turn a fragment's own
     /// buffer into the datagram's assembly buffer without a second buffer.
     pub fn move_to_area(&mut self, from: std::ops::Range<usize>, to: usize) -> bool {
-        if from.start > from.end || from.end > self.len || to.saturating_add(from.end - from.start) > BUF_SIZE - HEADROOM {
+        if from.start > from.end || from.end > self.len as usize || to.saturating_add(from.end - from.start) > BUF_SIZE - HEADROOM {
             return false;
         }
-        self.data.copy_within(self.head + from.start..self.head + from.end, HEADROOM + to);
-        self.head = HEADROOM;
+        let head = self.head as usize;
+        self.data.copy_within(head + from.start..head + from.end, HEADROOM + to);
+        self.head = HEADROOM as u32;
         self.len = 0;
         self.outer_frag_mtu = 0;
         true
@@ -147,7 +152,7 @@ impl PktBuf {
             return false;
         }
         area[..bytes.len()].copy_from_slice(bytes);
-        self.len = bytes.len();
+        self.len = bytes.len() as u32;
         true
     }
 
@@ -155,22 +160,22 @@ impl PktBuf {
     /// bytes are not initialised. Returns false if headroom is short.
     #[inline]
     pub fn prepend(&mut self, n: usize) -> bool {
-        if n > self.head {
+        if n > self.head as usize {
             return false;
         }
-        self.head -= n;
-        self.len += n;
+        self.head -= n as u32;
+        self.len += n as u32;
         true
     }
 
     /// Removes `n` bytes from the front. Returns false if the frame is shorter.
     #[inline]
     pub fn adj(&mut self, n: usize) -> bool {
-        if n > self.len {
+        if n > self.len as usize {
             return false;
         }
-        self.head += n;
-        self.len -= n;
+        self.head += n as u32;
+        self.len -= n as u32;
         true
     }
 
@@ -181,17 +186,17 @@ impl PktBuf {
         if n > self.tailroom() {
             return false;
         }
-        self.len += n;
+        self.len += n as u32;
         true
     }
 
     /// Cuts the frame to `len` bytes. Returns false if it is shorter.
     #[inline]
     pub fn trim_to(&mut self, len: usize) -> bool {
-        if len > self.len {
+        if len > self.len as usize {
             return false;
         }
-        self.len = len;
+        self.len = len as u32;
         true
     }
 }
