@@ -38,6 +38,9 @@ pub struct MemGateway<D: CryptoDevice = SoftDevice> {
     /// The neighbour table the workers report to ([`MemGateway::run`]
     /// ticks it as the control thread would).
     pub neighbours: NeighbourTable,
+    /// Where the workers load their tables from: a test publishes a new
+    /// snapshot (version + 1) here as the control thread would.
+    pub published: Arc<arc_swap::ArcSwap<Tables>>,
 }
 
 /// The workers of a config over ports the caller makes: what
@@ -56,6 +59,8 @@ pub struct Workers<P: Port, D: CryptoDevice = SoftDevice> {
     pub dev: D,
     /// The neighbour table the workers report to.
     pub neighbours: NeighbourTable,
+    /// Where the workers load their tables from (as [`MemGateway::published`]).
+    pub published: Arc<arc_swap::ArcSwap<Tables>>,
 }
 
 impl<P: Port, D: CryptoDevice> Workers<P, D> {
@@ -80,7 +85,7 @@ impl<P: Port, D: CryptoDevice> Workers<P, D> {
             workers.push(Worker::new(conf, ports, qp, tables.clone(), c.clone(), handoff));
             counters.push(c);
         }
-        Ok(Workers { workers, tables: t, counters, cfg, dev, neighbours })
+        Ok(Workers { workers, tables: t, counters, cfg, dev, neighbours, published: tables })
     }
 
     /// Counters summed over workers.
@@ -130,8 +135,8 @@ impl<D: CryptoDevice> MemGateway<D> {
             wires[w].push((names[i].clone(), wire));
             port
         })?;
-        let Workers { workers, tables, counters, cfg, dev, neighbours } = built;
-        Ok(MemGateway { workers, wires, tables, counters, cfg, dev, neighbours })
+        let Workers { workers, tables, counters, cfg, dev, neighbours, published } = built;
+        Ok(MemGateway { workers, wires, tables, counters, cfg, dev, neighbours, published })
     }
 
     /// The wire of worker `worker`'s port `port` (by config name).

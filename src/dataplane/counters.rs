@@ -358,6 +358,10 @@ pub struct WorkerCounters {
     pub handoff_out: Counter,
     /// Packets received from other workers for SAs this worker owns.
     pub handoff_in: Counter,
+    /// Packets from protected ports whose SPD answer (PROTECT or BYPASS)
+    /// came from the worker's outbound flow cache (README, Flow cache),
+    /// counted once per burst.
+    pub flow_hits: Counter,
     /// Crypto ops the worker's queue pair accepted (`enqueue_burst`) or
     /// ran in place (`process_sync`).
     pub crypto_enqueued: Counter,
@@ -422,6 +426,7 @@ impl WorkerCounters {
             neigh_pending: Counter::default(),
             handoff_out: Counter::default(),
             handoff_in: Counter::default(),
+            flow_hits: Counter::default(),
             crypto_enqueued: Counter::default(),
             crypto_dequeued: Counter::default(),
             crypto_refused: Counter::default(),

@@ -1,5 +1,6 @@
 //! One data-plane worker.
 
+mod flow;
 mod resolve;
 
 pub use resolve::PendingConf;
@@ -437,6 +438,13 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     /// Session references of finished ops, handed to the next ops of the
     /// same session (no reference count per op); cleared on adopt.
     sessions: SessionCache,
+    /// Outbound PROTECT decisions of recent flows ([`flow`]); cleared on
+    /// adopt.
+    flows: flow::FlowCache,
+    /// Per outbound SA slot: may its packets take the fast path, and the
+    /// largest inner packet that fits ([`flow::fast_sas`]); rebuilt on
+    /// adopt.
+    fast_sa: Vec<flow::FastSa>,
 }
 
 impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
@@ -508,6 +516,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             via_memo: None,
             resolver: resolve::Resolver::new(conf.neigh),
             sessions: SessionCache::new(total),
+            flows: flow::FlowCache::default(),
+            fast_sa: Vec::new(),
         };
         w.adopt(&t);
         w
@@ -550,6 +560,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         // A removed SA's session (its key material) must not outlive its
         // last op in the cache.
         self.sessions.clear();
+        self.flows.clear();
+        flow::fast_sas(t, me, &mut self.fast_sa);
         self.counters.adopted.set(t.version);
         self.boundary = self.prepared;
         self.note_quiesced();
@@ -688,10 +700,26 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             let limit = self.conf.burst.min(self.pool.len()).min(room);
             let n = self.ports[p].rx_burst(&mut self.rx[..limit]);
             received += n;
+            // A protected port's frames try the flow cache first ([`flow`]).
+            let fast_mac = t.ports.get(p).filter(|i| i.protected).map(|i| i.mac);
+            let mut hits = 0;
             for i in 0..n {
                 let Some(fresh) = self.pool.pop() else { break };
                 let buf = std::mem::replace(&mut self.rx[i], fresh);
-                self.classify(&t, buf);
+                let fast = match &fast_mac {
+                    Some(mac) if buf.port as usize == p => self.fast_path(&t, p, mac, buf.frame()),
+                    _ => None,
+                };
+                match fast {
+                    Some(f) => {
+                        hits += 1;
+                        self.fast_forward(&t, f, buf)
+                    }
+                    None => self.classify(&t, buf),
+                }
+            }
+            if hits > 0 {
+                self.counters.flow_hits.add(hits);
             }
         }
         if !self.dummies.is_empty() {
@@ -1228,7 +1256,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return self.drop_buf(port, DropReason::SaExpired, buf);
         }
         let ident = &mut self.outer4_ident;
-        match outbound::prepare_with_ident(sa, st, buf, &mut self.sessions, |_| ident.take()) {
+        let prepared = match self.fast_sa.get(slot).and_then(|f| f.plan.as_ref()) {
+            Some(plan) => outbound::prepare_planned(sa, plan, st, buf, &mut self.sessions, |_| ident.take()),
+            None => outbound::prepare_with_ident(sa, st, buf, &mut self.sessions, |_| ident.take()),
+        };
+        match prepared {
             Ok(mut op) => {
                 spent_if_last(sa, st);
                 op.user[1] = tag(false, r, inner_len, port as u16);
@@ -1388,6 +1420,15 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             Some(SpdAction::Discard) => return self.drop_buf(port, DropReason::PolicyDiscard, buf),
             Some(a) => a,
         };
+        // The flow's next packets skip what was decided up to here
+        // (`flow`); a packet the gateway built (`error_to`) is no flow.
+        if error_to.is_none() {
+            let slot = match action {
+                SpdAction::Protect(slot) => Some(slot),
+                _ => None,
+            };
+            self.flows.learn(t.version, port, &key, slot);
+        }
         // Forwarding as a router: TTL / hop limit ≤ 1 cannot be forwarded;
         // else decrement once.
         if ttl <= 1 {

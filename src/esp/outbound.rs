@@ -298,21 +298,18 @@ pub fn seq_ident(seq: u64) -> u16 {
 pub fn prepare_with_ident(
     sa: &OutboundSa,
     st: &mut OutboundState,
-    mut buf: PktBuf,
+    buf: PktBuf,
     cache: &mut SessionCache,
     ident: impl FnOnce(u64) -> u16,
 ) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
     if sa.transport {
         return super::transport::outbound_prepare(sa, st, buf, cache);
     }
-    let Some((tos, inner_df, total, next_header)) = inner_facts(buf.frame().get(ethernet::HEADER_LEN..).unwrap_or(&[])) else {
-        return Err((EspError::BadInner, buf));
-    };
-    if total + ethernet::HEADER_LEN > buf.len() {
-        return Err((EspError::BadInner, buf));
+    match TunnelPlan::new(sa) {
+        Some(plan) => prepare_planned(sa, &plan, st, buf, cache, ident),
+        // Config validation keeps both endpoints of one family.
+        None => Err((EspError::CryptoError, buf)),
     }
-    let payload_len = tfc_pad(&mut buf, total, tfc_target(sa));
-    seal_tunnel(sa, st, buf, payload_len, tos, inner_df, next_header, cache, ident)
 }
 
 /// TFC padding (RFC 4303 §2.7): grows the inner packet of `total` bytes
@@ -382,23 +379,131 @@ pub fn prepare_dummy(
         Some(mtu) => len.min(max_inner_len(sa, 0, mtu as usize)),
         None => len,
     };
+    let Some(plan) = TunnelPlan::new(sa) else {
+        return Err((EspError::CryptoError, buf));
+    };
     let area = buf.reset();
     area[ethernet::HEADER_LEN..ethernet::HEADER_LEN + len].fill(0);
     buf.set_len(ethernet::HEADER_LEN + len);
-    seal_tunnel(sa, st, buf, len, 0, false, ipv4::PROTO_NONE, &mut SessionCache::default(), ident)
+    seal_tunnel(sa, &plan, st, buf, len, 0, false, ipv4::PROTO_NONE, &mut SessionCache::default(), ident)
+}
+
+/// What every tunnel-mode packet of an outbound SA has in common, worked
+/// out once per SA instead of per packet (DESIGN §6: "the outer header is
+/// a template built when the SA is installed", DPDK's `sa->hdr`): the
+/// outer IPv4 or IPv6 header and the UDP header of `udp_encap` as every
+/// packet carries them (the fields that vary per packet zero: DS + ECN,
+/// lengths, identification, DF, checksum), the IPv4 header's checksum sum
+/// over the fixed fields, and the ESP framing sizes of the SA's algorithm.
+/// A worker builds one per SA it owns when it adopts a tables snapshot
+/// (the SAs of a published snapshot never change); [`prepare`] builds one
+/// per call.
+#[derive(Debug, Clone, Copy)]
+pub struct TunnelPlan {
+    /// Outer IP header (20 or 40 bytes) then UDP (8, with `udp_encap`).
+    hdr: [u8; ipv6::HEADER_LEN + udp::HEADER_LEN],
+    /// Bytes of `hdr` used.
+    outer: usize,
+    ipv6: bool,
+    udp: bool,
+    /// IPv4: ones' complement sum (not folded) of the header's 16-bit
+    /// words as in `hdr`.
+    sum: u32,
+    /// ESP header + explicit IV.
+    front: usize,
+    iv_len: usize,
+    icv_len: usize,
+    /// Alignment of the encrypted part: `pad_align`, at least the block size.
+    align: usize,
+}
+
+impl TunnelPlan {
+    /// The plan of tunnel-mode SA `sa`; `None` for a transport-mode SA or
+    /// endpoints of two families (config validation refuses both for a
+    /// tunnel).
+    pub fn new(sa: &OutboundSa) -> Option<TunnelPlan> {
+        if sa.transport {
+            return None;
+        }
+        let alg = sa.session.algorithm();
+        let protocol = if sa.udp_encap.is_some() { ipv4::PROTO_UDP } else { ipv4::PROTO_ESP };
+        let mut hdr = [0u8; ipv6::HEADER_LEN + udp::HEADER_LEN];
+        let (ip_len, sum) = match (sa.tunnel_src, sa.tunnel_dst) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => {
+                // Written with the varying fields zero; its checksum field
+                // is then !sum, so the sum is the complement of it.
+                ipv4::write_header(&mut hdr, 0, 0, 0, 0, sa.outer_ttl, protocol, src, dst);
+                let ck = u16::from_be_bytes([hdr[ipv4::CHECKSUM], hdr[ipv4::CHECKSUM + 1]]);
+                hdr[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].fill(0);
+                (ipv4::MIN_HEADER_LEN, !ck as u32)
+            }
+            (IpAddr::V6(src), IpAddr::V6(dst)) => {
+                ipv6::write_header(&mut hdr, 0, 0, 0, protocol, sa.outer_ttl, &src, &dst);
+                (ipv6::HEADER_LEN, 0)
+            }
+            _ => return None,
+        };
+        let outer = match sa.udp_encap {
+            Some(u) => {
+                udp::write_header(&mut hdr[ip_len..ip_len + udp::HEADER_LEN], u.sport, u.dport, 0);
+                ip_len + udp::HEADER_LEN
+            }
+            None => ip_len,
+        };
+        Some(TunnelPlan {
+            hdr,
+            outer,
+            ipv6: ip_len == ipv6::HEADER_LEN,
+            udp: sa.udp_encap.is_some(),
+            sum,
+            front: front_len(alg),
+            iv_len: alg.iv_len(),
+            icv_len: sa.session.icv_len(),
+            align: sa.pad_align.max(alg.block_size()),
+        })
+    }
+}
+
+/// The first 16 bytes of ESP padding (RFC 4303 §2.4: 1, 2, 3, …).
+const PAD_RUN: [u8; 16] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16];
+
+/// [`prepare_with_ident`] for a tunnel-mode SA with its [`TunnelPlan`]
+/// `plan` (which must be `TunnelPlan::new(sa)`): the worker's path, which
+/// keeps the plans of the SAs it owns.
+#[inline]
+pub fn prepare_planned(
+    sa: &OutboundSa,
+    plan: &TunnelPlan,
+    st: &mut OutboundState,
+    mut buf: PktBuf,
+    cache: &mut SessionCache,
+    ident: impl FnOnce(u64) -> u16,
+) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+    let Some((tos, inner_df, total, next_header)) = inner_facts(buf.frame().get(ethernet::HEADER_LEN..).unwrap_or(&[])) else {
+        return Err((EspError::BadInner, buf));
+    };
+    if total + ethernet::HEADER_LEN > buf.len() {
+        return Err((EspError::BadInner, buf));
+    }
+    let payload_len = tfc_pad(&mut buf, total, tfc_target(sa));
+    seal_tunnel(sa, plan, st, buf, payload_len, tos, inner_df, next_header, cache, ident)
 }
 
 /// The part of [`prepare`] after the inner packet is known: `buf` holds
 /// Ethernet + `payload_len` bytes of ESP payload (anything after them is
 /// cut). Takes the sequence number and IV, frames ESP with `next_header`
-/// ([`encap`]) and writes the outer header (DS + ECN byte `tos`, DF per
-/// `sa.df` with `inner_df` for `copy`, clear for a buffer whose outer
-/// packet is to be fragmented; identification from `ident` when DF is
-/// clear, else [`seq_ident`]) and the UDP header of `udp_encap`.
+/// (padding to the plan's alignment, trailer, ICV room; ESP header and IV
+/// in front, as [`encap`]) and writes the outer header from `plan` (DS +
+/// ECN byte `tos`, DF per `sa.df` with `inner_df` for `copy`, clear for a
+/// buffer whose outer packet is to be fragmented; identification from
+/// `ident` when DF is clear, else [`seq_ident`]) and the UDP length of
+/// `udp_encap`. Errors leave the frame as it came (Ethernet header in
+/// front).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 fn seal_tunnel(
     sa: &OutboundSa,
+    plan: &TunnelPlan,
     st: &mut OutboundState,
     mut buf: PktBuf,
     payload_len: usize,
@@ -408,60 +513,85 @@ fn seal_tunnel(
     cache: &mut SessionCache,
     ident: impl FnOnce(u64) -> u16,
 ) -> Result<CryptoOp<PktBuf>, (EspError, PktBuf)> {
+    const ETH: usize = ethernet::HEADER_LEN;
+    let pad = pad_len(payload_len, plan.align);
+    let tail = pad + TRAILER_LEN + plan.icv_len;
+    // Room for all of it, checked once: the outer headers and ESP grow
+    // into the headroom in front of the Ethernet header's place.
+    if buf.len() < ETH + payload_len || buf.headroom() < plan.outer + plan.front || buf.tailroom() + (buf.len() - ETH - payload_len) < tail {
+        return Err((EspError::NoRoom, buf));
+    }
     let Some(seq) = st.next_seq(sa.esn) else {
         return Err((EspError::SeqExhausted, buf));
     };
-    let alg = sa.session.algorithm();
     let mut iv = [0u8; 16];
-    if !sa.iv_gen.write(alg, seq, &mut iv) {
+    if !sa.iv_gen.write(sa.session.algorithm(), seq, &mut iv) {
         return Err((EspError::CryptoError, buf));
     }
-    buf.adj(ethernet::HEADER_LEN);
-    buf.trim_to(payload_len);
-    let enc_len = match write_esp(sa.spi, &sa.session, seq, &iv[..alg.iv_len()], next_header, sa.pad_align, &mut buf) {
-        Ok(n) => n,
-        Err(e) => {
-            // Give the frame back as it came (Ethernet header still in front).
-            buf.prepend(ethernet::HEADER_LEN);
-            return Err((e, buf));
-        }
-    };
-    let ip_len = outer_ip_len(sa);
-    let ip_end = ethernet::HEADER_LEN + ip_len;
-    let outer = ip_end + if sa.udp_encap.is_some() { udp::HEADER_LEN } else { 0 };
-    if !buf.prepend(outer) {
-        return Err((EspError::NoRoom, buf));
+    // Frame: Ethernet | outer | ESP header | IV | payload | trailer | ICV.
+    let enc_len = payload_len + pad + TRAILER_LEN;
+    let esp = ETH + plan.outer;
+    let head = plan.outer + plan.front;
+    buf.prepend(head);
+    buf.trim_to(head + ETH + payload_len);
+    buf.append(tail);
+    let f = buf.frame_mut();
+    let t0 = esp + plan.front + payload_len;
+    if pad < PAD_RUN.len() && f.len() >= t0 + PAD_RUN.len() {
+        // Padding 1, 2, 3, … (RFC 4303 §2.4) as one 16-byte store; what it
+        // writes past the padding is the trailer's and the ICV's room,
+        // written next and by the crypto op.
+        f[t0..t0 + PAD_RUN.len()].copy_from_slice(&PAD_RUN);
+        f[t0 + pad] = pad as u8;
+        f[t0 + pad + 1] = next_header;
+    } else {
+        write_trailer(&mut f[t0..esp + plan.front + enc_len], next_header);
     }
-    let outer_total = (buf.len() - ethernet::HEADER_LEN) as u16;
-    let protocol = match sa.udp_encap {
-        Some(u) => {
-            let udp_len = outer_total - ip_len as u16;
-            udp::write_header(&mut buf.frame_mut()[ip_end..outer], u.sport, u.dport, udp_len);
-            ipv4::PROTO_UDP
-        }
-        None => ipv4::PROTO_ESP,
-    };
-    // An outer packet to be fragmented (RFC 4213 §3.2) goes with DF
-    // clear: the outer header is not covered by the ICV.
-    let df = buf.outer_frag_mtu == 0
-        && match sa.df {
-            super::DfMode::Copy => inner_df,
-            super::DfMode::Set => true,
-            super::DfMode::Clear => false,
-        };
-    let hdr = &mut buf.frame_mut()[ethernet::HEADER_LEN..ip_end];
-    match (sa.tunnel_src, sa.tunnel_dst) {
-        (IpAddr::V4(src), IpAddr::V4(dst)) => {
-            let (flags, id) = if df { (ipv4::FLAG_DF, seq_ident(seq)) } else { (0, ident(seq)) };
-            ipv4::write_header(hdr, tos, outer_total, id, flags, sa.outer_ttl, protocol, src, dst)
-        }
-        (IpAddr::V6(src), IpAddr::V6(dst)) => {
-            ipv6::write_header(hdr, tos, 0, outer_total - ipv6::HEADER_LEN as u16, protocol, sa.outer_ttl, &src, &dst)
-        }
-        // Config validation keeps both endpoints of one family.
-        _ => return Err((EspError::CryptoError, buf)),
+    f[esp..esp + 4].copy_from_slice(&sa.spi.to_be_bytes());
+    f[esp + 4..esp + 8].copy_from_slice(&(seq as u32).to_be_bytes());
+    // The explicit IV: 8 bytes (counter modes), 16 (CBC) or none (NULL).
+    match plan.iv_len {
+        8 => f[esp + 8..esp + 16].copy_from_slice(&iv[..8]),
+        16 => f[esp + 8..esp + 24].copy_from_slice(&iv),
+        n => f[esp + 8..esp + 8 + n].copy_from_slice(&iv[..n]),
     }
-    Ok(esp_op(cache.take(&sa.session), buf, outer, enc_len, sa.spi, seq, sa.esn, iv, [seq, 0]))
+    let outer_total = (f.len() - ETH) as u16;
+    if plan.ipv6 {
+        f[ETH..ETH + ipv6::HEADER_LEN].copy_from_slice(&plan.hdr[..ipv6::HEADER_LEN]);
+        // Version 6, traffic class `tos`, flow label 0 (RFC 6437 §2).
+        f[ETH] = 0x60 | tos >> 4;
+        f[ETH + 1] = tos << 4;
+        f[ETH + ipv6::PAYLOAD_LEN..ETH + ipv6::PAYLOAD_LEN + 2].copy_from_slice(&(outer_total - ipv6::HEADER_LEN as u16).to_be_bytes());
+    } else {
+        // An outer packet to be fragmented (RFC 4213 §3.2) goes with DF
+        // clear: the outer header is not covered by the ICV.
+        let df = buf.outer_frag_mtu == 0
+            && match sa.df {
+                super::DfMode::Copy => inner_df,
+                super::DfMode::Set => true,
+                super::DfMode::Clear => false,
+            };
+        let (flags, id) = if df { (ipv4::FLAG_DF, seq_ident(seq)) } else { (0, ident(seq)) };
+        let f = buf.frame_mut();
+        let h = &mut f[ETH..ETH + ipv4::MIN_HEADER_LEN];
+        h.copy_from_slice(&plan.hdr[..ipv4::MIN_HEADER_LEN]);
+        h[ipv4::TOS] = tos;
+        h[ipv4::TOTAL_LEN..ipv4::TOTAL_LEN + 2].copy_from_slice(&outer_total.to_be_bytes());
+        h[ipv4::IDENT..ipv4::IDENT + 2].copy_from_slice(&id.to_be_bytes());
+        h[ipv4::FLAGS_FRAG..ipv4::FLAGS_FRAG + 2].copy_from_slice(&flags.to_be_bytes());
+        let mut acc = plan.sum + tos as u32 + outer_total as u32 + id as u32 + flags as u32;
+        acc = (acc & 0xffff) + (acc >> 16);
+        acc = (acc & 0xffff) + (acc >> 16);
+        h[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].copy_from_slice(&(!(acc as u16)).to_be_bytes());
+    }
+    if plan.udp {
+        let f = buf.frame_mut();
+        let ip_len = if plan.ipv6 { ipv6::HEADER_LEN } else { ipv4::MIN_HEADER_LEN };
+        let u = ETH + ip_len;
+        f[u..u + udp::HEADER_LEN].copy_from_slice(&plan.hdr[ip_len..ip_len + udp::HEADER_LEN]);
+        f[u + udp::LENGTH..u + udp::LENGTH + 2].copy_from_slice(&(outer_total - ip_len as u16).to_be_bytes());
+    }
+    Ok(esp_op(cache.take(&sa.session), buf, esp, enc_len, sa.spi, seq, sa.esn, iv, [seq, 0]))
 }
 
 /// Completes an outbound op: the ICV is in place, so a successful op's

@@ -1,0 +1,242 @@
+//! The outbound flow cache: a worker's memory of the PROTECT decisions
+//! its SPD lookups made, so the next packets of a flow skip the checks
+//! whose answers depend only on the flow and the tables snapshot (VPP's
+//! IPsec SPD flow cache does the same for its SPD lookup).
+//!
+//! [`Worker::outbound`] decides a packet from a protected port in this
+//! order: to one of our addresses on its port (`to_us`), martian, SPD
+//! lookup, TTL, the SA, the route to the tunnel end and its MTU, the SA's
+//! learned path MTU, then the packet's size against that MTU. For an IPv4
+//! packet every answer up to the route depends only on (receive port,
+//! source, destination, protocol, ports) and the tables snapshot; what
+//! follows depends on the SA and the route, also fixed for a snapshot, but
+//! for the learned path MTU (which the ICMP path changes at any time) and
+//! the packet's TTL and size. So:
+//!
+//! * a [`FlowCache`] entry holds the SPD's PROTECT answer for one flow of
+//!   one port, learned by the slow path ([`Worker::outbound`]), valid for
+//!   the tables version it was learned under (a new snapshot, e.g. a
+//!   policy removed, misses every entry: [`FlowCache::hit`] compares the
+//!   version);
+//! * a [`FastSa`] per outbound SA slot, built when a snapshot is adopted,
+//!   says whether packets of the SA may take the fast path (owned by this
+//!   worker, tunnel mode, no TFC padding) and the largest inner packet
+//!   that fits the egress MTU of the route to the tunnel end, encapsulated
+//!   ([`crate::esp::outbound::max_inner_len`]: the same bound as the slow
+//!   path's `encapsulated_len` check);
+//! * per packet, [`Worker::fast_slot`] takes a frame only when it is a
+//!   plain IPv4 packet the slow path would parse the same way (no options,
+//!   not a fragment, header checksum right, TTL above 1), its flow hits,
+//!   its SA may take the fast path, no path MTU is known for the SA and it
+//!   fits: exactly the packets the slow path would hand to
+//!   `prepare_outbound` after decrementing the TTL. Everything else, and
+//!   every first packet of a flow, goes the slow path, unchanged.
+//!
+//! The cache is direct-mapped ([`FLOW_SLOTS`] entries, one per hash
+//! bucket: a colliding flow replaces the entry), allocated when the worker
+//! starts; nothing allocates or locks per packet.
+
+use super::{decrement_hops, sa_ref, Worker};
+use crate::crypto::QueuePair;
+use crate::dataplane::counters::DropReason;
+use crate::esp::outbound::{self, TunnelPlan};
+use crate::io::{PktBuf, Port};
+use crate::policy::spd::FlowKey;
+use crate::policy::Tables;
+use crate::wire::{checksum, ethernet, ipv4};
+use std::net::IpAddr;
+
+/// Entries of a worker's flow cache (a power of two): 256 entries of 24
+/// bytes, 6 KiB, small enough to stay in L1 next to the packet data.
+pub const FLOW_SLOTS: usize = 256;
+
+/// One learned flow: the key (IPv4 addresses, protocol, ports) and the
+/// receive port it came in on, the SPD's answer (the outbound SA slot of
+/// PROTECT, or [`BYPASS`]), and the tables version of that answer
+/// (`valid` false: empty).
+#[derive(Debug, Clone, Copy, Default)]
+struct FlowEntry {
+    version: u64,
+    src: u32,
+    dst: u32,
+    /// Source port << 16 | destination port (0 without ports).
+    ports: u32,
+    slot: u32,
+    rx_port: u16,
+    protocol: u8,
+    /// The key has ports (TCP or UDP, not a fragment): [`FlowKey::ports`].
+    has_ports: bool,
+    valid: bool,
+}
+
+/// A direct-mapped cache of outbound PROTECT decisions (module docs).
+#[derive(Debug)]
+pub struct FlowCache {
+    entries: Box<[FlowEntry]>,
+}
+
+impl Default for FlowCache {
+    fn default() -> Self {
+        FlowCache { entries: vec![FlowEntry::default(); FLOW_SLOTS].into_boxed_slice() }
+    }
+}
+
+/// [`FlowEntry::slot`] of a BYPASS answer.
+const BYPASS: u32 = u32::MAX;
+
+/// What the fast path does with a frame ([`Worker::fast_path`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Fast {
+    /// Encapsulate with the outbound SA in `slot`; the IPv4 packet is
+    /// `total` bytes.
+    Protect { slot: usize, total: usize },
+    /// Forward as the BYPASS policy says, to `dst`.
+    Bypass { total: usize, dst: std::net::Ipv4Addr },
+}
+
+/// The bucket of a flow: a multiplicative hash of its key words.
+#[inline(always)]
+fn bucket(src: u32, dst: u32, ports: u32, protocol: u8) -> usize {
+    let h = (src ^ dst.rotate_left(16) ^ ports ^ protocol as u32).wrapping_mul(0x9e37_79b1);
+    (h >> (32 - FLOW_SLOTS.trailing_zeros())) as usize
+}
+
+impl FlowCache {
+    /// Remembers the SPD's answer for IPv4 flow `key`, received on
+    /// `rx_port`, under tables `version`: PROTECT with the SA in `slot`, or
+    /// BYPASS (`None`). An IPv6 key is not cached.
+    pub fn learn(&mut self, version: u64, rx_port: usize, key: &FlowKey, slot: Option<usize>) {
+        let (IpAddr::V4(s), IpAddr::V4(d)) = (key.src, key.dst) else { return };
+        let slot = match slot {
+            None => BYPASS,
+            Some(s) => match u32::try_from(s) {
+                Ok(s) if s != BYPASS => s,
+                _ => return,
+            },
+        };
+        let Ok(rx_port) = u16::try_from(rx_port) else { return };
+        let (src, dst) = (u32::from(s), u32::from(d));
+        let ports = key.ports.map_or(0, |(a, b)| (a as u32) << 16 | b as u32);
+        let e = FlowEntry { version, src, dst, ports, slot, rx_port, protocol: key.protocol, has_ports: key.ports.is_some(), valid: true };
+        self.entries[bucket(src, dst, ports, key.protocol)] = e;
+    }
+
+    /// The answer learned for this flow under tables `version`, if any:
+    /// an SA slot or [`BYPASS`].
+    #[inline(always)]
+    fn hit(&self, version: u64, rx_port: usize, src: u32, dst: u32, protocol: u8, ports: Option<u32>) -> Option<u32> {
+        let p = ports.unwrap_or(0);
+        let e = self.entries.get(bucket(src, dst, p, protocol))?;
+        let same = e.valid
+            && e.version == version
+            && e.src == src
+            && e.dst == dst
+            && e.protocol == protocol
+            && e.ports == p
+            && e.has_ports == ports.is_some()
+            && e.rx_port as usize == rx_port;
+        same.then_some(e.slot)
+    }
+
+    /// Forgets every flow (a new tables snapshot).
+    pub fn clear(&mut self) {
+        self.entries.fill(FlowEntry::default());
+    }
+}
+
+/// What the worker knows about one outbound SA slot under the adopted
+/// tables snapshot: `ok` when the SA's packets may take the fast path
+/// (module docs), `max_inner` the largest inner packet (IP header on,
+/// bytes) that fits the egress MTU once encapsulated (`usize::MAX`
+/// without a route: the slow path does not check the MTU then either),
+/// and for a tunnel-mode SA this worker owns its [`TunnelPlan`] (used by
+/// both paths, `prepare_outbound`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FastSa {
+    ok: bool,
+    max_inner: usize,
+    pub(super) plan: Option<TunnelPlan>,
+}
+
+/// The [`FastSa`]s of snapshot `t` for worker `me`, indexed by outbound
+/// slot, written into `out` (cleared first; allocates only when the SAD
+/// grew: control path).
+pub fn fast_sas(t: &Tables, me: usize, out: &mut Vec<FastSa>) {
+    out.clear();
+    out.resize(t.sad.outbound.len(), FastSa::default());
+    for (slot, sa) in t.sad.outbound_sas() {
+        if sa.owner != me {
+            continue;
+        }
+        let plan = TunnelPlan::new(sa);
+        let mtu = t.routes.lookup(sa.tunnel_dst).and_then(|(port, _)| t.ports.get(port)).map(|p| p.mtu as usize);
+        let max_inner = mtu.map_or(usize::MAX, |m| outbound::max_inner_len(sa, 0, m));
+        out[slot] = FastSa { ok: plan.is_some() && sa.tfc_pad_to == 0, max_inner, plan };
+    }
+}
+
+impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
+    /// What becomes of frame `f`, received on protected port `rx_port`
+    /// whose MAC is `mac`, when it may take the fast path (module docs),
+    /// else `None` (the slow path, [`Self::classify`], decides it).
+    #[inline(always)]
+    pub(super) fn fast_path(&self, t: &Tables, rx_port: usize, mac: &[u8; 6], f: &[u8]) -> Option<Fast> {
+        const IP: usize = ethernet::HEADER_LEN;
+        let h = f.get(IP..IP + ipv4::MIN_HEADER_LEN)?;
+        if f[..6] != mac[..] || f[6] & 1 != 0 || f[12..14] != ethernet::ETHERTYPE_IPV4.to_be_bytes() || h[0] != 0x45 {
+            return None;
+        }
+        let total = u16::from_be_bytes([h[ipv4::TOTAL_LEN], h[ipv4::TOTAL_LEN + 1]]) as usize;
+        let flags_frag = u16::from_be_bytes([h[ipv4::FLAGS_FRAG], h[ipv4::FLAGS_FRAG + 1]]);
+        // Not a fragment (MF clear, offset 0), TTL above 1, length and
+        // header checksum right.
+        if flags_frag & 0x3fff != 0 || h[ipv4::TTL] <= 1 || total < ipv4::MIN_HEADER_LEN || IP + total > f.len() || checksum::sum(h) != 0xffff {
+            return None;
+        }
+        let protocol = h[ipv4::PROTOCOL];
+        let src = u32::from_be_bytes([h[ipv4::SRC], h[ipv4::SRC + 1], h[ipv4::SRC + 2], h[ipv4::SRC + 3]]);
+        let dst = u32::from_be_bytes([h[ipv4::DST], h[ipv4::DST + 1], h[ipv4::DST + 2], h[ipv4::DST + 3]]);
+        // FlowKey::ports as `Ipv4Packet::ports` gives them: TCP or UDP
+        // with 4 bytes of upper-layer header.
+        let ports = ((protocol == ipv4::PROTO_TCP || protocol == ipv4::PROTO_UDP) && total >= ipv4::MIN_HEADER_LEN + 4)
+            .then(|| u32::from_be_bytes([f[IP + 20], f[IP + 21], f[IP + 22], f[IP + 23]]));
+        let slot = self.flows.hit(t.version, rx_port, src, dst, protocol, ports)?;
+        if slot == BYPASS {
+            return Some(Fast::Bypass { total, dst: dst.into() });
+        }
+        let slot = slot as usize;
+        let fast = self.fast_sa.get(slot)?;
+        let sa = t.sad.outbound_at(slot)?;
+        (fast.ok && total <= fast.max_inner && sa.path_mtu.peek().is_none()).then_some(Fast::Protect { slot, total })
+    }
+
+    /// The fast path of a frame [`Self::fast_path`] took: counted as
+    /// received, cut to its IPv4 total length (Ethernet padding off), then
+    /// as the slow path goes on with such a packet: PROTECT, TTL
+    /// decremented and handed to `prepare_outbound`; BYPASS, to
+    /// `forward_checked` (route, MTU, decrement, send).
+    #[inline(always)]
+    pub(super) fn fast_forward(&mut self, t: &Tables, fast: Fast, mut buf: PktBuf) {
+        let port = buf.port as usize;
+        let Some(pc) = self.counters.ports.get(port) else {
+            return self.drop_buf(0, DropReason::Malformed, buf);
+        };
+        pc.rx_packets.add(1);
+        pc.rx_bytes.add(buf.len() as u64);
+        match fast {
+            Fast::Protect { slot, total } => {
+                let Some(sa) = t.sad.outbound_at(slot) else {
+                    return self.drop_buf(port, DropReason::NoSa, buf);
+                };
+                buf.trim_to(ethernet::HEADER_LEN + total);
+                decrement_hops(&mut buf);
+                let i = sa_ref(slot, sa.id);
+                self.prepare_outbound(sa, slot, i, port, buf)
+            }
+            Fast::Bypass { total, dst } => {
+                buf.trim_to(ethernet::HEADER_LEN + total);
+                self.forward_checked(t, port, buf, IpAddr::V4(dst), None)
+            }
+        }
+    }
+}

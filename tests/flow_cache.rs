@@ -1,0 +1,180 @@
+//! The outbound flow cache (src/dataplane/worker/flow.rs): the packets of
+//! a flow after its first take the fast path (counted in `flow_hits`), and
+//! what leaves the gateway is what the slow path makes of them, byte for
+//! byte; a new tables snapshot, a learned path MTU and every per-packet
+//! check (TTL, size, header checksum) still decide each packet.
+
+mod common;
+
+use common::{eth, mac, udp_packet, Gw};
+use secgw::policy::spd::{Prefix, Selector, Spd, SpdAction, SpdEntry};
+use secgw::policy::Tables;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+const HOST_A: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+const HOST_B: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 10);
+
+/// A UDP frame from hostA to hostB into gw0's inside port (configs/ep0.toml:
+/// SA 1001 protects 192.0.2.0/24 → 198.51.100.0/24), `len` bytes of
+/// payload, TTL `ttl`, DF set (`udp_packet`) unless `df` is false.
+fn frame(sport: u16, len: usize, ttl: u8, df: bool) -> Vec<u8> {
+    let mut ip = udp_packet(HOST_A, HOST_B, 0, ttl, sport, 7000, &vec![0xab; len]);
+    if !df {
+        ip[6] = 0;
+        ip[10..12].copy_from_slice(&[0, 0]);
+        let ck = common::ip_checksum(&ip[..20]);
+        ip[10..12].copy_from_slice(&ck.to_be_bytes());
+    }
+    eth(mac("02:00:00:00:00:01"), mac("02:00:00:00:0a:01"), 0x0800, &ip)
+}
+
+fn hits(gw: &Gw) -> u64 {
+    gw.stats().workers.iter().map(|w| w.flow_hits).sum()
+}
+
+/// The frames gw0 sends on `port` for `frames` pushed one burst at a time
+/// (each `push` runs the gateway until idle).
+fn push_each(gw: &mut Gw, frames: &[Vec<u8>]) -> Vec<(String, Vec<u8>)> {
+    frames.iter().flat_map(|f| gw.push("inside", std::slice::from_ref(f))).collect()
+}
+
+#[test]
+fn a_flow_after_its_first_packet_takes_the_fast_path_and_leaves_the_same_bytes() {
+    // Gateway A: packet 1 of flow 40001 (slow path, learns), packet 2 of
+    // it (fast). Gateway B: packet 1 of flow 40002, then the same packet 2
+    // of flow 40001, now a first packet (slow). Both second packets carry
+    // sequence number 2 and (DF set) identification 2: the ESP frames must
+    // be equal, byte for byte.
+    for (size, df) in [(0usize, true), (100, true), (1300, true), (37, false)] {
+        let mut a = Gw::from_config("configs/ep0.toml");
+        let out_a = push_each(&mut a, &[frame(40001, size, 64, df), frame(40001, size, 64, df)]);
+        assert_eq!(hits(&a), 1, "size {size}: the second packet of the flow hit");
+        let mut b = Gw::from_config("configs/ep0.toml");
+        let out_b = push_each(&mut b, &[frame(40002, size, 64, df), frame(40001, size, 64, df)]);
+        assert_eq!(hits(&b), 0, "size {size}: no packet of B repeated a flow");
+        assert_eq!(out_a.len(), 2);
+        assert_eq!(out_b.len(), 2);
+        assert!(out_a.iter().chain(&out_b).all(|(p, _)| p == "outside"));
+        let (fa, fb) = (&out_a[1].1, &out_b[1].1);
+        if df {
+            assert_eq!(fa, fb, "size {size}: fast path and slow path frames differ");
+        } else {
+            // DF clear: the identification comes from the worker's own
+            // counter (random start per gateway): equal but for it and the
+            // checksum, which must be right in both.
+            let mask = |f: &[u8]| {
+                let mut f = f.to_vec();
+                f[18..20].fill(0);
+                f[24..26].fill(0);
+                f
+            };
+            assert_eq!(mask(fa), mask(fb), "size {size}");
+            for f in [fa, fb] {
+                assert_eq!(common::ip_checksum(&f[14..34]), 0, "outer IPv4 header checksum");
+            }
+        }
+        // And it is ESP gw1 opens: SPI 1001, seq 2, the inner packet intact.
+        let key = a.sa_key(1001, false);
+        let inner = common::open_gcm128(&key, &fa[34..]);
+        let sent = frame(40001, size, 64, df);
+        assert_eq!(inner[..8], sent[14..22], "inner header up to TTL");
+        assert_eq!(inner[8], 63, "TTL decremented once");
+        assert_eq!(inner[20..sent.len() - 14], sent[34..], "inner payload");
+        assert_eq!(inner[inner.len() - 1], 4, "next header: IPv4");
+    }
+}
+
+/// `t` with its outbound SPD replaced by one entry for 192.0.2.0/24 →
+/// 198.51.100.0/24 doing `action`, as version `t.version + 1`.
+fn with_policy(t: &Tables, action: SpdAction) -> Tables {
+    let p = |a: [u8; 4]| Prefix::new(IpAddr::from(a), 24);
+    let selector = Selector { src: p([192, 0, 2, 0]), dst: p([198, 51, 100, 0]), protocol: None, src_ports: (0, 65535), dst_ports: (0, 65535) };
+    Tables {
+        version: t.version + 1,
+        ports: t.ports.clone(),
+        spd_out: Arc::new(Spd::new(vec![SpdEntry { selector, priority: 1, action }])),
+        spd_in: t.spd_in.clone(),
+        sad: t.sad.clone(),
+        routes: t.routes.clone(),
+        neighbours: t.neighbours.clone(),
+        natt_ports: t.natt_ports.clone(),
+        ours4: t.ours4.clone(),
+        ours6: t.ours6.clone(),
+    }
+}
+
+#[test]
+fn a_cached_flow_follows_the_next_tables_snapshot() {
+    let mut gw = Gw::from_config("configs/ep0.toml");
+    let f = frame(40001, 64, 64, true);
+    let out = gw.push("inside", &[f.clone(), f.clone(), f.clone()]);
+    assert_eq!(out.len(), 3);
+    assert_eq!(hits(&gw), 2, "packets 2 and 3 hit");
+    let protect = gw.inner.published.load().sad.outbound_sas().next().map(|(slot, _)| slot).expect("SA 1001");
+    // The policy becomes DISCARD: the next packet of the cached flow is
+    // dropped as the new SPD says.
+    let t = gw.inner.published.load_full();
+    gw.inner.published.store(Arc::new(with_policy(&t, SpdAction::Discard)));
+    assert!(gw.push("inside", std::slice::from_ref(&f)).is_empty(), "discarded");
+    assert_eq!(gw.drop_count("policy_discard"), 1);
+    // BYPASS: forwarded in the clear (TTL decremented), learned, and the
+    // next packets of the flow hit the BYPASS entry.
+    let t = gw.inner.published.load_full();
+    gw.inner.published.store(Arc::new(with_policy(&t, SpdAction::Bypass)));
+    let before = hits(&gw);
+    let out = gw.push("inside", &[f.clone(), f.clone()]);
+    assert_eq!(out.len(), 2);
+    for (port, o) in &out {
+        assert_eq!(port, "outside");
+        assert_eq!(o[12..14], [8, 0]);
+        assert_eq!(o[14 + 9], 17, "plain UDP, not ESP");
+        assert_eq!(o[14 + 8], 63, "TTL decremented");
+        assert_eq!(o[14 + 12..], f[14 + 12..], "addresses and payload as sent");
+        assert_eq!(common::ip_checksum(&o[14..34]), 0);
+    }
+    assert_eq!(hits(&gw) - before, 1, "the second bypassed packet hit");
+    // PROTECT again: ESP with SA 1001.
+    let t = gw.inner.published.load_full();
+    gw.inner.published.store(Arc::new(with_policy(&t, SpdAction::Protect(protect))));
+    let out = gw.push("inside", &[f.clone(), f.clone()]);
+    assert_eq!(out.len(), 2);
+    assert!(out.iter().all(|(p, o)| p == "outside" && o[14 + 9] == 50), "ESP again");
+    common::assert_accounted(&gw.stats(), "policy changes");
+}
+
+#[test]
+fn a_cached_flow_still_gets_every_per_packet_check() {
+    let mut gw = Gw::from_config("configs/ep0.toml");
+    let f = frame(40001, 64, 64, true);
+    assert_eq!(gw.push("inside", &[f.clone(), f.clone()]).len(), 2);
+    assert_eq!(hits(&gw), 1);
+    // TTL 1: the cache is not asked, the slow path drops it.
+    assert!(gw.push("inside", &[frame(40001, 64, 1, true)]).is_empty());
+    assert_eq!(gw.drop_count("ttl_exceeded"), 1);
+    // A bad header checksum: malformed.
+    let mut bad = f.clone();
+    bad[14 + 10] ^= 0xff;
+    assert!(gw.push("inside", &[bad]).is_empty());
+    assert_eq!(gw.drop_count("malformed"), 1);
+    // Too big for the wan MTU once encapsulated, DF set: ICMP
+    // "fragmentation needed" back to hostA (RFC 1191), not ESP.
+    let out = gw.push("inside", &[frame(40001, 1472, 64, true)]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, "inside");
+    assert_eq!((out[0].1[14 + 9], out[0].1[34], out[0].1[35]), (1, 3, 4), "ICMP type 3 code 4");
+    // A path MTU learned for the SA: the slow path's check applies it (a
+    // packet that fits the port but not the path gets the error too).
+    let t = gw.inner.published.load_full();
+    let (_, sa) = t.sad.outbound_sas().next().expect("SA 1001");
+    let now = secgw::esp::pmtu::epoch_ms(std::time::Instant::now());
+    assert!(sa.path_mtu.lower(1000, now, now + 600_000, 1500));
+    let out = gw.push("inside", &[frame(40001, 1000, 64, true)]);
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].0.as_str(), out[0].1[34], out[0].1[35]), ("inside", 3, 4), "ICMP frag needed for the path MTU");
+    // Nothing of that took the fast path, nor does a packet of the flow
+    // while the SA has a path MTU (the slow path checks it and its age).
+    assert_eq!(hits(&gw), 1);
+    let out = gw.push("inside", std::slice::from_ref(&f));
+    assert_eq!((out.len(), hits(&gw)), (1, 1));
+}
