@@ -85,6 +85,105 @@ fn a_flow_after_its_first_packet_takes_the_fast_path_and_leaves_the_same_bytes()
     }
 }
 
+/// A variant of the test frame: IPv4 options (IHL 6), MF set (a first
+/// fragment), ICMP instead of UDP, and Ethernet padding after the packet.
+#[derive(Debug, Clone, Copy, Default)]
+struct Variant {
+    options: bool,
+    more_fragments: bool,
+    icmp: bool,
+    eth_pad: usize,
+}
+
+/// `frame(40000 + s, 40, 64, true)` from 192.0.2.(10 + s) (a flow of its
+/// own also without ports), changed as `v` says (checksum redone).
+fn variant(s: u16, v: Variant) -> Vec<u8> {
+    let sport = 40000 + s;
+    let f = frame(sport, 40, 64, true);
+    let mut ip = f[14..].to_vec();
+    ip[15] = 10 + s as u8;
+    if v.icmp {
+        ip[9] = 1;
+        ip[20..24].copy_from_slice(&[8, 0, 0, 0]);
+        ip[24..26].copy_from_slice(&sport.to_be_bytes());
+    }
+    if v.more_fragments {
+        // MF, DF kept (so the outer identification is the sequence
+        // number on both gateways, not their workers' random counters).
+        ip[6] = 0x60;
+    }
+    if v.options {
+        ip.splice(20..20, [1u8, 1, 1, 0]);
+        ip[0] = 0x46;
+        let total = ip.len() as u16;
+        ip[2..4].copy_from_slice(&total.to_be_bytes());
+    }
+    let hl = (ip[0] & 0xf) as usize * 4;
+    ip[10..12].fill(0);
+    let ck = common::ip_checksum(&ip[..hl]);
+    ip[10..12].copy_from_slice(&ck.to_be_bytes());
+    ip.extend(std::iter::repeat_n(0u8, v.eth_pad));
+    eth(f[..6].try_into().unwrap(), f[6..12].try_into().unwrap(), 0x0800, &ip)
+}
+
+/// Gateway A gets `make(1)` twice on `(worker, "inside")`, gateway B
+/// `make(2)` then `make(1)`: the second frame out of each must be equal
+/// (same packet, sequence number 2 on SAs with DF set from the inner
+/// header; no packet of B repeats a flow). Returns A's flow cache hits.
+fn second_frames_equal(cfg: &str, worker: usize, make: impl Fn(u16) -> Vec<u8>, what: &str) -> u64 {
+    let run = |frames: [Vec<u8>; 2]| {
+        let mut gw = common::MemGateway::from_config(cfg);
+        let mut out = Vec::new();
+        for f in frames {
+            gw.inject(worker, "inside", &f);
+            out.extend(gw.run().into_iter().filter(|(_, p, _)| p == "outside").map(|(_, _, f)| f));
+        }
+        let hits: u64 = gw.stats().workers.iter().map(|w| w.flow_hits).sum();
+        (out, hits)
+    };
+    let (a, hits_a) = run([make(1), make(1)]);
+    let (b, hits_b) = run([make(2), make(1)]);
+    assert_eq!((a.len(), b.len()), (2, 2), "{what}: two frames out of each");
+    assert_eq!(hits_b, 0, "{what}: B repeats no flow");
+    assert_eq!(a[1], b[1], "{what}: fast and slow path frames differ");
+    hits_a
+}
+
+#[test]
+fn the_fast_path_takes_only_what_the_slow_path_would_do_the_same_with() {
+    let cases: [(&str, Variant, u64); 6] = [
+        ("plain", Variant::default(), 1),
+        ("Ethernet padding (cut before ESP)", Variant { eth_pad: 20, ..Default::default() }, 1),
+        ("ICMP: no ports", Variant { icmp: true, ..Default::default() }, 1),
+        ("IPv4 options", Variant { options: true, ..Default::default() }, 0),
+        ("a first fragment", Variant { more_fragments: true, ..Default::default() }, 0),
+        ("options, fragment, padding", Variant { options: true, more_fragments: true, eth_pad: 6, icmp: false }, 0),
+    ];
+    for (what, v, hits) in cases {
+        let got = second_frames_equal("configs/ep0.toml", 0, |s| variant(s, v), what);
+        assert_eq!(got, hits, "{what}: flow cache hits");
+        // BYPASS (configs/bench/bypass.toml): forwarded in the clear, the
+        // Ethernet padding cut the same way on both paths.
+        let got = second_frames_equal("configs/bench/bypass.toml", 0, |s| variant(s, v), what);
+        assert_eq!(got, hits, "{what}, bypass: flow cache hits");
+    }
+    // Two workers (configs/ep0-2w.toml: dport 6001 → SA 2001, owned by
+    // worker 0): received by worker 1, every packet goes to the owner by
+    // handoff, none by the cache (worker 1 owns no such SA); received by
+    // the owner, the second one hits.
+    let to_2001 = |s: u16| {
+        let mut f = frame(40000 + s, 40, 64, true);
+        f[14 + 22..14 + 24].copy_from_slice(&6001u16.to_be_bytes());
+        f
+    };
+    assert_eq!(second_frames_equal("configs/ep0-2w.toml", 1, to_2001, "handed to the owner"), 0);
+    assert_eq!(second_frames_equal("configs/ep0-2w.toml", 0, to_2001, "received by the owner"), 1);
+    // TFC padding (RFC 4303 §2.7) on the SA: the slow path pads, so no
+    // packet of such an SA takes the cache.
+    let tfc = common::edited_config("ep0.toml", "flow-tfc", |t| t.replacen("spi = 1001\n", "spi = 1001\ntfc_pad_to = 200\n", 1));
+    assert_eq!(second_frames_equal(&tfc, 0, |s| frame(40000 + s, 40, 64, true), "TFC"), 0);
+}
+
 /// `t` with its outbound SPD replaced by one entry for 192.0.2.0/24 →
 /// 198.51.100.0/24 doing `action`, as version `t.version + 1`.
 fn with_policy(t: &Tables, action: SpdAction) -> Tables {

@@ -1256,7 +1256,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return self.drop_buf(port, DropReason::SaExpired, buf);
         }
         let ident = &mut self.outer4_ident;
-        let prepared = match self.fast_sa.get(slot).and_then(|f| f.plan.as_ref()) {
+        let prepared = match self.fast_sa.get(slot).and_then(|f| f.plan_of(sa)) {
             Some(plan) => outbound::prepare_planned(sa, plan, st, buf, &mut self.sessions, |_| ident.take()),
             None => outbound::prepare_with_ident(sa, st, buf, &mut self.sessions, |_| ident.take()),
         };

@@ -24,7 +24,7 @@
 //!   that fits the egress MTU of the route to the tunnel end, encapsulated
 //!   ([`crate::esp::outbound::max_inner_len`]: the same bound as the slow
 //!   path's `encapsulated_len` check);
-//! * per packet, [`Worker::fast_slot`] takes a frame only when it is a
+//! * per packet, [`Worker::fast_path`] takes a frame only when it is a
 //!   plain IPv4 packet the slow path would parse the same way (no options,
 //!   not a fragment, header checksum right, TTL above 1), its flow hits,
 //!   its SA may take the fast path, no path MTU is known for the SA and it
@@ -40,14 +40,15 @@ use super::{decrement_hops, sa_ref, Worker};
 use crate::crypto::QueuePair;
 use crate::dataplane::counters::DropReason;
 use crate::esp::outbound::{self, TunnelPlan};
+use crate::esp::OutboundSa;
 use crate::io::{PktBuf, Port};
 use crate::policy::spd::FlowKey;
 use crate::policy::Tables;
 use crate::wire::{checksum, ethernet, ipv4};
 use std::net::IpAddr;
 
-/// Entries of a worker's flow cache (a power of two): 256 entries of 24
-/// bytes, 6 KiB, small enough to stay in L1 next to the packet data.
+/// Entries of a worker's flow cache (a power of two): 256 entries of 32
+/// bytes, 8 KiB, small enough to stay in L1 next to the packet data.
 pub const FLOW_SLOTS: usize = 256;
 
 /// One learned flow: the key (IPv4 addresses, protocol, ports) and the
@@ -150,12 +151,23 @@ impl FlowCache {
 /// bytes) that fits the egress MTU once encapsulated (`usize::MAX`
 /// without a route: the slow path does not check the MTU then either),
 /// and for a tunnel-mode SA this worker owns its [`TunnelPlan`] (used by
-/// both paths, `prepare_outbound`).
+/// both paths, `prepare_outbound`), all for the SA whose id is `id`
+/// (a packet of another SA in the slot, e.g. one prepared under a snapshot
+/// the worker has not adopted yet, uses neither).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FastSa {
     ok: bool,
     max_inner: usize,
-    pub(super) plan: Option<TunnelPlan>,
+    id: u32,
+    plan: Option<TunnelPlan>,
+}
+
+impl FastSa {
+    /// The plan of `sa`, if this record is `sa`'s and it has one.
+    #[inline(always)]
+    pub(super) fn plan_of(&self, sa: &OutboundSa) -> Option<&TunnelPlan> {
+        self.plan.as_ref().filter(|_| self.id == sa.id)
+    }
 }
 
 /// The [`FastSa`]s of snapshot `t` for worker `me`, indexed by outbound
@@ -171,7 +183,7 @@ pub fn fast_sas(t: &Tables, me: usize, out: &mut Vec<FastSa>) {
         let plan = TunnelPlan::new(sa);
         let mtu = t.routes.lookup(sa.tunnel_dst).and_then(|(port, _)| t.ports.get(port)).map(|p| p.mtu as usize);
         let max_inner = mtu.map_or(usize::MAX, |m| outbound::max_inner_len(sa, 0, m));
-        out[slot] = FastSa { ok: plan.is_some() && sa.tfc_pad_to == 0, max_inner, plan };
+        out[slot] = FastSa { ok: plan.is_some() && sa.tfc_pad_to == 0, max_inner, id: sa.id, plan };
     }
 }
 
@@ -207,7 +219,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let slot = slot as usize;
         let fast = self.fast_sa.get(slot)?;
         let sa = t.sad.outbound_at(slot)?;
-        (fast.ok && total <= fast.max_inner && sa.path_mtu.peek().is_none()).then_some(Fast::Protect { slot, total })
+        (fast.ok && fast.id == sa.id && total <= fast.max_inner && sa.path_mtu.peek().is_none()).then_some(Fast::Protect { slot, total })
     }
 
     /// The fast path of a frame [`Self::fast_path`] took: counted as
