@@ -66,8 +66,8 @@ fn snapshot() -> Snapshot {
         frags_pending: 10,
         neighbours: NeighbourStats { arp_requests: 51, ns_sent: 52, probes: 53, learned: 54, reports_lost: 55, pending: 56, entries: 57, added: 58, aged_out: 59, evicted: 60 },
         workers: vec![
-            WorkerStats { worker: 0, handoff_out: 31, handoff_in: 32, flow_hits: 36, crypto_enqueued: 33, crypto_dequeued: 34, crypto_refused: 35 },
-            WorkerStats { worker: 1, handoff_out: 41, handoff_in: 42, flow_hits: 46, crypto_enqueued: 43, crypto_dequeued: 44, crypto_refused: 45 },
+            WorkerStats { worker: 0, handoff_out: 31, handoff_in: 32, flow_hits: 36, esp_flow_hits: 37, crypto_enqueued: 33, crypto_dequeued: 34, crypto_refused: 35 },
+            WorkerStats { worker: 1, handoff_out: 41, handoff_in: 42, flow_hits: 46, esp_flow_hits: 47, crypto_enqueued: 43, crypto_dequeued: 44, crypto_refused: 45 },
         ],
     }
 }
@@ -597,7 +597,7 @@ fn prometheus_text_parses_with_prometheus_client_and_matches_the_counters() {
     assert!(ok, "prometheus_client rejected the text: {err}");
     let samples: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let s = snapshot();
-    let n = 6 * s.ports.len() + 4 * s.sas.len() + s.drops.len() + 9 + 1 + 8 + 2 + 6 * s.workers.len() + s.sas.iter().filter(|s| s.path_mtu.is_some()).count();
+    let n = 6 * s.ports.len() + 4 * s.sas.len() + s.drops.len() + 9 + 1 + 8 + 2 + 7 * s.workers.len() + s.sas.iter().filter(|s| s.path_mtu.is_some()).count();
     assert_eq!(samples.len(), n, "{out}");
     let value = |name: &str, labels: Value| -> f64 {
         let hits: Vec<&Value> = samples.iter().filter(|v| v["name"] == name && v["labels"] == labels).collect();
@@ -614,6 +614,7 @@ fn prometheus_text_parses_with_prometheus_client_and_matches_the_counters() {
     assert_eq!(value("secgw_frags_pending", json!({})), 10.0);
     assert_eq!(value("secgw_worker_handoff_in_total", json!({"worker": "1"})), 42.0);
     assert_eq!(value("secgw_worker_flow_hits_total", json!({"worker": "0"})), 36.0);
+    assert_eq!(value("secgw_worker_esp_flow_hits_total", json!({"worker": "1"})), 47.0);
     assert_eq!(value("secgw_worker_crypto_dequeued_total", json!({"worker": "1"})), 44.0);
     assert_eq!(value("secgw_worker_crypto_refused_total", json!({"worker": "0"})), 35.0);
     assert_eq!(value("secgw_neigh_arp_requests_total", json!({})), 51.0);

@@ -113,15 +113,9 @@ fn variant(s: u16, v: Variant) -> Vec<u8> {
         ip[6] = 0x60;
     }
     if v.options {
-        ip.splice(20..20, [1u8, 1, 1, 0]);
-        ip[0] = 0x46;
-        let total = ip.len() as u16;
-        ip[2..4].copy_from_slice(&total.to_be_bytes());
+        common::add_ipv4_options(&mut ip);
     }
-    let hl = (ip[0] & 0xf) as usize * 4;
-    ip[10..12].fill(0);
-    let ck = common::ip_checksum(&ip[..hl]);
-    ip[10..12].copy_from_slice(&ck.to_be_bytes());
+    common::set_ipv4_checksum(&mut ip);
     ip.extend(std::iter::repeat_n(0u8, v.eth_pad));
     eth(f[..6].try_into().unwrap(), f[6..12].try_into().unwrap(), 0x0800, &ip)
 }

@@ -66,6 +66,9 @@ pub struct WorkerStats {
     pub handoff_in: u64,
     /// Packets from protected ports decided by its outbound flow cache.
     pub flow_hits: u64,
+    /// ESP packets from unprotected ports whose SA came from its inbound
+    /// flow cache.
+    pub esp_flow_hits: u64,
     /// Crypto ops its queue pair accepted.
     pub crypto_enqueued: u64,
     /// Crypto ops its queue pair handed back, whatever their status
@@ -179,6 +182,7 @@ pub fn snapshot(t: &Tables, workers: &[Arc<WorkerCounters>]) -> Snapshot {
             handoff_out: w.handoff_out.get(),
             handoff_in: w.handoff_in.get(),
             flow_hits: w.flow_hits.get(),
+            esp_flow_hits: w.esp_flow_hits.get(),
             crypto_enqueued: w.crypto_enqueued.get(),
             crypto_dequeued: w.crypto_dequeued.get(),
             crypto_refused: w.crypto_refused.get(),
@@ -255,11 +259,12 @@ impl Snapshot {
         for w in &self.workers {
             let _ = writeln!(
                 o,
-                "worker {}: handoff out {} in {}; flow cache hits {}; crypto ops enqueued {} dequeued {} in flight {} refused {}",
+                "worker {}: handoff out {} in {}; flow cache hits {} (esp {}); crypto ops enqueued {} dequeued {} in flight {} refused {}",
                 w.worker,
                 w.handoff_out,
                 w.handoff_in,
                 w.flow_hits,
+                w.esp_flow_hits,
                 w.crypto_enqueued,
                 w.crypto_dequeued,
                 w.crypto_enqueued.saturating_sub(w.crypto_dequeued),
@@ -352,6 +357,8 @@ struct WorkerJson {
     #[serde(default)]
     flow_hits: u64,
     #[serde(default)]
+    esp_flow_hits: u64,
+    #[serde(default)]
     crypto_enqueued: u64,
     #[serde(default)]
     crypto_dequeued: u64,
@@ -423,10 +430,11 @@ impl Snapshot {
         prom_family(&mut o, "secgw_neigh_entries", "gauge", "Neighbour table entries, static and learned.", [(String::new(), self.neighbours.entries)]);
         let pmtu = self.sas.iter().filter_map(|s| s.path_mtu.map(|m| (format!("spi=\"{}\",direction=\"{}\"", s.spi, escape_label(s.direction)), m as u64)));
         prom_family(&mut o, "secgw_sa_path_mtu_bytes", "gauge", "Path MTU to the tunnel end learned from ICMP (RFC 4301 section 8.2.1), outbound tunnel SAs that have one.", pmtu);
-        let workers: [Metric<WorkerStats>; 6] = [
+        let workers: [Metric<WorkerStats>; 7] = [
             ("handoff_out", "Packets the worker handed to the owner of their SA.", |w| w.handoff_out),
             ("handoff_in", "Packets the worker received from other workers for SAs it owns.", |w| w.handoff_in),
             ("flow_hits", "Packets from protected ports whose SPD answer came from the worker's outbound flow cache.", |w| w.flow_hits),
+            ("esp_flow_hits", "ESP packets from unprotected ports whose SA came from the worker's inbound flow cache.", |w| w.esp_flow_hits),
             ("crypto_enqueued", "Crypto ops the worker's queue pair accepted.", |w| w.crypto_enqueued),
             ("crypto_dequeued", "Crypto ops the worker's queue pair handed back, whatever their status.", |w| w.crypto_dequeued),
             ("crypto_refused", "Crypto ops offered to the worker's queue pair and left with the worker (full or stopped), counted at each offer.", |w| w.crypto_refused),
@@ -497,6 +505,7 @@ impl Snapshot {
                     handoff_out: w.handoff_out,
                     handoff_in: w.handoff_in,
                     flow_hits: w.flow_hits,
+                    esp_flow_hits: w.esp_flow_hits,
                     crypto_enqueued: w.crypto_enqueued,
                     crypto_dequeued: w.crypto_dequeued,
                     crypto_refused: w.crypto_refused,

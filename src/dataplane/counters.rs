@@ -362,6 +362,9 @@ pub struct WorkerCounters {
     /// came from the worker's outbound flow cache (README, Flow cache),
     /// counted once per burst.
     pub flow_hits: Counter,
+    /// ESP packets from unprotected ports whose SA came from the worker's
+    /// inbound flow cache (README, Flow cache), counted once per burst.
+    pub esp_flow_hits: Counter,
     /// Crypto ops the worker's queue pair accepted (`enqueue_burst`) or
     /// ran in place (`process_sync`).
     pub crypto_enqueued: Counter,
@@ -427,6 +430,7 @@ impl WorkerCounters {
             handoff_out: Counter::default(),
             handoff_in: Counter::default(),
             flow_hits: Counter::default(),
+            esp_flow_hits: Counter::default(),
             crypto_enqueued: Counter::default(),
             crypto_dequeued: Counter::default(),
             crypto_refused: Counter::default(),

@@ -441,6 +441,8 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     /// Outbound PROTECT decisions of recent flows ([`flow`]); cleared on
     /// adopt.
     flows: flow::FlowCache,
+    /// Inbound SAs of recent ESP flows ([`flow`]); cleared on adopt.
+    esp_flows: flow::FlowCache,
     /// Per outbound SA slot: may its packets take the fast path, and the
     /// largest inner packet that fits ([`flow::fast_sas`]); rebuilt on
     /// adopt.
@@ -517,6 +519,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             resolver: resolve::Resolver::new(conf.neigh),
             sessions: SessionCache::new(total),
             flows: flow::FlowCache::default(),
+            esp_flows: flow::FlowCache::default(),
             fast_sa: Vec::new(),
         };
         w.adopt(&t);
@@ -561,6 +564,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         // last op in the cache.
         self.sessions.clear();
         self.flows.clear();
+        self.esp_flows.clear();
         flow::fast_sas(t, me, &mut self.fast_sa);
         self.counters.adopted.set(t.version);
         self.boundary = self.prepared;
@@ -620,9 +624,15 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     }
 
     /// Completes every op still in the queue pair (waiting up to a second
-    /// for an asynchronous device) and flushes tx.
+    /// for an asynchronous device) and flushes tx, under the latest tables
+    /// snapshot, adopted first (as a poll does: what `finish` queues, e.g.
+    /// an ICMP error into a tunnel, then uses the per-SA state of the SAs
+    /// in that snapshot).
     pub fn drain(&mut self) {
-        let t = self.tables.load_full();
+        let t = self.snapshot();
+        if t.version != self.version {
+            self.adopt(&t);
+        }
         self.last_hop = None;
         self.read_backend_stats();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
@@ -700,26 +710,37 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             let limit = self.conf.burst.min(self.pool.len()).min(room);
             let n = self.ports[p].rx_burst(&mut self.rx[..limit]);
             received += n;
-            // A protected port's frames try the flow cache first ([`flow`]).
-            let fast_mac = t.ports.get(p).filter(|i| i.protected).map(|i| i.mac);
-            let mut hits = 0;
+            // A port's frames try its direction's flow cache first
+            // ([`flow`]): outbound on a protected port, ESP on the others.
+            let port_mac = t.ports.get(p).map(|i| (i.mac, i.protected));
+            let (mut hits, mut esp_hits) = (0, 0);
             for i in 0..n {
                 let Some(fresh) = self.pool.pop() else { break };
                 let buf = std::mem::replace(&mut self.rx[i], fresh);
-                let fast = match &fast_mac {
-                    Some(mac) if buf.port as usize == p => self.fast_path(&t, p, mac, buf.frame()),
-                    _ => None,
-                };
-                match fast {
-                    Some(f) => {
-                        hits += 1;
-                        self.fast_forward(&t, f, buf)
+                match &port_mac {
+                    Some((mac, true)) if buf.port as usize == p => {
+                        if let Some(f) = self.fast_path(&t, p, mac, buf.frame()) {
+                            hits += 1;
+                            self.fast_forward(&t, f, buf);
+                            continue;
+                        }
                     }
-                    None => self.classify(&t, buf),
+                    Some((mac, false)) if buf.port as usize == p => {
+                        if let Some(f) = self.esp_fast_path(&t, p, mac, buf.frame()) {
+                            esp_hits += 1;
+                            self.esp_fast_forward(&t, f, buf);
+                            continue;
+                        }
+                    }
+                    _ => {}
                 }
+                self.classify(&t, buf);
             }
             if hits > 0 {
                 self.counters.flow_hits.add(hits);
+            }
+            if esp_hits > 0 {
+                self.counters.esp_flow_hits.add(esp_hits);
             }
         }
         if !self.dummies.is_empty() {
@@ -1212,6 +1233,14 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             };
             return self.prepare_outbound(sa, slot, r, port, buf);
         }
+        self.prepare_inbound(t, r, aux as usize, port, buf)
+    }
+
+    /// ESP prepare for a packet of the inbound SA `r` (slot and id bits,
+    /// [`sa_ref`]) that this worker owns, received on `port`, its ESP
+    /// header `esp_off` bytes into the frame.
+    #[inline]
+    fn prepare_inbound(&mut self, t: &Tables, r: usize, esp_off: usize, port: usize, buf: PktBuf) {
         let Some((i, e)) = in_sa(t, r) else {
             return self.drop_buf(port, DropReason::NoSa, buf);
         };
@@ -1224,7 +1253,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         };
         // The frame still starts with Ethernet + the outer IPv4 or IPv6 header.
         let outer_tos = ip_tos(buf.frame());
-        match inbound::prepare_cached(&e.sa, st, buf, aux as usize, &mut self.sessions) {
+        match inbound::prepare_cached(&e.sa, st, buf, esp_off, &mut self.sessions) {
             Ok(mut op) => {
                 op.user[1] = tag(true, r, outer_tos as usize, port as u16);
                 self.push_op(op);
@@ -1593,7 +1622,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             };
             // RFC 4301 §4.4.2: tunnel SAs by (SPI, outer destination),
             // transport SAs by SPI.
-            let Some(i) = t.sad.inbound_lookup(esp.spi(), key.dst) else {
+            let spi = esp.spi();
+            let Some(i) = t.sad.inbound_lookup(spi, key.dst) else {
                 return self.drop_buf(port, DropReason::NoSa, buf);
             };
             let Some(e) = t.sad.inbound_at(i) else {
@@ -1609,6 +1639,14 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 return self.drop_buf(port, DropReason::EncapMismatch, buf);
             }
             let owner = e.sa.owner;
+            // The flow's next packets skip what was decided up to here
+            // (`flow`): plain ESP under an IPv4 header without options, to
+            // an SA of this worker.
+            if let (IpAddr::V4(s), IpAddr::V4(d), None, ipv4::MIN_HEADER_LEN) = (key.src, key.dst, udp_dport, hl) {
+                if owner == self.conf.id {
+                    self.esp_flows.learn_esp(t.version, port, s, d, spi, i);
+                }
+            }
             return self.hand_to_owner(t, owner, port, buf, tag(true, i, esp_off, port as u16));
         }
         if local {

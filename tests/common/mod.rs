@@ -92,6 +92,25 @@ pub fn ip_checksum(h: &[u8]) -> u16 {
     !(s as u16)
 }
 
+/// Gives IPv4 packet `ip` four bytes of options (three NOPs and an End
+/// of Options List: IHL 6) and its new total length; the header checksum
+/// is left for [`set_ipv4_checksum`].
+pub fn add_ipv4_options(ip: &mut Vec<u8>) {
+    ip.splice(20..20, [1u8, 1, 1, 0]);
+    ip[0] = 0x46;
+    let total = ip.len() as u16;
+    ip[2..4].copy_from_slice(&total.to_be_bytes());
+}
+
+/// Writes the header checksum of IPv4 packet `ip` (header length from its
+/// IHL).
+pub fn set_ipv4_checksum(ip: &mut [u8]) {
+    let hl = (ip[0] & 0xf) as usize * 4;
+    ip[10..12].fill(0);
+    let ck = ip_checksum(&ip[..hl]);
+    ip[10..12].copy_from_slice(&ck.to_be_bytes());
+}
+
 /// The ICMPv6 checksum of `msg` from `src` to `dst`, over the IPv6
 /// pseudo-header (RFC 4443 §2.3, RFC 8200 §8.1).
 pub fn icmpv6_checksum(src: &std::net::Ipv6Addr, dst: &std::net::Ipv6Addr, msg: &[u8]) -> u16 {

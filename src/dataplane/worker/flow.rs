@@ -32,11 +32,27 @@
 //!   `prepare_outbound` after decrementing the TTL. Everything else, and
 //!   every first packet of a flow, goes the slow path, unchanged.
 //!
-//! The cache is direct-mapped ([`FLOW_SLOTS`] entries, one per hash
+//! Inbound, [`Worker::inbound`] decides an ESP packet from an unprotected
+//! port by its destination (one of our addresses on the port, or a
+//! transport SA's SPI), its fragment bits, the SAD lookup by (SPI,
+//! destination), the SA's tunnel ends against the packet's addresses and
+//! its encapsulation (plain ESP or ESP in UDP), then hands it to the SA's
+//! owner. For plain ESP under an IPv4 header every one of those answers
+//! depends only on (receive port, source, destination, SPI) and the
+//! tables snapshot, so a second [`FlowCache`] holds the inbound SA of such
+//! flows, learned by the slow path when this worker owns the SA, and
+//! [`Worker::esp_fast_path`] takes a frame only when it is plain ESP the
+//! slow path would parse the same way (no IPv4 options, not a fragment,
+//! header checksum right, room for the ESP header), its flow hits and the
+//! SA is still this worker's: exactly the packets the slow path would
+//! hand to `prepare_inbound`. The replay check, the lifetime, the ICV and
+//! everything after decryption are per packet on both paths.
+//!
+//! Each cache is direct-mapped ([`FLOW_SLOTS`] entries, one per hash
 //! bucket: a colliding flow replaces the entry), allocated when the worker
 //! starts; nothing allocates or locks per packet.
 
-use super::{decrement_hops, sa_ref, Worker};
+use super::{decrement_hops, in_sa, sa_ref, Worker};
 use crate::crypto::QueuePair;
 use crate::dataplane::counters::DropReason;
 use crate::esp::outbound::{self, TunnelPlan};
@@ -44,23 +60,24 @@ use crate::esp::OutboundSa;
 use crate::io::{PktBuf, Port};
 use crate::policy::spd::FlowKey;
 use crate::policy::Tables;
-use crate::wire::{checksum, ethernet, ipv4};
-use std::net::IpAddr;
+use crate::wire::{checksum, esp as esp_hdr, ethernet, ipv4};
+use std::net::{IpAddr, Ipv4Addr};
 
 /// Entries of a worker's flow cache (a power of two): 256 entries of 32
 /// bytes, 8 KiB, small enough to stay in L1 next to the packet data.
 pub const FLOW_SLOTS: usize = 256;
 
-/// One learned flow: the key (IPv4 addresses, protocol, ports) and the
-/// receive port it came in on, the SPD's answer (the outbound SA slot of
-/// PROTECT, or [`BYPASS`]), and the tables version of that answer
-/// (`valid` false: empty).
+/// One learned flow: the key (IPv4 addresses, protocol, ports or SPI) and
+/// the receive port it came in on, the answer (outbound: the SA slot of
+/// PROTECT, or [`BYPASS`]; inbound: the SA reference), and the tables
+/// version of that answer (`valid` false: empty).
 #[derive(Debug, Clone, Copy, Default)]
 struct FlowEntry {
     version: u64,
     src: u32,
     dst: u32,
-    /// Source port << 16 | destination port (0 without ports).
+    /// Source port << 16 | destination port (0 without ports); the SPI
+    /// in the inbound cache.
     ports: u32,
     slot: u32,
     rx_port: u16,
@@ -70,7 +87,8 @@ struct FlowEntry {
     valid: bool,
 }
 
-/// A direct-mapped cache of outbound PROTECT decisions (module docs).
+/// A direct-mapped cache of outbound SPD decisions, or of the inbound SAs
+/// of ESP flows (module docs).
 #[derive(Debug)]
 pub struct FlowCache {
     entries: Box<[FlowEntry]>,
@@ -92,7 +110,16 @@ pub(super) enum Fast {
     /// `total` bytes.
     Protect { slot: usize, total: usize },
     /// Forward as the BYPASS policy says, to `dst`.
-    Bypass { total: usize, dst: std::net::Ipv4Addr },
+    Bypass { total: usize, dst: Ipv4Addr },
+}
+
+/// An ESP frame the inbound fast path takes ([`Worker::esp_fast_path`]):
+/// its SA reference `r` (slot and id bits, as in tags) and the IPv4
+/// packet's length `total`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct EspFast {
+    r: usize,
+    total: usize,
 }
 
 /// The bucket of a flow: a multiplicative hash of its key words.
@@ -120,6 +147,16 @@ impl FlowCache {
         let ports = key.ports.map_or(0, |(a, b)| (a as u32) << 16 | b as u32);
         let e = FlowEntry { version, src, dst, ports, slot, rx_port, protocol: key.protocol, has_ports: key.ports.is_some(), valid: true };
         self.entries[bucket(src, dst, ports, key.protocol)] = e;
+    }
+
+    /// Remembers that plain ESP from `src` to `dst` with SPI `spi`,
+    /// received on `rx_port`, is for the inbound SA `r` (slot and id bits)
+    /// under tables `version`.
+    pub fn learn_esp(&mut self, version: u64, rx_port: usize, src: Ipv4Addr, dst: Ipv4Addr, spi: u32, r: usize) {
+        let (Ok(rx_port), Ok(slot)) = (u16::try_from(rx_port), u32::try_from(r)) else { return };
+        let (src, dst) = (u32::from(src), u32::from(dst));
+        let e = FlowEntry { version, src, dst, ports: spi, slot, rx_port, protocol: ipv4::PROTO_ESP, has_ports: true, valid: true };
+        self.entries[bucket(src, dst, spi, ipv4::PROTO_ESP)] = e;
     }
 
     /// The answer learned for this flow under tables `version`, if any:
@@ -187,22 +224,47 @@ pub fn fast_sas(t: &Tables, me: usize, out: &mut Vec<FastSa>) {
     }
 }
 
+/// The IPv4 header of frame `f` and the packet's total length, when `f`
+/// is addressed to `mac` from a unicast source and carries a plain IPv4
+/// packet that [`Worker::classify`] would parse alike: no options, not a
+/// fragment (MF clear, offset 0), its total length within the frame and
+/// its header checksum right; else `None`.
+#[inline(always)]
+fn plain_ipv4<'a>(f: &'a [u8], mac: &[u8; 6]) -> Option<(&'a [u8], usize)> {
+    const IP: usize = ethernet::HEADER_LEN;
+    let h = f.get(IP..IP + ipv4::MIN_HEADER_LEN)?;
+    if f[..6] != mac[..] || f[6] & 1 != 0 || f[12..14] != ethernet::ETHERTYPE_IPV4.to_be_bytes() || h[0] != 0x45 {
+        return None;
+    }
+    let total = u16::from_be_bytes([h[ipv4::TOTAL_LEN], h[ipv4::TOTAL_LEN + 1]]) as usize;
+    let flags_frag = u16::from_be_bytes([h[ipv4::FLAGS_FRAG], h[ipv4::FLAGS_FRAG + 1]]);
+    if flags_frag & 0x3fff != 0 || total < ipv4::MIN_HEADER_LEN || IP + total > f.len() || checksum::sum(h) != 0xffff {
+        return None;
+    }
+    Some((h, total))
+}
+
 impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
+    /// Counts a frame a fast path took as received on its port, as
+    /// [`Self::classify`] does; false for a port without counters.
+    #[inline(always)]
+    fn count_fast_rx(&self, buf: &PktBuf) -> bool {
+        let Some(pc) = self.counters.ports.get(buf.port as usize) else {
+            return false;
+        };
+        pc.rx_packets.add(1);
+        pc.rx_bytes.add(buf.len() as u64);
+        true
+    }
+
     /// What becomes of frame `f`, received on protected port `rx_port`
     /// whose MAC is `mac`, when it may take the fast path (module docs),
     /// else `None` (the slow path, [`Self::classify`], decides it).
     #[inline(always)]
     pub(super) fn fast_path(&self, t: &Tables, rx_port: usize, mac: &[u8; 6], f: &[u8]) -> Option<Fast> {
         const IP: usize = ethernet::HEADER_LEN;
-        let h = f.get(IP..IP + ipv4::MIN_HEADER_LEN)?;
-        if f[..6] != mac[..] || f[6] & 1 != 0 || f[12..14] != ethernet::ETHERTYPE_IPV4.to_be_bytes() || h[0] != 0x45 {
-            return None;
-        }
-        let total = u16::from_be_bytes([h[ipv4::TOTAL_LEN], h[ipv4::TOTAL_LEN + 1]]) as usize;
-        let flags_frag = u16::from_be_bytes([h[ipv4::FLAGS_FRAG], h[ipv4::FLAGS_FRAG + 1]]);
-        // Not a fragment (MF clear, offset 0), TTL above 1, length and
-        // header checksum right.
-        if flags_frag & 0x3fff != 0 || h[ipv4::TTL] <= 1 || total < ipv4::MIN_HEADER_LEN || IP + total > f.len() || checksum::sum(h) != 0xffff {
+        let (h, total) = plain_ipv4(f, mac)?;
+        if h[ipv4::TTL] <= 1 {
             return None;
         }
         let protocol = h[ipv4::PROTOCOL];
@@ -222,6 +284,39 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         (fast.ok && fast.id == sa.id && total <= fast.max_inner && sa.path_mtu.peek().is_none()).then_some(Fast::Protect { slot, total })
     }
 
+    /// What becomes of frame `f`, received on unprotected port `rx_port`
+    /// whose MAC is `mac`, when it may take the inbound fast path (module
+    /// docs), else `None` (the slow path, [`Self::classify`], decides it).
+    #[inline(always)]
+    pub(super) fn esp_fast_path(&self, t: &Tables, rx_port: usize, mac: &[u8; 6], f: &[u8]) -> Option<EspFast> {
+        const ESP: usize = ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN;
+        let (h, total) = plain_ipv4(f, mac)?;
+        // Room for the ESP header (the slow path's `EspPacket::new_checked`).
+        if h[ipv4::PROTOCOL] != ipv4::PROTO_ESP || total < ipv4::MIN_HEADER_LEN + esp_hdr::HEADER_LEN {
+            return None;
+        }
+        let src = u32::from_be_bytes([h[ipv4::SRC], h[ipv4::SRC + 1], h[ipv4::SRC + 2], h[ipv4::SRC + 3]]);
+        let dst = u32::from_be_bytes([h[ipv4::DST], h[ipv4::DST + 1], h[ipv4::DST + 2], h[ipv4::DST + 3]]);
+        let spi = u32::from_be_bytes([f[ESP], f[ESP + 1], f[ESP + 2], f[ESP + 3]]);
+        let r = self.esp_flows.hit(t.version, rx_port, src, dst, ipv4::PROTO_ESP, Some(spi))? as usize;
+        let (_, e) = in_sa(t, r)?;
+        (e.sa.owner == self.conf.id).then_some(EspFast { r, total })
+    }
+
+    /// The inbound fast path of a frame [`Self::esp_fast_path`] took:
+    /// counted as received, cut to its IPv4 total length (Ethernet padding
+    /// off) and handed to `prepare_inbound`, as the slow path goes on with
+    /// such a packet.
+    #[inline(always)]
+    pub(super) fn esp_fast_forward(&mut self, t: &Tables, fast: EspFast, mut buf: PktBuf) {
+        let port = buf.port as usize;
+        if !self.count_fast_rx(&buf) {
+            return self.drop_buf(0, DropReason::Malformed, buf);
+        }
+        buf.trim_to(ethernet::HEADER_LEN + fast.total);
+        self.prepare_inbound(t, fast.r, ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN, port, buf)
+    }
+
     /// The fast path of a frame [`Self::fast_path`] took: counted as
     /// received, cut to its IPv4 total length (Ethernet padding off), then
     /// as the slow path goes on with such a packet: PROTECT, TTL
@@ -230,11 +325,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     #[inline(always)]
     pub(super) fn fast_forward(&mut self, t: &Tables, fast: Fast, mut buf: PktBuf) {
         let port = buf.port as usize;
-        let Some(pc) = self.counters.ports.get(port) else {
+        if !self.count_fast_rx(&buf) {
             return self.drop_buf(0, DropReason::Malformed, buf);
-        };
-        pc.rx_packets.add(1);
-        pc.rx_bytes.add(buf.len() as u64);
+        }
         match fast {
             Fast::Protect { slot, total } => {
                 let Some(sa) = t.sad.outbound_at(slot) else {
