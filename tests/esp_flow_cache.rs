@@ -91,32 +91,59 @@ fn drops(s: &secgw::control::stats::Snapshot) -> BTreeMap<String, u64> {
     s.drops.iter().filter(|(_, &n)| n > 0).map(|(k, &n)| (k.to_string(), n)).collect()
 }
 
-/// Gateway A (configs/ep1.toml) gets a plain ESP packet of the flow
-/// (sequence number 1: the slow path, which learns the flow), then
-/// `second` (sequence number 2); gateway B gets only `second`. What each
-/// sends for `second` and the drops it counts for it must be the same.
-/// Returns A's inbound flow cache hits.
-fn same_as_slow_path(second: impl Fn(&[u8]) -> Vec<u8>, what: &str) -> u64 {
-    let mut a = Gw::from_config("configs/ep1.toml");
-    let key = a.sa_key(1001, true);
-    let first = a.push("outside", &[esp_frame(&key, 1, 100, 0, Outer::default())]);
-    assert_eq!(first.len(), 1, "{what}: the flow's first packet went through");
-    let before = drops(&a.stats());
-    let out_a = a.push("outside", &[second(&key)]);
-    let sa = a.stats();
-    let mut drops_a = drops(&sa);
-    for (k, n) in before {
-        *drops_a.get_mut(&k).unwrap() -= n;
+/// Every counter a packet moves but the flow cache's own: per port (rx,
+/// tx, drops), per SA (packets, bytes, errors) and per drop reason.
+fn counts(s: &secgw::control::stats::Snapshot) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    for p in &s.ports {
+        for (k, v) in [("rx_packets", p.rx_packets), ("rx_bytes", p.rx_bytes), ("tx_packets", p.tx_packets), ("tx_bytes", p.tx_bytes), ("drops", p.drops)] {
+            m.insert(format!("port {} {k}", p.name), v);
+        }
     }
-    drops_a.retain(|_, n| *n > 0);
-    let mut b = Gw::from_config("configs/ep1.toml");
-    let out_b = b.push("outside", &[second(&key)]);
+    for sa in &s.sas {
+        for (k, v) in [("packets", sa.packets), ("bytes", sa.bytes), ("errors", sa.errors)] {
+            m.insert(format!("sa {} {} {k}", sa.spi, sa.direction), v);
+        }
+    }
+    for (k, &v) in &s.drops {
+        m.insert(format!("drop {k}"), v);
+    }
+    m
+}
+
+/// `after` − `before`, counter by counter.
+fn delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    after.iter().map(|(k, &v)| (k.clone(), v - before.get(k).copied().unwrap_or(0))).collect()
+}
+
+/// Gateway A (config `cfg`) gets `first(key)` on port `port` (the flow's
+/// first packet: the slow path, which learns the flow), then `second(key)`
+/// on port `second_port`; gateway B gets only `second(key)` there (`key`:
+/// inbound SA `spi`'s). What each sends for `second` and every counter it
+/// moves for it must be the same. Returns A's inbound flow cache hits.
+fn same_as_slow_path_on(cfg: &str, spi: u32, port: &str, first: impl Fn(&[u8]) -> Vec<u8>, second_port: &str, second: impl Fn(&[u8]) -> Vec<u8>, what: &str) -> u64 {
+    let mut a = Gw::from_config(cfg);
+    let key = a.sa_key(spi, true);
+    let out = a.push(port, &[first(&key)]);
+    assert_eq!(out.len(), 1, "{what}: the flow's first packet went through");
+    let before = counts(&a.stats());
+    let out_a = a.push(second_port, &[second(&key)]);
+    let sa = a.stats();
+    let mut b = Gw::from_config(cfg);
+    let out_b = b.push(second_port, &[second(&key)]);
     let sb = b.stats();
     assert_eq!(esp_hits(&sb), 0, "{what}: B has no flow to hit");
     assert_eq!(out_a, out_b, "{what}: the fast path sent what the slow path sends");
-    assert_eq!(drops_a, drops(&sb), "{what}: the same drops");
+    assert_eq!(delta(&before, &counts(&sa)), counts(&sb), "{what}: the same counters moved");
     common::assert_accounted(&sa, what);
     esp_hits(&sa)
+}
+
+/// [`same_as_slow_path_on`] configs/ep1.toml, SA 1001, a plain first
+/// packet (sequence number 1), `second` on the outside port too.
+fn same_as_slow_path(second: impl Fn(&[u8]) -> Vec<u8>, what: &str) -> u64 {
+    let first = |k: &[u8]| esp_frame(k, 1, 100, 0, Outer::default());
+    same_as_slow_path_on("configs/ep1.toml", 1001, "outside", first, "outside", second, what)
 }
 
 #[test]
@@ -176,6 +203,63 @@ fn the_inbound_fast_path_takes_only_what_the_slow_path_would_do_the_same_with() 
         f
     };
     assert_eq!(same_as_slow_path(other_mac, "another MAC"), 0);
+}
+
+#[test]
+fn a_flow_is_cached_for_its_receive_port_only() {
+    // A second unprotected port: the same ESP (outer addresses, SPI) to
+    // its MAC is not for one of its addresses, so the slow path finds no
+    // inbound policy for it. The flow cached for the outside port must not
+    // decide it.
+    let cfg = common::edited_config("ep1.toml", "esp-flow-2nd-port", |t| {
+        t + "\n[[port]]\nname = \"outside2\"\ninterface = \"gw1-out2\"\nrole = \"unprotected\"\nmac = \"02:00:00:00:01:03\"\naddresses = [\"100.64.0.2/24\"]\n"
+    });
+    let first = |k: &[u8]| esp_frame(k, 1, 100, 0, Outer::default());
+    let other_port = |k: &[u8]| {
+        let mut f = esp_frame(k, 2, 100, 0, Outer::default());
+        f[..6].copy_from_slice(&mac("02:00:00:00:01:03"));
+        f
+    };
+    assert_eq!(same_as_slow_path_on(&cfg, 1001, "outside", first, "outside2", other_port, "another port"), 0);
+    let mut gw = Gw::from_config(&cfg);
+    assert!(gw.push("outside2", &[other_port(&gw.sa_key(1001, true))]).is_empty());
+    assert_eq!(gw.drop_count("no_policy"), 1);
+}
+
+/// Transport-mode ESP (RFC 4303 §3.1.1) of SA 1001 (configs/ep1.toml
+/// with the SA in transport mode) from hostA to hostB, sequence number
+/// `seq`: the UDP segment of [`inner`] encrypted, the addresses kept.
+fn transport_frame(key: &[u8], seq: u64) -> Vec<u8> {
+    let ip = inner(100, 0);
+    let esp = seal_gcm128(key, 1001, seq, false, &ip[20..], 17);
+    to_gw1(&ip[..20], 50, &esp)
+}
+
+fn transport_config() -> String {
+    common::edited_config("ep1.toml", "esp-flow-transport", |t| {
+        let (head, tail) = t.split_once("spi = 1001\n").expect("SA 1001");
+        let tail = tail.replacen("mode = \"tunnel\"", "mode = \"transport\"", 1).replacen("tunnel_src = \"203.0.113.1\"\n", "", 1).replacen("tunnel_dst = \"203.0.113.2\"\n", "", 1);
+        format!("{head}spi = 1001\n{tail}")
+    })
+}
+
+#[test]
+fn a_transport_mode_flow_takes_the_fast_path_too() {
+    let cfg = transport_config();
+    let mut gw = Gw::from_config(&cfg);
+    let key = gw.sa_key(1001, true);
+    let out = gw.push("outside", &[transport_frame(&key, 1), transport_frame(&key, 2)]);
+    assert_eq!(out.len(), 2, "{:?}", drops(&gw.stats()));
+    assert_eq!(esp_hits(&gw.stats()), 1);
+    let sent = inner(100, 0);
+    for (port, f) in &out {
+        assert_eq!(port, "inside");
+        assert_eq!(f[14 + 8], 63, "TTL decremented");
+        assert_eq!(f[14 + 9], 17, "UDP again");
+        assert_eq!(f[14 + 12..], sent[12..], "addresses and UDP as sent");
+    }
+    let first = |k: &[u8]| transport_frame(k, 1);
+    assert_eq!(same_as_slow_path_on(&cfg, 1001, "outside", first, "outside", |k| transport_frame(k, 2), "transport"), 1);
 }
 
 #[test]

@@ -642,6 +642,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             std::hint::spin_loop();
         }
         self.flush();
+        self.note_quiesced();
     }
 
     /// One loop iteration: an rx burst from every port, crypto, tx. Returns

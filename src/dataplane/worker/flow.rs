@@ -63,8 +63,9 @@ use crate::policy::Tables;
 use crate::wire::{checksum, esp as esp_hdr, ethernet, ipv4};
 use std::net::{IpAddr, Ipv4Addr};
 
-/// Entries of a worker's flow cache (a power of two): 256 entries of 32
-/// bytes, 8 KiB, small enough to stay in L1 next to the packet data.
+/// Entries of each of a worker's two flow caches (a power of two): 256
+/// entries of 32 bytes, 8 KiB each, small enough to stay in L1 next to
+/// the packet data.
 pub const FLOW_SLOTS: usize = 256;
 
 /// One learned flow: the key (IPv4 addresses, protocol, ports or SPI) and
@@ -79,6 +80,8 @@ struct FlowEntry {
     /// Source port << 16 | destination port (0 without ports); the SPI
     /// in the inbound cache.
     ports: u32,
+    /// The answer: an outbound SA slot or [`BYPASS`]; in the inbound
+    /// cache, the SA reference (slot and id bits).
     slot: u32,
     rx_port: u16,
     protocol: u8,
@@ -160,7 +163,7 @@ impl FlowCache {
     }
 
     /// The answer learned for this flow under tables `version`, if any:
-    /// an SA slot or [`BYPASS`].
+    /// an SA slot or [`BYPASS`] (outbound), an SA reference (inbound).
     #[inline(always)]
     fn hit(&self, version: u64, rx_port: usize, src: u32, dst: u32, protocol: u8, ports: Option<u32>) -> Option<u32> {
         let p = ports.unwrap_or(0);
