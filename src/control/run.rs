@@ -33,8 +33,13 @@ pub struct RunOptions {
 /// (≤ 1024, a quarter) of them wait for next hops' MACs, so rx always
 /// keeps buffers.
 const POOL_SIZE: usize = 4096;
-/// Packets each handoff ring holds.
-const HANDOFF_DEPTH: usize = 1024;
+/// Packets each handoff ring holds: how long an SA's owner may be off its
+/// core (descheduled, on a machine with more busy threads than cores)
+/// before the worker handing it packets drops them as `handoff_full`;
+/// 2,048 is about 100 ms of a 20,000-packet/s flow. (1,024 lost packets in
+/// the descriptor rekey test under CI load: an owner and its device engine
+/// off their core ~27 ms twice in a row.) At most half the sender's pool.
+const HANDOFF_DEPTH: usize = 2048;
 
 /// The workers' reassembly settings from the config's `[reassembly]`.
 pub fn reassembly_conf(r: &Reassembly) -> ReassemblyConf {

@@ -74,6 +74,10 @@ RATES = [int(os.environ.get("SECGW_E2E_REKEY_PPS", "20000")), 15000, 10000, 7500
 # rekeys lost nothing). The control loop then napped 50 µs while a client
 # was talking; with 500 µs two runs at 20,000 passed. CI keeps the margin;
 # SECGW_E2E_REKEY_DESC_PPS=20000 runs the descriptor backend at 20,000.
+# Later a CI run lost 37 at 10,000 pps: with one more busy loop on the
+# machine, 20,000 lost 137-805 as `handoff_full` in 3 of 7 runs (the owner
+# worker and its engine off their core ~27 ms twice in a row, the handoff
+# ring then 1,024 packets); with 2,048, 4 of 4 runs were lossless.
 DESC_FIRST_RATE = int(os.environ.get("SECGW_E2E_REKEY_DESC_PPS", "10000"))
 PROBE_S = 1.5
 REV_PPS = 1000
@@ -226,6 +230,21 @@ def path_counts(ctl: dict) -> dict:
             "drops": sum(sum(s["drops"].values()) for s in st.values())}
 
 
+def kernel_drops() -> dict:
+    """The kernel's own drop counters on the path between the hosts: every
+    interface's (rx, tx) dropped in the testbed's namespaces (veth rings, the
+    wan bridge) and the softnet backlog's drops (all CPUs)."""
+    out = {}
+    for name in ("hostA", "gw0", "wan", "gw1", "hostB"):
+        links = json.loads(L.run_ns(name, "ip", "-s", "-j", "link", "show").stdout)
+        for link in links:
+            st = link.get("stats64", {})
+            out[f"{name}/{link['ifname']}"] = (st.get("rx", {}).get("dropped", 0), st.get("tx", {}).get("dropped", 0))
+    with open("/proc/net/softnet_stat") as f:
+        out["softnet"] = sum(int(line.split()[1], 16) for line in f)
+    return out
+
+
 def probe_rate(artifacts: Path, stream_base: int, ctl: dict, first: int | None = None) -> tuple[float, list[dict]]:
     """The first rate of RATES (from `first` on, if given) that hostA ->
     hostB carries without loss or duplicates for PROBE_S (stream ids
@@ -277,6 +296,7 @@ def test_rekey_without_loss(backend, rekey_configs, start_gws, artifacts, testbe
         probe_received = sum(p["received"] for p in probes)
 
         # ---- 2. the streams
+        kernel_before = kernel_drops()
         # Twice the rounds' nominal time: on a loaded machine a round may wait
         # for the previous one's old SAs to be freed (below) or for slow
         # `secgw ctl` calls; the stream must outlast every round.
@@ -343,6 +363,7 @@ def test_rekey_without_loss(backend, rekey_configs, start_gws, artifacts, testbe
                 break
             time.sleep(0.2)
         sa_list = {gw: c.json("sa", "list")["sas"] for gw, c in ctl.items()}
+        kernel_after = kernel_drops()
         stats = {gw: c.json("stats") for gw, c in ctl.items()}
     finally:
         for p in procs:
@@ -385,6 +406,14 @@ def test_rekey_without_loss(backend, rekey_configs, start_gws, artifacts, testbe
         ("handoff gw0/gw1", " / ".join(str([w["handoff_out"] for w in stats[g]["workers"]]) for g in ("gw0", "gw1"))),
         ("time", f"stream+rekeys {t_rekeys:.1f} s, test {time.monotonic() - t_test:.1f} s"),
     ]
+    # Where packets went, so a loss names its place (a drop reason, a port's
+    # drops or the kernel's AF_XDP rx drops) in the first assertion's message.
+    for gw in ctl:
+        drops = {k: v for k, v in stats[gw]["drops"].items() if v}
+        ports = {p["name"]: (p["drops"], p["rx_dropped_backend"]) for p in stats[gw]["ports"]}
+        rows.append((f"{gw} drops", f"{drops or 'none'}; ports (drops, rx_dropped_backend) {ports}"))
+    kernel = {k: (kernel_before.get(k), v) for k, v in kernel_after.items() if v != kernel_before.get(k)}
+    rows.append(("kernel drops (before, after)", kernel or "none"))
     summary = "\n".join(f"  {k:<28} {v}" for k, v in rows)
     print(f"\nrekey summary:\n{summary}")
     (artifacts / "rekey-summary.json").write_text(json.dumps({"rows": dict(rows), "per_spi": per_spi}, indent=1))
