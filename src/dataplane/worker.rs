@@ -729,7 +729,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                     Some((mac, false)) if buf.port as usize == p => {
                         if let Some(f) = self.esp_fast_path(&t, p, mac, buf.frame()) {
                             esp_hits += 1;
-                            self.esp_fast_forward(&t, f, buf);
+                            self.esp_fast_forward(f, buf);
                             continue;
                         }
                     }
@@ -1245,6 +1245,13 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let Some((i, e)) = in_sa(t, r) else {
             return self.drop_buf(port, DropReason::NoSa, buf);
         };
+        self.prepare_inbound_sa(i, e, r, esp_off, port, buf)
+    }
+
+    /// [`Self::prepare_inbound`] once `in_sa(t, r)` has found the SA: its
+    /// slot `i` and entry `e` (the inbound fast path looks them up itself).
+    #[inline]
+    fn prepare_inbound_sa(&mut self, i: usize, e: &crate::policy::sad::InboundEntry, r: usize, esp_off: usize, port: usize, buf: PktBuf) {
         if e.sa.life.expired() {
             e.sa.life.counters.errors.add(1);
             return self.drop_buf(port, DropReason::SaExpired, buf);

@@ -58,6 +58,7 @@ use crate::dataplane::counters::DropReason;
 use crate::esp::outbound::{self, TunnelPlan};
 use crate::esp::OutboundSa;
 use crate::io::{PktBuf, Port};
+use crate::policy::sad::InboundEntry;
 use crate::policy::spd::FlowKey;
 use crate::policy::Tables;
 use crate::wire::{checksum, esp as esp_hdr, ethernet, ipv4};
@@ -117,11 +118,14 @@ pub(super) enum Fast {
 }
 
 /// An ESP frame the inbound fast path takes ([`Worker::esp_fast_path`]):
-/// its SA reference `r` (slot and id bits, as in tags) and the IPv4
+/// its SA reference `r` (slot and id bits, as in tags), the SA's slot `i`
+/// and entry `e` in the snapshot it was looked up in, and the IPv4
 /// packet's length `total`.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct EspFast {
+pub(super) struct EspFast<'t> {
     r: usize,
+    i: usize,
+    e: &'t InboundEntry,
     total: usize,
 }
 
@@ -291,7 +295,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// whose MAC is `mac`, when it may take the inbound fast path (module
     /// docs), else `None` (the slow path, [`Self::classify`], decides it).
     #[inline(always)]
-    pub(super) fn esp_fast_path(&self, t: &Tables, rx_port: usize, mac: &[u8; 6], f: &[u8]) -> Option<EspFast> {
+    pub(super) fn esp_fast_path<'t>(&self, t: &'t Tables, rx_port: usize, mac: &[u8; 6], f: &[u8]) -> Option<EspFast<'t>> {
         const ESP: usize = ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN;
         let (h, total) = plain_ipv4(f, mac)?;
         // Room for the ESP header (the slow path's `EspPacket::new_checked`).
@@ -302,22 +306,26 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let dst = u32::from_be_bytes([h[ipv4::DST], h[ipv4::DST + 1], h[ipv4::DST + 2], h[ipv4::DST + 3]]);
         let spi = u32::from_be_bytes([f[ESP], f[ESP + 1], f[ESP + 2], f[ESP + 3]]);
         let r = self.esp_flows.hit(t.version, rx_port, src, dst, ipv4::PROTO_ESP, Some(spi))? as usize;
-        let (_, e) = in_sa(t, r)?;
-        (e.sa.owner == self.conf.id).then_some(EspFast { r, total })
+        // Learned only for this worker's SAs and cleared on adopt, so the
+        // owner check holds by construction; it stays, as the guard of
+        // the SA's per-worker state (replay window), and the SA found is
+        // what `prepare_inbound_sa` goes on with (one lookup a packet).
+        let (i, e) = in_sa(t, r)?;
+        (e.sa.owner == self.conf.id).then_some(EspFast { r, i, e, total })
     }
 
     /// The inbound fast path of a frame [`Self::esp_fast_path`] took:
     /// counted as received, cut to its IPv4 total length (Ethernet padding
-    /// off) and handed to `prepare_inbound`, as the slow path goes on with
-    /// such a packet.
+    /// off) and handed to `prepare_inbound_sa` with the SA it found, as the
+    /// slow path goes on with such a packet.
     #[inline(always)]
-    pub(super) fn esp_fast_forward(&mut self, t: &Tables, fast: EspFast, mut buf: PktBuf) {
+    pub(super) fn esp_fast_forward(&mut self, fast: EspFast<'_>, mut buf: PktBuf) {
         let port = buf.port as usize;
         if !self.count_fast_rx(&buf) {
             return self.drop_buf(0, DropReason::Malformed, buf);
         }
         buf.trim_to(ethernet::HEADER_LEN + fast.total);
-        self.prepare_inbound(t, fast.r, ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN, port, buf)
+        self.prepare_inbound_sa(fast.i, fast.e, fast.r, ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN, port, buf)
     }
 
     /// The fast path of a frame [`Self::fast_path`] took: counted as
