@@ -38,7 +38,10 @@ const POOL_SIZE: usize = 4096;
 /// before the worker handing it packets drops them as `handoff_full`;
 /// 2,048 is about 100 ms of a 20,000-packet/s flow. (1,024 lost packets in
 /// the descriptor rekey test under CI load: an owner and its device engine
-/// off their core ~27 ms twice in a row.) At most half the sender's pool.
+/// off their core ~27 ms twice in a row.) Half the sender's pool per ring:
+/// a worker's rings together (with many workers), its queue pair and its
+/// next-hop queue can still take the whole pool, and rx then leaves frames
+/// to the kernel's `rx_dropped_backend`.
 const HANDOFF_DEPTH: usize = 2048;
 
 /// The workers' reassembly settings from the config's `[reassembly]`.

@@ -407,7 +407,8 @@ def test_rekey_without_loss(backend, rekey_configs, start_gws, artifacts, testbe
         ("time", f"stream+rekeys {t_rekeys:.1f} s, test {time.monotonic() - t_test:.1f} s"),
     ]
     # Where packets went, so a loss names its place (a drop reason, a port's
-    # drops or the kernel's AF_XDP rx drops) in the first assertion's message.
+    # drops or the kernel's AF_XDP rx drops) in the exact-delivery
+    # assertions' messages below.
     for gw in ctl:
         drops = {k: v for k, v in stats[gw]["drops"].items() if v}
         ports = {p["name"]: (p["drops"], p["rx_dropped_backend"]) for p in stats[gw]["ports"]}
