@@ -1242,16 +1242,18 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// header `esp_off` bytes into the frame.
     #[inline]
     fn prepare_inbound(&mut self, t: &Tables, r: usize, esp_off: usize, port: usize, buf: PktBuf) {
-        let Some((i, e)) = in_sa(t, r) else {
+        let Some((_, e)) = in_sa(t, r) else {
             return self.drop_buf(port, DropReason::NoSa, buf);
         };
-        self.prepare_inbound_sa(i, e, r, esp_off, port, buf)
+        self.prepare_inbound_sa(e, r, esp_off, port, buf)
     }
 
-    /// [`Self::prepare_inbound`] once `in_sa(t, r)` has found the SA: its
-    /// slot `i` and entry `e` (the inbound fast path looks them up itself).
+    /// [`Self::prepare_inbound`] once `in_sa(t, r)` has found the SA's
+    /// entry `e` (the inbound fast path looks it up itself); its slot is
+    /// `r`'s slot bits.
     #[inline]
-    fn prepare_inbound_sa(&mut self, i: usize, e: &crate::policy::sad::InboundEntry, r: usize, esp_off: usize, port: usize, buf: PktBuf) {
+    fn prepare_inbound_sa(&mut self, e: &crate::policy::sad::InboundEntry, r: usize, esp_off: usize, port: usize, buf: PktBuf) {
+        let i = r & SLOT_MASK;
         if e.sa.life.expired() {
             e.sa.life.counters.errors.add(1);
             return self.drop_buf(port, DropReason::SaExpired, buf);

@@ -409,10 +409,10 @@ def test_rekey_without_loss(backend, rekey_configs, start_gws, artifacts, testbe
     # Where packets went, so a loss names its place (a drop reason, a port's
     # drops or the kernel's AF_XDP rx drops) in the exact-delivery
     # assertions' messages below.
+    gw_drops = {gw: {k: v for k, v in stats[gw]["drops"].items() if v} for gw in ctl}
+    gw_ports = {gw: {p["name"]: (p["drops"], p["rx_dropped_backend"]) for p in stats[gw]["ports"]} for gw in ctl}
     for gw in ctl:
-        drops = {k: v for k, v in stats[gw]["drops"].items() if v}
-        ports = {p["name"]: (p["drops"], p["rx_dropped_backend"]) for p in stats[gw]["ports"]}
-        rows.append((f"{gw} drops", f"{drops or 'none'}; ports (drops, rx_dropped_backend) {ports}"))
+        rows.append((f"{gw} drops", f"{gw_drops[gw] or 'none'}; ports (drops, rx_dropped_backend) {gw_ports[gw]}"))
     kernel = {k: (kernel_before.get(k), v) for k, v in kernel_after.items() if v != kernel_before.get(k)}
     rows.append(("kernel drops (before, after)", kernel or "none"))
     summary = "\n".join(f"  {k:<28} {v}" for k, v in rows)
@@ -444,9 +444,8 @@ def test_rekey_without_loss(backend, rekey_configs, start_gws, artifacts, testbe
         f"forward: per-SA sums gw0/gw1 {sums['fwd']}, sent {fwd_sent}, received {fwd_recv}"
     assert sums["rev"] == (snd_r["sent"], snd_r["sent"]), f"reverse: per-SA sums gw0/gw1 {sums['rev']}, sent {snd_r['sent']}"
     for gw in ctl:
-        drops = {k: v for k, v in stats[gw]["drops"].items() if v}
-        assert not drops, f"{gw} dropped packets: {drops}"
-        ports = {p["name"]: (p["drops"], p["rx_dropped_backend"]) for p in stats[gw]["ports"] if p["drops"] or p["rx_dropped_backend"]}
+        assert not gw_drops[gw], f"{gw} dropped packets: {gw_drops[gw]}"
+        ports = {name: c for name, c in gw_ports[gw].items() if any(c)}
         assert not ports, f"{gw} port drops (drops, rx_dropped_backend): {ports}"
     for gw in ctl:
         for reason in ("replay", "auth_failed", "no_sa"):

@@ -118,13 +118,12 @@ pub(super) enum Fast {
 }
 
 /// An ESP frame the inbound fast path takes ([`Worker::esp_fast_path`]):
-/// its SA reference `r` (slot and id bits, as in tags), the SA's slot `i`
-/// and entry `e` in the snapshot it was looked up in, and the IPv4
-/// packet's length `total`.
+/// its SA reference `r` (slot and id bits, as in tags), the SA's entry
+/// `e` in the snapshot it was looked up in, and the IPv4 packet's length
+/// `total`.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct EspFast<'t> {
     r: usize,
-    i: usize,
     e: &'t InboundEntry,
     total: usize,
 }
@@ -310,8 +309,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         // owner check holds by construction; it stays, as the guard of
         // the SA's per-worker state (replay window), and the SA found is
         // what `prepare_inbound_sa` goes on with (one lookup a packet).
-        let (i, e) = in_sa(t, r)?;
-        (e.sa.owner == self.conf.id).then_some(EspFast { r, i, e, total })
+        let (_, e) = in_sa(t, r)?;
+        (e.sa.owner == self.conf.id).then_some(EspFast { r, e, total })
     }
 
     /// The inbound fast path of a frame [`Self::esp_fast_path`] took:
@@ -325,7 +324,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return self.drop_buf(0, DropReason::Malformed, buf);
         }
         buf.trim_to(ethernet::HEADER_LEN + fast.total);
-        self.prepare_inbound_sa(fast.i, fast.e, fast.r, ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN, port, buf)
+        self.prepare_inbound_sa(fast.e, fast.r, ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN, port, buf)
     }
 
     /// The fast path of a frame [`Self::fast_path`] took: counted as
