@@ -9,6 +9,9 @@ Run each side inside its namespace, e.g.
         --dst 198.51.100.10 --port 5001 --count 10000 --rate 5000
 
 Each datagram carries MAGIC(4) | stream id(4) | sequence number(4) | padding.
+The sender keeps the asked rate on average over each PACE_QUANTUM_S (it
+sleeps at least that long, then sends what came due back to back), so it
+leaves the CPU to the gateways under test instead of spinning.
 The sender prints {"sent", "errors", "elapsed_s", "pps"} as JSON; the sink
 prints {"received", "distinct", "duplicates", "missing", "out_of_order",
 "foreign", "bad_length", "first", "last", "elapsed_s"} as JSON (missing counts
@@ -27,6 +30,9 @@ import time
 
 MAGIC = b"SGW1"
 HDR = struct.Struct("!4sII")
+# Shortest pacing sleep of the sender, seconds: at 20,000 pps a burst of
+# about 10 datagrams every half millisecond.
+PACE_QUANTUM_S = 0.0005
 
 
 def cmd_send(a):
@@ -45,11 +51,13 @@ def cmd_send(a):
         if interval:
             target = t0 + i * interval
             delay = target - time.perf_counter()
-            if delay > 0.0005:
-                time.sleep(delay)
-            else:
-                while time.perf_counter() < target:
-                    pass
+            if delay > 0.0:
+                # Sleep at least PACE_QUANTUM_S: what came due meanwhile goes
+                # out back to back on waking (the targets are absolute, so
+                # the rate holds). Spinning to each datagram's time instead
+                # took a whole core at 20,000 pps, from the gateways under
+                # test on the 2-core testbed.
+                time.sleep(max(delay, PACE_QUANTUM_S))
         msg = HDR.pack(MAGIC, a.stream, a.first + i) + pad
         for attempt in range(50):
             try:

@@ -1556,3 +1556,23 @@ fn key_material_shared_by_counter_mode_sas_is_refused() {
     let text = format!("{BASE}{}{}{}", sa(1003, "inbound", "aes-128-gcm", &other_salt, ""), cbc(1005, "outbound"), cbc(1006, "inbound"));
     assert_eq!(config::parse(&text, Path::new(FILE)).unwrap().sas.len(), 5);
 }
+
+/// `gateway.idle_sleep_us` and `gateway.idle_spin_us`: defaults 50 and 100,
+/// explicit values kept, out-of-range values named by file, line, column
+/// and field; the 2-worker sample configs shorten the spin (two gateways
+/// of 2 workers each share the testbed's 2 cores).
+#[test]
+fn gateway_idle_sleep_and_spin() {
+    let cfg = config::parse(BASE, Path::new(FILE)).unwrap();
+    assert_eq!((cfg.gateway.idle_sleep_us, cfg.gateway.idle_spin_us), (50, 100), "defaults");
+    let with = |lines: &str| edit("[gateway]\nworkers = 1\n", &format!("[gateway]\nworkers = 1\n{lines}\n"));
+    let cfg = config::parse(&with("idle_sleep_us = 0\nidle_spin_us = 1000000"), Path::new(FILE)).unwrap();
+    assert_eq!((cfg.gateway.idle_sleep_us, cfg.gateway.idle_spin_us), (0, 1_000_000));
+    assert_one(&with("idle_spin_us = 1000001"), "idle_spin_us", 15, "gateway.idle_spin_us", "expected an integer in 0..=1000000, found 1000001");
+    assert_one(&with("idle_spin_us = -1"), "idle_spin_us", 15, "gateway.idle_spin_us", "expected an integer in 0..=1000000, found -1");
+    assert_one(&with("idle_sleep_us = 10001"), "idle_sleep_us", 16, "gateway.idle_sleep_us", "expected an integer in 0..=10000, found 10001");
+    for name in ["ep0-2w.toml", "ep1-2w.toml"] {
+        let cfg = config::load(&sample(name)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((cfg.gateway.workers, cfg.gateway.idle_sleep_us, cfg.gateway.idle_spin_us), (2, 50, 10), "{name}");
+    }
+}

@@ -12,8 +12,9 @@
 //! stats_interval = 0        # seconds between stats prints, 0 = only on exit; default 0
 //! outer_ttl = 64            # default outer TTL of tunnel SAs, 1..=255, default 64
 //! burst = 32                # packets per rx burst, 1..=256, default 32
-//! idle_sleep_us = 50        # sleep between polls once idle (1024 empty polls), 0..=10000;
-//!                           # 0 = always busy-poll, default 50
+//! idle_sleep_us = 50        # sleep between polls once idle, 0..=10000; 0 = always
+//!                           # busy-poll, default 50
+//! idle_spin_us = 100        # idle = this long without work, 0..=1000000, default 100
 //! pmtu_timeout_s = 600      # how long a tunnel SA's path MTU learned from ICMP holds
 //!                           # (RFC 4301 §8.2), 0..=86400 s; 0 = such ICMP is ignored; default 600
 //!
@@ -430,6 +431,7 @@ struct RawGateway {
     outer_ttl: Field,
     burst: Field,
     idle_sleep_us: Field,
+    idle_spin_us: Field,
     pmtu_timeout_s: Field,
 }
 
@@ -1160,6 +1162,7 @@ impl Checker<'_> {
                 outer_ttl: 64,
                 burst: 32,
                 idle_sleep_us: 50,
+                idle_spin_us: 100,
                 pmtu_timeout_s: 600,
             });
             return (defaults, Some(1));
@@ -1194,6 +1197,7 @@ impl Checker<'_> {
         let outer_ttl = self.opt_integer(&g.outer_ttl, &tab.field("outer_ttl"), 1, 255, 64);
         let burst = self.opt_integer(&g.burst, &tab.field("burst"), 1, 256, 32);
         let idle_sleep_us = self.opt_integer(&g.idle_sleep_us, &tab.field("idle_sleep_us"), 0, 10_000, 50);
+        let idle_spin_us = self.opt_integer(&g.idle_spin_us, &tab.field("idle_spin_us"), 0, 1_000_000, 100);
         let pmtu_timeout_s = self.opt_integer(&g.pmtu_timeout_s, &tab.field("pmtu_timeout_s"), 0, 86_400, 600);
         let gateway = (|| {
             Some(Gateway {
@@ -1204,6 +1208,7 @@ impl Checker<'_> {
                 outer_ttl: outer_ttl? as u8,
                 burst: burst? as usize,
                 idle_sleep_us: idle_sleep_us? as u64,
+                idle_spin_us: idle_spin_us? as u64,
                 pmtu_timeout_s: pmtu_timeout_s? as u64,
             })
         })();

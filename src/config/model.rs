@@ -68,9 +68,12 @@ pub struct Gateway {
     pub outer_ttl: u8,
     /// Packets per rx burst (1..=256, default 32).
     pub burst: usize,
-    /// Microseconds a worker sleeps between polls once it has been idle for
-    /// a while (0..=10000, default 50; 0 = busy-poll always).
+    /// Microseconds a worker sleeps between polls once it is idle
+    /// (0..=10000, default 50; 0 = busy-poll always).
     pub idle_sleep_us: u64,
+    /// Microseconds without work after which a worker is idle and starts
+    /// sleeping `idle_sleep_us` between polls (0..=1000000, default 100).
+    pub idle_spin_us: u64,
     /// Seconds a tunnel SA's path MTU learned from an ICMP "fragmentation
     /// needed" / ICMPv6 Packet Too Big about its ESP packets holds before
     /// it is forgotten (RFC 4301 §8.2.1–8.2.2, RFC 1191 §6.3; 0..=86400,

@@ -268,11 +268,21 @@ pub struct WorkerConf {
     pub pool_size: usize,
     /// Number of workers (buffers of every worker may pass through this one).
     pub nb_workers: usize,
-    /// Microseconds to sleep after [`IDLE_POLLS`] polls in a row found
-    /// nothing (0 = busy-poll always). Frees the core when there is no
-    /// traffic at the cost of up to this much latency for the first packet
-    /// after a pause (the AF_XDP rings hold arrivals meanwhile).
+    /// Microseconds to sleep between polls once the worker is idle (0 =
+    /// busy-poll always). Frees the core when there is no traffic at the
+    /// cost of up to this much latency (plus the kernel's timer slack) for
+    /// the first packet after a pause; the AF_XDP rings hold arrivals
+    /// meanwhile.
     pub idle_sleep_us: u64,
+    /// Microseconds without a received frame after which the worker counts
+    /// as idle: it then sleeps `idle_sleep_us` between polls, or, while it
+    /// still has crypto ops in flight on an asynchronous device, yields its
+    /// core between polls (`sched_yield`: the device's engine may need that
+    /// core to complete them). The clock is read once every
+    /// [`IDLE_CLOCK_EVERY`] empty polls, never on a poll that received, so
+    /// the spin lasts at least that many polls even at 0. Unused when
+    /// `idle_sleep_us` is 0 (busy-poll always, never yield).
+    pub idle_spin_us: u64,
     /// Reassembly of outer fragments addressed to the gateway.
     pub reasm: ReassemblyConf,
     /// The queue of packets waiting for a next hop's MAC.
@@ -283,8 +293,9 @@ pub struct WorkerConf {
     pub pmtu_timeout_ms: u64,
 }
 
-/// Empty polls in a row before a worker starts sleeping between polls.
-pub const IDLE_POLLS: u32 = 1024;
+/// Empty polls between two reads of the clock by an idle worker (see
+/// [`WorkerConf::idle_spin_us`]).
+pub const IDLE_CLOCK_EVERY: u32 = 32;
 
 /// Largest ICMPv6 error sent back through a tunnel, in bytes: RFC 4443
 /// §2.4 (c)'s 1280 less room for any SA's encapsulation (outer header,
@@ -606,18 +617,39 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// Runs until `stop` is set, then drains in-flight crypto ops and
     /// transmits what they produced.
     pub fn run(&mut self, stop: &AtomicBool) {
+        let nap = std::time::Duration::from_micros(self.conf.idle_sleep_us);
+        let spin = std::time::Duration::from_micros(self.conf.idle_spin_us);
+        // Polls in a row that received nothing; the time when IDLE_CLOCK_EVERY
+        // of them had passed; whether the spin is over (sleep, or yield while
+        // ops are in flight, between polls). A poll may complete ops without
+        // receiving: the spin paces the polls, every poll still does the work.
         let mut idle = 0u32;
+        let mut idle_since = std::time::Instant::now();
+        let mut napping = false;
         while !stop.load(Ordering::Relaxed) {
-            if self.poll_once() > 0 || self.qp.inflight() > 0 {
+            if self.poll_once() > 0 {
                 idle = 0;
+                napping = false;
+                continue;
+            }
+            if napping {
+                if self.qp.inflight() > 0 {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(nap);
+                }
                 continue;
             }
             idle = idle.saturating_add(1);
-            if idle >= IDLE_POLLS && self.conf.idle_sleep_us > 0 {
-                std::thread::sleep(std::time::Duration::from_micros(self.conf.idle_sleep_us));
-            } else {
-                std::hint::spin_loop();
+            if !nap.is_zero() && idle.is_multiple_of(IDLE_CLOCK_EVERY) {
+                if idle == IDLE_CLOCK_EVERY {
+                    idle_since = std::time::Instant::now();
+                } else if idle_since.elapsed() >= spin {
+                    napping = true;
+                    continue;
+                }
             }
+            std::hint::spin_loop();
         }
         self.drain();
         self.drop_pending();

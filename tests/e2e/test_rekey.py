@@ -19,8 +19,8 @@ place (a leak makes the next rekey fail with `busy`).
 2. Streams: forward hostA -> hostB (41001 -> 5001: gw0 outbound 2002, gw1
    inbound 2002) at that rate, and a reverse stream hostB -> hostA
    (41002 -> 5002: gw1 outbound 2102, gw0 inbound 2102) at REV_PPS (a
-   second paced sender at full rate would share the 2 cores with the first
-   and the 4 workers; at 1,000 pps it sleeps between datagrams). `secgw ctl
+   second sender at the full rate would add its work to the 2 cores the
+   first shares with the 4 workers). `secgw ctl
    events --json` runs against both gateways from before the first rekey.
 3. ROUNDS rounds, PERIOD_S apart, during the stream; each round, with a
    fresh SPI and a random AES-128-GCM key per direction, in the lossless
@@ -78,6 +78,10 @@ RATES = [int(os.environ.get("SECGW_E2E_REKEY_PPS", "20000")), 15000, 10000, 7500
 # machine, 20,000 lost 137-805 as `handoff_full` in 3 of 7 runs (the owner
 # worker and its engine off their core ~27 ms twice in a row, the handoff
 # ring then 1,024 packets); with 2,048, 4 of 4 runs were lossless.
+# The cores were full during a run (sender spinning, 4 workers spinning
+# between packets); the sender now sleeps between bursts and the 2-worker
+# configs set `idle_spin_us = 10`: about 125 % (software) and 160 %
+# (descriptor) of the 2 cores at 20,000 pps (README, "Rekey without loss").
 DESC_FIRST_RATE = int(os.environ.get("SECGW_E2E_REKEY_DESC_PPS", "10000"))
 PROBE_S = 1.5
 REV_PPS = 1000
