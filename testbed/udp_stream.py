@@ -9,9 +9,10 @@ Run each side inside its namespace, e.g.
         --dst 198.51.100.10 --port 5001 --count 10000 --rate 5000
 
 Each datagram carries MAGIC(4) | stream id(4) | sequence number(4) | padding.
-The sender keeps the asked rate on average over each PACE_QUANTUM_S (it
-sleeps at least that long, then sends what came due back to back), so it
-leaves the CPU to the gateways under test instead of spinning.
+The sender sends no datagram before its time (i / rate after the start)
+and each at most about PACE_QUANTUM_S plus a wake-up late: it sleeps at
+least that long, then sends what came due back to back, so the rate holds
+over the run and the CPU is left to the gateways under test.
 The sender prints {"sent", "errors", "elapsed_s", "pps"} as JSON; the sink
 prints {"received", "distinct", "duplicates", "missing", "out_of_order",
 "foreign", "bad_length", "first", "last", "elapsed_s"} as JSON (missing counts

@@ -14,7 +14,8 @@
 //! burst = 32                # packets per rx burst, 1..=256, default 32
 //! idle_sleep_us = 50        # sleep between polls once idle, 0..=10000; 0 = always
 //!                           # busy-poll, default 50
-//! idle_spin_us = 100        # idle = this long without work, 0..=1000000, default 100
+//! idle_spin_us = 100        # idle = this long without a received frame, 0..=1000000;
+//!                           # default 100; unused with idle_sleep_us = 0
 //! pmtu_timeout_s = 600      # how long a tunnel SA's path MTU learned from ICMP holds
 //!                           # (RFC 4301 §8.2), 0..=86400 s; 0 = such ICMP is ignored; default 600
 //!

@@ -71,8 +71,10 @@ pub struct Gateway {
     /// Microseconds a worker sleeps between polls once it is idle
     /// (0..=10000, default 50; 0 = busy-poll always).
     pub idle_sleep_us: u64,
-    /// Microseconds without work after which a worker is idle and starts
-    /// sleeping `idle_sleep_us` between polls (0..=1000000, default 100).
+    /// Microseconds without a received frame after which a worker is idle
+    /// and sleeps `idle_sleep_us` between polls, or yields its core while
+    /// crypto ops are in flight (0..=1000000, default 100; unused with
+    /// `idle_sleep_us` 0). See `WorkerConf::idle_spin_us`.
     pub idle_spin_us: u64,
     /// Seconds a tunnel SA's path MTU learned from an ICMP "fragmentation
     /// needed" / ICMPv6 Packet Too Big about its ESP packets holds before

@@ -274,14 +274,17 @@ pub struct WorkerConf {
     /// the first packet after a pause; the AF_XDP rings hold arrivals
     /// meanwhile.
     pub idle_sleep_us: u64,
-    /// Microseconds without a received frame after which the worker counts
-    /// as idle: it then sleeps `idle_sleep_us` between polls, or, while it
-    /// still has crypto ops in flight on an asynchronous device, yields its
+    /// Microseconds without a received frame (rx or handoff) after which
+    /// the worker counts as idle: it then sleeps `idle_sleep_us` between
+    /// polls, or, while it still has crypto ops in flight on an
+    /// asynchronous device or waiting to enter its queue pair, yields its
     /// core between polls (`sched_yield`: the device's engine may need that
-    /// core to complete them). The clock is read once every
-    /// [`IDLE_CLOCK_EVERY`] empty polls, never on a poll that received, so
-    /// the spin lasts at least that many polls even at 0. Unused when
-    /// `idle_sleep_us` is 0 (busy-poll always, never yield).
+    /// core to complete them). The clock is first read at the
+    /// [`IDLE_CLOCK_EVERY`]th empty poll in a row and then every
+    /// `IDLE_CLOCK_EVERY`, never on a poll that received: the spin lasts
+    /// `IDLE_CLOCK_EVERY` polls plus `idle_spin_us`, rounded up to the next
+    /// check, so at least 2 × `IDLE_CLOCK_EVERY` polls even at 0. Unused
+    /// when `idle_sleep_us` is 0 (busy-poll always, never yield).
     pub idle_spin_us: u64,
     /// Reassembly of outer fragments addressed to the gateway.
     pub reasm: ReassemblyConf,
@@ -621,8 +624,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let spin = std::time::Duration::from_micros(self.conf.idle_spin_us);
         // Polls in a row that received nothing; the time when IDLE_CLOCK_EVERY
         // of them had passed; whether the spin is over (sleep, or yield while
-        // ops are in flight, between polls). A poll may complete ops without
-        // receiving: the spin paces the polls, every poll still does the work.
+        // ops are in flight or waiting for the queue pair, between polls). A
+        // poll may complete ops without receiving: the spin paces the polls,
+        // every poll still does the work.
         let mut idle = 0u32;
         let mut idle_since = std::time::Instant::now();
         let mut napping = false;
@@ -633,7 +637,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 continue;
             }
             if napping {
-                if self.qp.inflight() > 0 {
+                if self.inflight() > 0 {
                     std::thread::yield_now();
                 } else {
                     std::thread::sleep(nap);

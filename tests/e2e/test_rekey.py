@@ -80,8 +80,10 @@ RATES = [int(os.environ.get("SECGW_E2E_REKEY_PPS", "20000")), 15000, 10000, 7500
 # ring then 1,024 packets); with 2,048, 4 of 4 runs were lossless.
 # The cores were full during a run (sender spinning, 4 workers spinning
 # between packets); the sender now sleeps between bursts and the 2-worker
-# configs set `idle_spin_us = 10`: about 125 % (software) and 160 %
-# (descriptor) of the 2 cores at 20,000 pps (README, "Rekey without loss").
+# configs set `idle_spin_us = 10`: 122 % (software) and 156 % (descriptor)
+# of the 2 cores' 200 % at 20,000 pps, was 182 % and 187 %. One of 8 runs
+# since still lost 290 at gw0's rx ring (a >100 ms stall of the receiving
+# worker on a 77 %-idle machine): README, "Rekey without loss".
 DESC_FIRST_RATE = int(os.environ.get("SECGW_E2E_REKEY_DESC_PPS", "10000"))
 PROBE_S = 1.5
 REV_PPS = 1000
