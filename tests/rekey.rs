@@ -59,14 +59,6 @@ fn esp_frame(key: &[u8], spi: u32, seq: u64) -> Vec<u8> {
     to_gw1(&outer, 50, &esp)
 }
 
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
 #[test]
 fn a_packet_with_the_new_spi_right_after_an_inbound_rekey_is_accepted() {
     let cfg = load_config("configs/ep1.toml");

@@ -14,21 +14,13 @@ use secgw::testkit::{descriptor_device, load_config};
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const HOST_A: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
 const HOST_B: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 10);
 /// Idle sleep of these workers: long enough that a frame arriving during
 /// it waits for the worker to wake, short enough for the test's pace.
 const NAP_US: u64 = 2000;
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
 
 /// configs/ep0.toml (one worker) with `idle_sleep_us = NAP_US` and
 /// `idle_spin_us = 0`: idle after 64 empty polls.

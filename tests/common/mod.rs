@@ -323,3 +323,13 @@ pub fn frag_needed(to: std::net::Ipv4Addr, mtu: u16, ip: &[u8], quote: usize) ->
     h.extend_from_slice(&icmp);
     eth(mac("02:00:00:00:00:02"), mac("02:00:00:00:aa:01"), 0x0800, &h)
 }
+
+/// Polls `f` every millisecond until it holds; panics naming `what` after
+/// 5 s (a worker thread that never delivers, or never stops).
+pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !f() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
