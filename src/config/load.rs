@@ -18,6 +18,11 @@
 //!                           # default 100; unused with idle_sleep_us = 0
 //! pmtu_timeout_s = 600      # how long a tunnel SA's path MTU learned from ICMP holds
 //!                           # (RFC 4301 §8.2), 0..=86400 s; 0 = such ICMP is ignored; default 600
+//! pool_size = 4096          # packet buffers per worker (2176 bytes each), 1024..=1048576, at least
+//!                           # 2 × handoff_depth and 4 × neighbour_table.pending_packets; default 4096
+//! handoff_depth = 2048      # packets per handoff ring between two workers, power of two in
+//!                           # 64..=65536; how long an SA's owner may be off its core before
+//!                           # handed packets drop as handoff_full (2048 ≈ 100 ms at 20 kpps)
 //!
 //! [crypto]                  # optional table: the crypto device (one queue pair per worker)
 //! backend = "software"      # "software" (default) | "descriptor" (emulated job-ring hardware)
@@ -67,6 +72,10 @@
 //! xdp_mode = "skb"          # "skb" | "native" | "auto", default "skb"
 //! peer_mac = "02:00:00:00:00:09"  # optional: destination MAC for packets out of this port
 //!                           # whose next hop has no neighbour entry (DPDK's `neigh` / `--eth-dest`)
+//! ring_size = 2048          # entries of each AF_XDP ring (rx, fill, tx, completion) per worker,
+//!                           # power of two in 64..=16384, default 2048; UMEM 2 × ring_size frames
+//!                           # of 4 KiB. The rx ring is how many frames wait for a worker off its
+//!                           # core; more drop as rx_dropped_backend (2048 ≈ 100 ms at 20 kpps)
 //!
 //! [[sa]]                    # (spi, direction) must be unique
 //! spi = 1001                # required: integer or string ("1001", "0x3e9"); 0 is an error
@@ -434,6 +443,8 @@ struct RawGateway {
     idle_sleep_us: Field,
     idle_spin_us: Field,
     pmtu_timeout_s: Field,
+    pool_size: Field,
+    handoff_depth: Field,
 }
 
 #[derive(Deserialize)]
@@ -483,6 +494,7 @@ struct RawPort {
     mtu: Field,
     xdp_mode: Field,
     peer_mac: Field,
+    ring_size: Field,
 }
 
 #[derive(Deserialize)]
@@ -931,6 +943,19 @@ impl Checker<'_> {
         }
     }
 
+    /// An optional power of two in `lo..=hi`, `default` when absent.
+    fn opt_pow2(&mut self, f: &Field, field: &str, lo: i64, hi: i64, default: i64) -> Option<i64> {
+        let Some(v) = f else { return Some(default) };
+        match self.integer(v, field, lo, hi) {
+            Some(d) if (d as u64).is_power_of_two() => Some(d),
+            Some(d) => {
+                self.problem(&v.span(), field, format!("expected a power of two in {lo}..={hi}, found {d}"));
+                None
+            }
+            None => None,
+        }
+    }
+
     /// A string parsed by `parse`, whose error is the message.
     fn parsed<T>(
         &mut self,
@@ -1012,6 +1037,9 @@ impl Checker<'_> {
         let reassembly = self.reassembly(raw.reassembly.as_ref());
         let neighbour_table = self.neighbour_table(raw.neighbour_table.as_ref());
         let control = self.control(raw.control.as_ref(), raw.gateway.as_ref(), gateway.as_ref());
+        if let (Some(g), Some(n)) = (&gateway, &neighbour_table) {
+            self.pool_holds_pending(g.pool_size, n.pending_packets, raw.gateway.as_ref(), raw.neighbour_table.as_ref());
+        }
 
         let ports = self.ports(raw.port.as_deref().unwrap_or_default());
         let sas = self.sas(raw.sa.as_deref().unwrap_or_default(), workers);
@@ -1165,6 +1193,8 @@ impl Checker<'_> {
                 idle_sleep_us: 50,
                 idle_spin_us: 100,
                 pmtu_timeout_s: 600,
+                pool_size: 4096,
+                handoff_depth: 2048,
             });
             return (defaults, Some(1));
         };
@@ -1200,6 +1230,19 @@ impl Checker<'_> {
         let idle_sleep_us = self.opt_integer(&g.idle_sleep_us, &tab.field("idle_sleep_us"), 0, 10_000, 50);
         let idle_spin_us = self.opt_integer(&g.idle_spin_us, &tab.field("idle_spin_us"), 0, 1_000_000, 100);
         let pmtu_timeout_s = self.opt_integer(&g.pmtu_timeout_s, &tab.field("pmtu_timeout_s"), 0, 86_400, 600);
+        let pool_size = self.opt_integer(&g.pool_size, &tab.field("pool_size"), 1024, 1 << 20, 4096);
+        let handoff_depth = self.opt_pow2(&g.handoff_depth, &tab.field("handoff_depth"), 64, 65536, 2048);
+        if let (Some(pool), Some(depth), Some(v)) = (pool_size, handoff_depth, &g.pool_size) {
+            if pool < 2 * depth {
+                let m = format!("expected at least 2 × handoff_depth = {} (a worker's buffers must outlast a full handoff ring), found {pool}", 2 * depth);
+                self.problem(&v.span(), &tab.field("pool_size"), m);
+            }
+        } else if let (Some(pool), Some(depth), Some(v)) = (pool_size, handoff_depth, &g.handoff_depth) {
+            if pool < 2 * depth {
+                let m = format!("expected at most pool_size / 2 = {} (a worker's buffers must outlast a full handoff ring), found {depth}", pool / 2);
+                self.problem(&v.span(), &tab.field("handoff_depth"), m);
+            }
+        }
         let gateway = (|| {
             Some(Gateway {
                 name: name?,
@@ -1211,6 +1254,8 @@ impl Checker<'_> {
                 idle_sleep_us: idle_sleep_us? as u64,
                 idle_spin_us: idle_spin_us? as u64,
                 pmtu_timeout_s: pmtu_timeout_s? as u64,
+                pool_size: pool_size? as usize,
+                handoff_depth: handoff_depth? as usize,
             })
         })();
         (gateway, workers)
@@ -1229,20 +1274,7 @@ impl Checker<'_> {
         let c = raw.get_ref();
         let backends = &[("software", CryptoBackend::Software), ("descriptor", CryptoBackend::Descriptor)];
         let backend = self.opt_keyword(&c.backend, &tab.field("backend"), backends, CryptoBackend::Software);
-        let ring_depth = match &c.ring_depth {
-            None => Some(1024),
-            Some(v) => {
-                let field = tab.field("ring_depth");
-                match self.integer(v, &field, 16, 65536) {
-                    Some(d) if (d as u64).is_power_of_two() => Some(d),
-                    Some(d) => {
-                        self.problem(&v.span(), &field, format!("expected a power of two in 16..=65536, found {d}"));
-                        None
-                    }
-                    None => None,
-                }
-            }
-        };
+        let ring_depth = self.opt_pow2(&c.ring_depth, &tab.field("ring_depth"), 16, 65536, 1024);
         let descriptor = backend == Some(CryptoBackend::Descriptor);
         let only_descriptor = |ck: &mut Self, f: &Field, key: &str| {
             if let (Some(v), Some(CryptoBackend::Software)) = (f, backend) {
@@ -1311,6 +1343,23 @@ impl Checker<'_> {
             pending_packets: pending_packets as usize,
             pending_per_hop: pending_per_hop? as usize,
         })
+    }
+
+    /// `gateway.pool_size` ≥ 4 × `neighbour_table.pending_packets`: packets
+    /// waiting for next hops' MACs take at most a quarter of a worker's
+    /// buffers, so rx keeps some. The problem is put on `pool_size` when the
+    /// file sets it, else on `pending_packets`.
+    fn pool_holds_pending(&mut self, pool: usize, pending: usize, raw_g: Option<&Spanned<RawGateway>>, raw_n: Option<&Spanned<RawNeighbourTable>>) {
+        if pool >= 4 * pending {
+            return;
+        }
+        if let Some(v) = raw_g.and_then(|g| g.get_ref().pool_size.as_ref()) {
+            let m = format!("expected at least 4 × neighbour_table.pending_packets = {} (packets waiting for a MAC may take a quarter of the buffers), found {pool}", 4 * pending);
+            self.problem(&v.span(), "gateway.pool_size", m);
+        } else if let Some(v) = raw_n.and_then(|n| n.get_ref().pending_packets.as_ref()) {
+            let m = format!("expected at most gateway.pool_size / 4 = {} (packets waiting for a MAC may take a quarter of the buffers), found {pending}", pool / 4);
+            self.problem(&v.span(), "neighbour_table.pending_packets", m);
+        }
     }
 
     // -- [control] -----------------------------------------------------------
@@ -1440,6 +1489,7 @@ impl Checker<'_> {
                 None => Some(None),
                 Some(v) => ck.parsed(v, &tab.field("peer_mac"), parse_mac).map(Some),
             };
+            let ring_size = ck.opt_pow2(&p.ring_size, &tab.field("ring_size"), 64, 16384, 2048);
             Some(Port {
                 name: name?,
                 interface: interface?,
@@ -1450,6 +1500,7 @@ impl Checker<'_> {
                 mtu: mtu? as u16,
                 xdp_mode: xdp_mode?,
                 peer_mac: peer_mac?,
+                ring_size: ring_size? as u32,
             })
         });
         if let Some(ports) = &list {

@@ -81,6 +81,18 @@ pub struct Gateway {
     /// it is forgotten (RFC 4301 §8.2.1–8.2.2, RFC 1191 §6.3; 0..=86400,
     /// default 600); 0 = such reports are ignored (RFC 4301 §6.1.1).
     pub pmtu_timeout_s: u64,
+    /// Packet buffers per worker (`io::BUF_SIZE`, 2176 bytes each), made
+    /// at start (1024..=1048576, default 4096; at least 2 ×
+    /// `handoff_depth` and 4 × `neighbour_table.pending_packets`). Every
+    /// frame a worker holds (received, handed to another worker, in its
+    /// crypto queue pair, waiting for a next hop's MAC, in a reassembly)
+    /// takes one; with none free, rx leaves frames in the AF_XDP rx ring.
+    pub pool_size: usize,
+    /// Packets each handoff ring between two workers holds (power of two
+    /// in 64..=65536, default 2048): how long an SA's owner may be off its
+    /// core while another worker hands it that SA's packets before they
+    /// are dropped as `handoff_full` (2048 ≈ 100 ms of 20,000 packets/s).
+    pub handoff_depth: usize,
 }
 
 /// `[reassembly]`: reassembly of outer IPv4 fragments addressed to the
@@ -238,6 +250,13 @@ pub struct Port {
     /// neighbour entry (DPDK ipsec-secgw's `neigh PORT MAC` line and
     /// `--eth-dest PORT,MAC` option: one peer per port); `None` = none.
     pub peer_mac: Option<Mac>,
+    /// Entries of each of the AF_XDP socket's four rings (rx, fill, tx,
+    /// completion; power of two in 64..=16384, default 2048), per worker;
+    /// the UMEM has 2 × `ring_size` frames of 4096 bytes (16 MiB at 2048).
+    /// The rx ring is how many frames the kernel keeps for a worker that is
+    /// off its core: more are dropped (`rx_dropped_backend`); 2048 ≈ 100 ms
+    /// of 20,000 packets/s.
+    pub ring_size: u32,
 }
 
 /// Direction of an SA or a policy. On the control socket it is the string

@@ -46,8 +46,8 @@ pub fn summary(cfg: &Config) -> String {
     let _ = writeln!(out, "config {}", cfg.source.display());
     let _ = writeln!(
         out,
-        "gateway {:?}: {} worker(s) on cores {cores}, burst {}, outer TTL {}, stats {stats}",
-        g.name, g.workers, g.burst, g.outer_ttl
+        "gateway {:?}: {} worker(s) on cores {cores}, burst {}, outer TTL {}, stats {stats}, {} buffers a worker, handoff rings of {}",
+        g.name, g.workers, g.burst, g.outer_ttl, g.pool_size, g.handoff_depth
     );
     let c = &cfg.crypto;
     let backend = match c.backend {
@@ -113,7 +113,7 @@ pub fn summary(cfg: &Config) -> String {
                 role.into(),
                 mac,
                 addrs,
-                format!("queue {} xdp {xdp}", p.queue),
+                format!("queue {} xdp {xdp} rings {}", p.queue, p.ring_size),
             ]
         }),
     );

@@ -134,7 +134,7 @@ fn port_changes(old: &[model::Port], new: &[model::Port]) -> Vec<String> {
             out.push(format!("port {} removed", o.name));
             continue;
         };
-        let fields: [(&str, String, String); 8] = [
+        let fields: [(&str, String, String); 9] = [
             ("interface", o.interface.clone(), n.interface.clone()),
             ("role", format!("{:?}", o.role), format!("{:?}", n.role)),
             ("mac", mac_text(o.mac), mac_text(n.mac)),
@@ -143,6 +143,7 @@ fn port_changes(old: &[model::Port], new: &[model::Port]) -> Vec<String> {
             ("mtu", o.mtu.to_string(), n.mtu.to_string()),
             ("xdp_mode", format!("{:?}", o.xdp_mode), format!("{:?}", n.xdp_mode)),
             ("peer_mac", mac_text(o.peer_mac), mac_text(n.peer_mac)),
+            ("ring_size", o.ring_size.to_string(), n.ring_size.to_string()),
         ];
         for (f, a, b) in fields {
             if a != b {

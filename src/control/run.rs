@@ -29,21 +29,6 @@ pub struct RunOptions {
     pub socket: Option<PathBuf>,
 }
 
-/// Packet buffers per worker. At most `neighbour_table.pending_packets`
-/// (≤ 1024, a quarter) of them wait for next hops' MACs, so rx always
-/// keeps buffers.
-const POOL_SIZE: usize = 4096;
-/// Packets each handoff ring holds: how long an SA's owner may be off its
-/// core (descheduled, on a machine with more busy threads than cores)
-/// before the worker handing it packets drops them as `handoff_full`;
-/// 2,048 is about 100 ms of a 20,000-packet/s flow. (1,024 lost packets in
-/// the descriptor rekey test under CI load: an owner and its device engine
-/// off their core ~27 ms twice in a row.) Half the sender's pool per ring:
-/// a worker's rings together (with many workers), its queue pair and its
-/// next-hop queue can still take the whole pool, and rx then leaves frames
-/// to the kernel's `rx_dropped_backend`.
-const HANDOFF_DEPTH: usize = 2048;
-
 /// The workers' reassembly settings from the config's `[reassembly]`.
 pub fn reassembly_conf(r: &Reassembly) -> ReassemblyConf {
     ReassemblyConf { contexts: r.contexts, max_fragments: r.max_fragments, timeout: Duration::from_millis(r.timeout_ms) }
@@ -170,7 +155,7 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
     let t = Arc::new(mgr.tables_now());
     let tables = Arc::new(ArcSwap::new(t.clone()));
 
-    let mut meshes = Handoff::mesh(nworkers, HANDOFF_DEPTH, POOL_SIZE);
+    let mut meshes = Handoff::mesh(nworkers, cfg.gateway.handoff_depth, cfg.gateway.pool_size);
     let mut counters = Vec::with_capacity(nworkers);
     let mut handles = Vec::with_capacity(nworkers);
     let (ready_tx, ready_rx) = mpsc::channel::<(usize, Result<(), String>)>();
@@ -183,6 +168,8 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
             .iter()
             .map(|p| {
                 let mut pc = AfXdpConfig::new(p.interface.clone(), p.queue + w as u32);
+                pc.ring_size = p.ring_size;
+                pc.frame_count = 2 * p.ring_size;
                 pc.mode = match p.xdp_mode {
                     XdpMode::Skb => AttachMode::Skb,
                     XdpMode::Native => AttachMode::Native,
@@ -192,7 +179,7 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
             })
             .collect();
         let core = cores[w];
-        let wconf = WorkerConf { id: w, burst: cfg.gateway.burst, pool_size: POOL_SIZE, nb_workers: nworkers, idle_sleep_us: cfg.gateway.idle_sleep_us, idle_spin_us: cfg.gateway.idle_spin_us, reasm: reassembly_conf(&cfg.reassembly), neigh: pending_conf(&cfg.neighbour_table), pmtu_timeout_ms: cfg.gateway.pmtu_timeout_s.saturating_mul(1000) };
+        let wconf = WorkerConf { id: w, burst: cfg.gateway.burst, pool_size: cfg.gateway.pool_size, nb_workers: nworkers, idle_sleep_us: cfg.gateway.idle_sleep_us, idle_spin_us: cfg.gateway.idle_spin_us, reasm: reassembly_conf(&cfg.reassembly), neigh: pending_conf(&cfg.neighbour_table), pmtu_timeout_ms: cfg.gateway.pmtu_timeout_s.saturating_mul(1000) };
         let (wstop, wtables, ready) = (stop.clone(), tables.clone(), ready_tx.clone());
         let h = std::thread::Builder::new()
             .name(format!("secgw-worker{w}"))

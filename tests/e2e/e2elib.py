@@ -582,3 +582,45 @@ class Captures:
         for c in self.started:
             if c.proc.poll() is None:
                 c.stop(settle=0, parse=False)
+
+
+# --------------------------------------------------------------------------
+# numbered UDP streams (testbed/udp_stream.py)
+
+def start_sink(artifacts: Path, host: str, bind: str, port: int, stream: int, count: int, timeout: float):
+    """A counting sink in namespace `host` for datagrams 0..count-1 of
+    `stream` on bind:port, returned once its socket is bound; it prints
+    its JSON when done (`result`)."""
+    ready = artifacts / f"sink-{port}-{stream}.ready"
+    ready.unlink(missing_ok=True)
+    p = subprocess.Popen(
+        ns_cmd(host, sys.executable, TESTBED / "udp_stream.py", "sink", "--bind", bind, "--port", port,
+           "--count", count, "--stream", stream, "--timeout", timeout, "--idle", 2, "--ready-file", ready),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 15
+    while not ready.exists():
+        assert p.poll() is None, f"sink {host}:{port} died: {p.communicate()}"
+        assert time.monotonic() < deadline, f"sink {host}:{port} not ready after 15 s"
+        time.sleep(0.02)
+    return p
+
+
+def start_sender(host: str, src: str, dst: str, sport: int, dport: int, stream: int, count: int, rate: float):
+    """A paced sender of `count` numbered datagrams at `rate` per second."""
+    return subprocess.Popen(
+        ns_cmd(host, sys.executable, TESTBED / "udp_stream.py", "send", "--src", src, "--sport", sport,
+           "--dst", dst, "--port", dport, "--count", count, "--rate", rate, "--stream", stream),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def result(p: subprocess.Popen, what: str, timeout: float) -> dict:
+    """The JSON a sender or sink printed (fails the test if it failed)."""
+    out, err = p.communicate(timeout=timeout)
+    assert p.returncode == 0, f"{what} failed ({p.returncode}): {out}\n{err}"
+    return json.loads(out)
+
+
+def exact(sink: dict, sent: int) -> bool:
+    """Every one of `sent` datagrams arrived once, nothing else."""
+    return (sink["received"] == sent and sink["distinct"] == sent and sink["missing"] == 0
+            and sink["duplicates"] == 0 and sink["foreign"] == 0 and sink["out_of_range"] == 0)

@@ -59,6 +59,7 @@ from pathlib import Path
 import pytest
 
 import e2elib as L
+from e2elib import exact, result, start_sender, start_sink
 
 BACKENDS = ["software", "descriptor"]
 MW_CONFIG = {"gw0": "ep0-2w.toml", "gw1": "ep1-2w.toml"}
@@ -189,40 +190,7 @@ class Events:
 
 
 # --------------------------------------------------------------------------
-# streams (testbed/udp_stream.py)
-
-def start_sink(artifacts: Path, host: str, bind: str, port: int, stream: int, count: int, timeout: float):
-    ready = artifacts / f"sink-{port}-{stream}.ready"
-    ready.unlink(missing_ok=True)
-    p = subprocess.Popen(
-        L.ns_cmd(host, sys.executable, L.TESTBED / "udp_stream.py", "sink", "--bind", bind, "--port", port,
-                 "--count", count, "--stream", stream, "--timeout", timeout, "--idle", 2, "--ready-file", ready),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 15
-    while not ready.exists():
-        assert p.poll() is None, f"sink {host}:{port} died: {p.communicate()}"
-        assert time.monotonic() < deadline, f"sink {host}:{port} not ready after 15 s"
-        time.sleep(0.02)
-    return p
-
-
-def start_sender(host: str, src: str, dst: str, sport: int, dport: int, stream: int, count: int, rate: float):
-    return subprocess.Popen(
-        L.ns_cmd(host, sys.executable, L.TESTBED / "udp_stream.py", "send", "--src", src, "--sport", sport,
-                 "--dst", dst, "--port", dport, "--count", count, "--rate", rate, "--stream", stream),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def result(p: subprocess.Popen, what: str, timeout: float) -> dict:
-    out, err = p.communicate(timeout=timeout)
-    assert p.returncode == 0, f"{what} failed ({p.returncode}): {out}\n{err}"
-    return json.loads(out)
-
-
-def exact(sink: dict, sent: int) -> bool:
-    return (sink["received"] == sent and sink["distinct"] == sent and sink["missing"] == 0
-            and sink["duplicates"] == 0 and sink["foreign"] == 0 and sink["out_of_range"] == 0)
-
+# where the streams' packets are (streams: e2elib, testbed/udp_stream.py)
 
 def path_counts(ctl: dict) -> dict:
     """Where the forward stream's packets are on their way: gw0 inside rx,
