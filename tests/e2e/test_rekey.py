@@ -68,24 +68,13 @@ GRACE_MS = 1000
 PERIOD_S = 1.3
 LIMIT = 4
 RATES = [int(os.environ.get("SECGW_E2E_REKEY_PPS", "20000")), 15000, 10000, 7500, 5000]
-# The descriptor backend starts its probe at this rate: at 20,000 pps on the
-# 2-core testbed (4 busy-polling workers + the emulated device's engine
-# threads) a 55 s run with 80 rekeys lost 0.15 % as `handoff_full` once
-# (an owner worker stalled ~50-100 ms during a rekey; the same run without
-# rekeys lost nothing). The control loop then napped 50 µs while a client
-# was talking; with 500 µs two runs at 20,000 passed. CI keeps the margin;
-# SECGW_E2E_REKEY_DESC_PPS=20000 runs the descriptor backend at 20,000.
-# Later a CI run lost 37 at 10,000 pps: with one more busy loop on the
-# machine, 20,000 lost 137-805 as `handoff_full` in 3 of 7 runs (the owner
-# worker and its engine off their core ~27 ms twice in a row, the handoff
-# ring then 1,024 packets); with 2,048, 4 of 4 runs were lossless.
-# The cores were full during a run (sender spinning, 4 workers spinning
-# between packets); the sender now sleeps between bursts and the 2-worker
-# configs set `idle_spin_us = 10`: 122 % (software) and 156 % (descriptor)
-# of the 2 cores' 200 % at 20,000 pps, was 182 % and 187 %. One of 8 runs
-# since still lost 290 at gw0's rx ring (a >100 ms stall of the receiving
-# worker on a 77 %-idle machine): README, "Rekey without loss".
-DESC_FIRST_RATE = int(os.environ.get("SECGW_E2E_REKEY_DESC_PPS", "10000"))
+# The descriptor backend's first probe rate (SECGW_E2E_REKEY_DESC_PPS).
+# It was 10,000 while runs at 20,000 lost packets to workers off their core
+# for longer than their rings held (README, "Rekey without loss"); since
+# the 2-worker configs hold 400 ms at 20,000 pps (ring_size, pool_size,
+# handoff_depth), 20,000 passed in 3 runs on a quiet machine and 2 with 2
+# extra busy loops, as did the software backend's 2 runs with them.
+DESC_FIRST_RATE = int(os.environ.get("SECGW_E2E_REKEY_DESC_PPS", "20000"))
 PROBE_S = 1.5
 REV_PPS = 1000
 LEAD_S = 1.0          # stream before the first round
