@@ -1610,5 +1610,9 @@ fn buffer_and_ring_depths() {
         let cfg = config::load(&sample(name)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((cfg.gateway.pool_size, cfg.gateway.handoff_depth), (16384, 8192), "{name}");
         assert!(cfg.ports.iter().all(|p| p.ring_size == 8192), "{name}");
+        // `secgw check` shows them with the memory they take.
+        let shown = config::summary(&cfg);
+        assert!(shown.contains("16384 buffers a worker (34 MiB), handoff rings of 8192"), "{shown}");
+        assert_eq!(shown.matches("rings 8192 (UMEM 64 MiB a worker)").count(), 2, "{shown}");
     }
 }

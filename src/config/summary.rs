@@ -46,8 +46,8 @@ pub fn summary(cfg: &Config) -> String {
     let _ = writeln!(out, "config {}", cfg.source.display());
     let _ = writeln!(
         out,
-        "gateway {:?}: {} worker(s) on cores {cores}, burst {}, outer TTL {}, stats {stats}, {} buffers a worker, handoff rings of {}",
-        g.name, g.workers, g.burst, g.outer_ttl, g.pool_size, g.handoff_depth
+        "gateway {:?}: {} worker(s) on cores {cores}, burst {}, outer TTL {}, stats {stats}, {} buffers a worker ({} MiB), handoff rings of {}",
+        g.name, g.workers, g.burst, g.outer_ttl, g.pool_size, mib(g.pool_size as u64 * crate::io::BUF_SIZE as u64), g.handoff_depth
     );
     let c = &cfg.crypto;
     let backend = match c.backend {
@@ -113,7 +113,7 @@ pub fn summary(cfg: &Config) -> String {
                 role.into(),
                 mac,
                 addrs,
-                format!("queue {} xdp {xdp} rings {}", p.queue, p.ring_size),
+                format!("queue {} xdp {xdp} rings {} (UMEM {} MiB a worker)", p.queue, p.ring_size, mib(2 * p.ring_size as u64 * crate::io::af_xdp::FRAME_SIZE as u64)),
             ]
         }),
     );
@@ -318,4 +318,9 @@ fn mac(m: &Mac) -> String {
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
         .join(":")
+}
+
+/// Bytes as whole MiB, rounded up ("17" for 17.8 MiB).
+fn mib(bytes: u64) -> u64 {
+    bytes.div_ceil(1 << 20)
 }

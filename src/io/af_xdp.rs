@@ -106,6 +106,9 @@ pub enum AttachMode {
     Auto,
 }
 
+/// Bytes per UMEM frame by default ([`AfXdpConfig::frame_size`]): a page.
+pub const FRAME_SIZE: u32 = 4096;
+
 /// Settings of one AF_XDP port.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AfXdpConfig {
@@ -137,7 +140,7 @@ impl AfXdpConfig {
             mode: AttachMode::Skb,
             frame_count: 4096,
             ring_size: 2048,
-            frame_size: 4096,
+            frame_size: FRAME_SIZE,
         }
     }
 }
