@@ -1588,23 +1588,32 @@ fn buffer_and_ring_depths() {
     assert_eq!((cfg.gateway.pool_size, cfg.gateway.handoff_depth), (4096, 2048), "defaults");
     assert!(cfg.ports.iter().all(|p| p.ring_size == 2048), "default ring_size");
     let gw = |lines: &str| edit("[gateway]\nworkers = 1\n", &format!("[gateway]\nworkers = 1\n{lines}\n"));
-    let cfg = config::parse(&gw("pool_size = 16384\nhandoff_depth = 8192"), Path::new(FILE)).unwrap();
+    let gw2 = |lines: &str| edit("[gateway]\nworkers = 1\n", &format!("[gateway]\nworkers = 2\n{lines}\n"));
+    let cfg = config::parse(&gw2("pool_size = 16384\nhandoff_depth = 8192"), Path::new(FILE)).unwrap();
     assert_eq!((cfg.gateway.pool_size, cfg.gateway.handoff_depth), (16384, 8192));
-    assert_one(&gw("pool_size = 1023"), "pool_size", 12, "gateway.pool_size", "expected an integer in 1024..=1048576, found 1023");
+    assert_one(&gw("pool_size = 1023"), "pool_size", 12, "gateway.pool_size", "expected an integer in 1024..=262144, found 1023");
+    assert_one(&gw("pool_size = 262145"), "pool_size", 12, "gateway.pool_size", "expected an integer in 1024..=262144, found 262145");
     assert_one(&gw("handoff_depth = 3000"), "handoff_depth", 16, "gateway.handoff_depth", "expected a power of two in 64..=65536, found 3000");
     assert_one(&gw("handoff_depth = 32"), "handoff_depth", 16, "gateway.handoff_depth", "expected an integer in 64..=65536, found 32");
-    assert_one(&gw("handoff_depth = 4096"), "handoff_depth", 16, "gateway.handoff_depth", "expected at most pool_size / 2 = 2048");
-    assert_one(&gw("pool_size = 2048\nhandoff_depth = 2048"), "pool_size", 12, "gateway.pool_size", "expected at least 2 × handoff_depth = 4096");
-    let text = format!("{}\n[neighbour_table]\npending_packets = 512\n", gw("pool_size = 1024\nhandoff_depth = 64"));
+    // Handoff rings exist with 2 workers or more: only then must the pool outlast one.
+    let cfg = config::parse(&gw("pool_size = 1024\nhandoff_depth = 4096"), Path::new(FILE)).unwrap();
+    assert_eq!((cfg.gateway.pool_size, cfg.gateway.handoff_depth), (1024, 4096), "one worker");
+    assert_one(&gw2("handoff_depth = 4096"), "handoff_depth", 16, "gateway.handoff_depth", "expected at most pool_size / 2 = 2048, pool_size's default 4096 halved");
+    assert_one(&gw2("pool_size = 2048\nhandoff_depth = 2048"), "pool_size", 12, "gateway.pool_size", "expected at least 2 × handoff_depth = 4096 (a worker's");
+    assert_one(&gw2("pool_size = 2048"), "pool_size", 12, "gateway.pool_size", "expected at least 2 × handoff_depth = 4096, its default (");
+    let text = format!("{}\n[neighbour_table]\npending_packets = 512\n", gw("pool_size = 1024"));
     assert_one(&text, "pool_size", 12, "gateway.pool_size", "expected at least 4 × neighbour_table.pending_packets = 2048");
-    let text = format!("{}\n[neighbour_table]\npending_packets = 512\n", gw("handoff_depth = 64"));
-    assert_eq!(config::parse(&text, Path::new(FILE)).unwrap().neighbour_table.pending_packets, 512, "512 fits the default pool");
+    let text = format!("{}\n[neighbour_table]\npending_packets = 1024\n", gw("handoff_depth = 64"));
+    assert_eq!(config::parse(&text, Path::new(FILE)).unwrap().neighbour_table.pending_packets, 1024, "the largest fits the default pool");
 
     let port = |line: &str| edit("interface = \"out0\"\n", &format!("interface = \"out0\"\n{line}\n"));
     let cfg = config::parse(&port("ring_size = 8192"), Path::new(FILE)).unwrap();
     assert_eq!(cfg.ports.iter().map(|p| p.ring_size).collect::<Vec<_>>(), [2048, 8192]);
     assert_one(&port("ring_size = 1000"), "ring_size", 12, "port[1].ring_size", "expected a power of two in 64..=16384, found 1000");
     assert_one(&port("ring_size = 32768"), "ring_size", 12, "port[1].ring_size", "expected an integer in 64..=16384, found 32768");
+    assert_one(&port("ring_size = 64"), "ring_size", 12, "port[1].ring_size", "expected at least 4 × gateway.burst = 128 (");
+    let text = edit("[gateway]\nworkers = 1\n", "[gateway]\nworkers = 1\nburst = 16\n").replace("interface = \"out0\"\n", "interface = \"out0\"\nring_size = 64\n");
+    assert_eq!(config::parse(&text, Path::new(FILE)).unwrap().ports[1].ring_size, 64, "4 bursts of 16");
     // The 2-worker testbed configs hold 400 ms of 20,000 packets/s.
     for name in ["ep0-2w.toml", "ep1-2w.toml"] {
         let cfg = config::load(&sample(name)).unwrap_or_else(|e| panic!("{e}"));
@@ -1612,7 +1621,7 @@ fn buffer_and_ring_depths() {
         assert!(cfg.ports.iter().all(|p| p.ring_size == 8192), "{name}");
         // `secgw check` shows them with the memory they take.
         let shown = config::summary(&cfg);
-        assert!(shown.contains("16384 buffers a worker (34 MiB), handoff rings of 8192"), "{shown}");
+        assert!(shown.contains("16384 buffers a worker (34 MiB), 2 handoff rings of 8192 (1 MiB in all)"), "{shown}");
         assert_eq!(shown.matches("rings 8192 (UMEM 64 MiB a worker)").count(), 2, "{shown}");
     }
 }

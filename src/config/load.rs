@@ -18,8 +18,9 @@
 //!                           # default 100; unused with idle_sleep_us = 0
 //! pmtu_timeout_s = 600      # how long a tunnel SA's path MTU learned from ICMP holds
 //!                           # (RFC 4301 §8.2), 0..=86400 s; 0 = such ICMP is ignored; default 600
-//! pool_size = 4096          # packet buffers per worker (2176 bytes each), 1024..=1048576, at least
-//!                           # 2 × handoff_depth and 4 × neighbour_table.pending_packets; default 4096
+//! pool_size = 4096          # packet buffers per worker (2176 bytes each), 1024..=262144, at least
+//!                           # 4 × neighbour_table.pending_packets and, with 2 workers or more,
+//!                           # 2 × handoff_depth; default 4096
 //! handoff_depth = 2048      # packets per handoff ring between two workers, power of two in
 //!                           # 64..=65536; how long an SA's owner may be off its core before
 //!                           # handed packets drop as handoff_full (2048 ≈ 100 ms at 20 kpps)
@@ -50,7 +51,8 @@
 //!                           # (used and probed), removed after 3 more retrans_ms; 1000..=3600000
 //! retrans_ms = 1000         # between requests / probes for one address, 100..=60000; an
 //!                           # unresolved next hop is given up after 3 requests
-//! pending_packets = 256     # packets per worker waiting for a MAC, 0..=1024 (0: none wait)
+//! pending_packets = 256     # packets per worker waiting for a MAC, 0..=1024 and at most
+//!                           # gateway.pool_size / 4 (0: none wait)
 //! pending_per_hop = 16      # of those, per next hop, 1..=pending_packets (when > 0)
 //!
 //! [control]                 # optional table: the control socket (`secgw ctl`)
@@ -73,7 +75,8 @@
 //! peer_mac = "02:00:00:00:00:09"  # optional: destination MAC for packets out of this port
 //!                           # whose next hop has no neighbour entry (DPDK's `neigh` / `--eth-dest`)
 //! ring_size = 2048          # entries of each AF_XDP ring (rx, fill, tx, completion) per worker,
-//!                           # power of two in 64..=16384, default 2048; UMEM 2 × ring_size frames
+//!                           # power of two in 64..=16384, at least 4 × gateway.burst, default
+//!                           # 2048; UMEM 2 × ring_size frames
 //!                           # of 4 KiB. The rx ring is how many frames wait for a worker off its
 //!                           # core; more drop as rx_dropped_backend (2048 ≈ 100 ms at 20 kpps)
 //!
@@ -1038,7 +1041,7 @@ impl Checker<'_> {
         let neighbour_table = self.neighbour_table(raw.neighbour_table.as_ref());
         let control = self.control(raw.control.as_ref(), raw.gateway.as_ref(), gateway.as_ref());
         if let (Some(g), Some(n)) = (&gateway, &neighbour_table) {
-            self.pool_holds_pending(g.pool_size, n.pending_packets, raw.gateway.as_ref(), raw.neighbour_table.as_ref());
+            self.pool_holds_pending(g.pool_size, n.pending_packets, raw.gateway.as_ref());
         }
 
         let ports = self.ports(raw.port.as_deref().unwrap_or_default());
@@ -1057,6 +1060,9 @@ impl Checker<'_> {
             "policy",
             |ck, r, tab| ck.policy(r, tab, &sa_ids, &v4_only),
         );
+        if let (Some(g), Some(p)) = (&gateway, &ports.list) {
+            self.rings_hold_bursts(p, raw.port.as_deref().unwrap_or_default(), g.burst);
+        }
         let routes = self.routes(raw.route.as_deref().unwrap_or_default(), &ports.names);
         let neighbours = self.neighbours(raw.neighbour.as_deref().unwrap_or_default());
         if let (Some(s), Some(p), Some(r)) = (&sas.list, &ports.list, &routes) {
@@ -1230,17 +1236,20 @@ impl Checker<'_> {
         let idle_sleep_us = self.opt_integer(&g.idle_sleep_us, &tab.field("idle_sleep_us"), 0, 10_000, 50);
         let idle_spin_us = self.opt_integer(&g.idle_spin_us, &tab.field("idle_spin_us"), 0, 1_000_000, 100);
         let pmtu_timeout_s = self.opt_integer(&g.pmtu_timeout_s, &tab.field("pmtu_timeout_s"), 0, 86_400, 600);
-        let pool_size = self.opt_integer(&g.pool_size, &tab.field("pool_size"), 1024, 1 << 20, 4096);
+        let pool_size = self.opt_integer(&g.pool_size, &tab.field("pool_size"), 1024, 1 << 18, 4096);
         let handoff_depth = self.opt_pow2(&g.handoff_depth, &tab.field("handoff_depth"), 64, 65536, 2048);
-        if let (Some(pool), Some(depth), Some(v)) = (pool_size, handoff_depth, &g.pool_size) {
+        // Handoff rings exist with 2 workers or more.
+        if let (Some(pool), Some(depth), Some(2..)) = (pool_size, handoff_depth, workers) {
+            let why = "a worker's buffers must outlast a full handoff ring";
             if pool < 2 * depth {
-                let m = format!("expected at least 2 × handoff_depth = {} (a worker's buffers must outlast a full handoff ring), found {pool}", 2 * depth);
-                self.problem(&v.span(), &tab.field("pool_size"), m);
-            }
-        } else if let (Some(pool), Some(depth), Some(v)) = (pool_size, handoff_depth, &g.handoff_depth) {
-            if pool < 2 * depth {
-                let m = format!("expected at most pool_size / 2 = {} (a worker's buffers must outlast a full handoff ring), found {depth}", pool / 2);
-                self.problem(&v.span(), &tab.field("handoff_depth"), m);
+                if let Some(v) = &g.pool_size {
+                    let of = if g.handoff_depth.is_some() { "" } else { ", its default" };
+                    let m = format!("expected at least 2 × handoff_depth = {}{of} ({why}), found {pool}", 2 * depth);
+                    self.problem(&v.span(), &tab.field("pool_size"), m);
+                } else if let Some(v) = &g.handoff_depth {
+                    let m = format!("expected at most pool_size / 2 = {}, pool_size's default 4096 halved ({why}), found {depth}", pool / 2);
+                    self.problem(&v.span(), &tab.field("handoff_depth"), m);
+                }
             }
         }
         let gateway = (|| {
@@ -1347,18 +1356,31 @@ impl Checker<'_> {
 
     /// `gateway.pool_size` ≥ 4 × `neighbour_table.pending_packets`: packets
     /// waiting for next hops' MACs take at most a quarter of a worker's
-    /// buffers, so rx keeps some. The problem is put on `pool_size` when the
-    /// file sets it, else on `pending_packets`.
-    fn pool_holds_pending(&mut self, pool: usize, pending: usize, raw_g: Option<&Spanned<RawGateway>>, raw_n: Option<&Spanned<RawNeighbourTable>>) {
+    /// buffers, so rx keeps some. Only a `pool_size` the file sets can be
+    /// short (the default, 4096, holds the largest `pending_packets`, 1024),
+    /// so the problem is put on it.
+    fn pool_holds_pending(&mut self, pool: usize, pending: usize, raw_g: Option<&Spanned<RawGateway>>) {
         if pool >= 4 * pending {
             return;
         }
         if let Some(v) = raw_g.and_then(|g| g.get_ref().pool_size.as_ref()) {
             let m = format!("expected at least 4 × neighbour_table.pending_packets = {} (packets waiting for a MAC may take a quarter of the buffers), found {pool}", 4 * pending);
             self.problem(&v.span(), "gateway.pool_size", m);
-        } else if let Some(v) = raw_n.and_then(|n| n.get_ref().pending_packets.as_ref()) {
-            let m = format!("expected at most gateway.pool_size / 4 = {} (packets waiting for a MAC may take a quarter of the buffers), found {pending}", pool / 4);
-            self.problem(&v.span(), "neighbour_table.pending_packets", m);
+        }
+    }
+
+    /// Each `[[port]] ring_size` the file sets ≥ 4 × `gateway.burst`: a
+    /// poll sends up to a burst per port, per handoff ring and per crypto
+    /// burst on one port, and what its tx ring has no room for drops as
+    /// `tx_full`. (The default, 2048, holds 4 of the largest burst, 256.)
+    fn rings_hold_bursts(&mut self, ports: &[Port], raw: &[Spanned<RawPort>], burst: usize) {
+        for (i, (p, r)) in ports.iter().zip(raw).enumerate() {
+            if let Some(v) = &r.get_ref().ring_size {
+                if (p.ring_size as usize) < 4 * burst {
+                    let m = format!("expected at least 4 × gateway.burst = {} (a poll may send several bursts on a port), found {}", 4 * burst, p.ring_size);
+                    self.problem(&v.span(), &format!("port[{i}].ring_size"), m);
+                }
+            }
         }
     }
 

@@ -82,8 +82,9 @@ pub struct Gateway {
     /// default 600); 0 = such reports are ignored (RFC 4301 §6.1.1).
     pub pmtu_timeout_s: u64,
     /// Packet buffers per worker (`io::BUF_SIZE`, 2176 bytes each), made
-    /// at start (1024..=1048576, default 4096; at least 2 ×
-    /// `handoff_depth` and 4 × `neighbour_table.pending_packets`). Every
+    /// at start (1024..=262144, default 4096; at least 4 ×
+    /// `neighbour_table.pending_packets` and, with 2 workers or more, 2 ×
+    /// `handoff_depth`: a full handoff ring leaves half the pool). Every
     /// frame a worker holds (received, handed to another worker, in its
     /// crypto queue pair, waiting for a next hop's MAC, in a reassembly)
     /// takes one; with none free, rx leaves frames in the AF_XDP rx ring.
@@ -133,8 +134,8 @@ pub struct NeighbourTable {
     /// (100..=60000, default 1000; RFC 4861 §10 RETRANS_TIMER).
     pub retrans_ms: u64,
     /// Packets each worker holds while their next hops are resolved
-    /// (0..=1024, default 256; 0 = none held: dropped as
-    /// `neigh_queue_full`, the request still sent).
+    /// (0..=1024 and at most `gateway.pool_size` / 4, default 256; 0 =
+    /// none held: dropped as `neigh_queue_full`, the request still sent).
     pub pending_packets: usize,
     /// Of those, at most this many per next hop (1..=pending_packets,
     /// default 16).
@@ -251,7 +252,10 @@ pub struct Port {
     /// `--eth-dest PORT,MAC` option: one peer per port); `None` = none.
     pub peer_mac: Option<Mac>,
     /// Entries of each of the AF_XDP socket's four rings (rx, fill, tx,
-    /// completion; power of two in 64..=16384, default 2048), per worker;
+    /// completion; power of two in 64..=16384, at least 4 ×
+    /// `gateway.burst`: a poll may send several bursts on a port, and what
+    /// the tx ring has no room for drops as `tx_full`; default 2048), per
+    /// worker;
     /// the UMEM has 2 × `ring_size` frames of 4096 bytes (16 MiB at 2048).
     /// The rx ring is how many frames the kernel keeps for a worker that is
     /// off its core: more are dropped (`rx_dropped_backend`); 2048 ≈ 100 ms

@@ -43,11 +43,21 @@ pub fn summary(cfg: &Config) -> String {
         0 => "on exit only".to_owned(),
         s => format!("every {s} s"),
     };
+    // One ring per ordered pair of workers, a slot holding a buffer's
+    // handle and a tag (`dataplane::Handed`) plus the queue's stamp.
+    let handoff = match g.workers {
+        0 | 1 => String::new(),
+        n => {
+            let slot = (std::mem::size_of::<crate::dataplane::worker::Handed>() + 8) as u64;
+            let rings = (n * (n - 1)) as u64;
+            format!(", {rings} handoff rings of {} ({} MiB in all)", g.handoff_depth, mib(rings * g.handoff_depth as u64 * slot))
+        }
+    };
     let _ = writeln!(out, "config {}", cfg.source.display());
     let _ = writeln!(
         out,
-        "gateway {:?}: {} worker(s) on cores {cores}, burst {}, outer TTL {}, stats {stats}, {} buffers a worker ({} MiB), handoff rings of {}",
-        g.name, g.workers, g.burst, g.outer_ttl, g.pool_size, mib(g.pool_size as u64 * crate::io::BUF_SIZE as u64), g.handoff_depth
+        "gateway {:?}: {} worker(s) on cores {cores}, burst {}, outer TTL {}, stats {stats}, {} buffers a worker ({} MiB){handoff}",
+        g.name, g.workers, g.burst, g.outer_ttl, g.pool_size, mib(g.pool_size as u64 * crate::io::BUF_SIZE as u64)
     );
     let c = &cfg.crypto;
     let backend = match c.backend {

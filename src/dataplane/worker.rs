@@ -364,8 +364,10 @@ impl Handoff {
     /// The handoff ends of `n` workers, rings of `depth` packets. Allocates:
     /// control path only.
     pub fn mesh(n: usize, depth: usize, pool_per_worker: usize) -> Vec<Handoff> {
+        // A worker's ring to itself is never used: one slot (an
+        // `ArrayQueue` writes every slot when made).
         let rings: Vec<Vec<Arc<ArrayQueue<Handed>>>> =
-            (0..n).map(|_| (0..n).map(|_| Arc::new(ArrayQueue::new(depth.max(1)))).collect()).collect();
+            (0..n).map(|a| (0..n).map(|b| Arc::new(ArrayQueue::new(if a == b { 1 } else { depth.max(1) }))).collect()).collect();
         let returns: Vec<Arc<ArrayQueue<PktBuf>>> = (0..n).map(|_| Arc::new(ArrayQueue::new(pool_per_worker.max(1) * 2))).collect();
         (0..n)
             .map(|me| Handoff {
