@@ -1595,6 +1595,17 @@ fn buffer_and_ring_depths() {
     assert_one(&gw("pool_size = 262145"), "pool_size", 12, "gateway.pool_size", "expected an integer in 1024..=262144, found 262145");
     assert_one(&gw("handoff_depth = 3000"), "handoff_depth", 16, "gateway.handoff_depth", "expected a power of two in 64..=65536, found 3000");
     assert_one(&gw("handoff_depth = 32"), "handoff_depth", 16, "gateway.handoff_depth", "expected an integer in 64..=65536, found 32");
+    // All workers' buffers together are bounded (each worker's queues are sized for them).
+    let text = edit("[gateway]\nworkers = 1\n", "[gateway]\nworkers = 8\npool_size = 131073\n");
+    assert_one(&text, "pool_size", 12, "gateway.pool_size", "expected at most 131072 with 8 workers (workers × pool_size = 1048584 buffers (2.1 GiB) exceeds 1048576), found 131073");
+    let text = edit("[gateway]\nworkers = 1\n", "[gateway]\nworkers = 8\npool_size = 131072\n");
+    assert_eq!(config::parse(&text, Path::new(FILE)).unwrap().gateway.pool_size, 131072, "8 × 131072 = the bound");
+    let text = edit("[gateway]\nworkers = 1\n", "[gateway]\nworkers = 8\npool_size = 262144\n");
+    assert_one(&text, "pool_size", 12, "gateway.pool_size", "expected at most 131072 with 8 workers (workers × pool_size = 2097152 buffers (4.2 GiB) exceeds 1048576), found 262144");
+    let text = edit("[gateway]\nworkers = 1\n", "[gateway]\nworkers = 257\n");
+    assert_one(&text, "workers", 10, "gateway.workers", "expected at most 256 with pool_size's default 4096");
+    let text = edit("[gateway]\nworkers = 1\n", "[gateway]\nworkers = 256\n");
+    assert_eq!(config::parse(&text, Path::new(FILE)).unwrap().gateway.workers, 256);
     // Handoff rings exist with 2 workers or more: only then must the pool outlast one.
     let cfg = config::parse(&gw("pool_size = 1024\nhandoff_depth = 4096"), Path::new(FILE)).unwrap();
     assert_eq!((cfg.gateway.pool_size, cfg.gateway.handoff_depth), (1024, 4096), "one worker");

@@ -20,7 +20,7 @@
 //!                           # (RFC 4301 §8.2), 0..=86400 s; 0 = such ICMP is ignored; default 600
 //! pool_size = 4096          # packet buffers per worker (2176 bytes each), 1024..=262144, at least
 //!                           # 4 × neighbour_table.pending_packets and, with 2 workers or more,
-//!                           # 2 × handoff_depth; default 4096
+//!                           # 2 × handoff_depth; workers × pool_size <= 1048576; default 4096
 //! handoff_depth = 2048      # packets per handoff ring between two workers, power of two in
 //!                           # 64..=65536; how long an SA's owner may be off its core before
 //!                           # handed packets drop as handoff_full (2048 ≈ 100 ms at 20 kpps)
@@ -223,6 +223,11 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 
 /// Largest config file `load` reads (16 MiB: room for 100,000 SAs).
 pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
+/// Packet buffers of all workers together at most (`gateway.workers` ×
+/// `gateway.pool_size`, 2.1 GiB of 2176-byte buffers): every worker sizes
+/// its queues at start for all of them (any may be handed to it).
+const MAX_BUFFERS: i64 = 1 << 20;
 
 /// Validates config `text`; `source` names the file in messages and in
 /// [`Config::source`].
@@ -1238,6 +1243,20 @@ impl Checker<'_> {
         let pmtu_timeout_s = self.opt_integer(&g.pmtu_timeout_s, &tab.field("pmtu_timeout_s"), 0, 86_400, 600);
         let pool_size = self.opt_integer(&g.pool_size, &tab.field("pool_size"), 1024, 1 << 18, 4096);
         let handoff_depth = self.opt_pow2(&g.handoff_depth, &tab.field("handoff_depth"), 64, 65536, 2048);
+        // Every worker's buffers may end up in one worker's queues, which are
+        // sized for them at start: the whole gateway's buffers are bounded.
+        if let (Some(pool), Some(n)) = (pool_size, workers) {
+            let total = pool * n;
+            if total > MAX_BUFFERS {
+                let gib = (total as u64 * crate::io::BUF_SIZE as u64) as f64 / (1u64 << 30) as f64;
+                let why = format!("workers × pool_size = {total} buffers ({gib:.1} GiB) exceeds {MAX_BUFFERS}");
+                match (&g.pool_size, &g.workers) {
+                    (Some(v), _) => self.problem(&v.span(), &tab.field("pool_size"), format!("expected at most {} with {n} workers ({why}), found {pool}", MAX_BUFFERS / n)),
+                    (None, Some(v)) => self.problem(&v.span(), &tab.field("workers"), format!("expected at most {} with pool_size's default {pool} ({why}), found {n}", MAX_BUFFERS / pool)),
+                    (None, None) => {}
+                }
+            }
+        }
         // Handoff rings exist with 2 workers or more.
         if let (Some(pool), Some(depth), Some(2..)) = (pool_size, handoff_depth, workers) {
             let why = "a worker's buffers must outlast a full handoff ring";

@@ -84,7 +84,8 @@ pub struct Gateway {
     /// Packet buffers per worker (`io::BUF_SIZE`, 2176 bytes each), made
     /// at start (1024..=262144, default 4096; at least 4 ×
     /// `neighbour_table.pending_packets` and, with 2 workers or more, 2 ×
-    /// `handoff_depth`: a full handoff ring leaves half the pool). Every
+    /// `handoff_depth`: a full handoff ring leaves half the pool; `workers`
+    /// × `pool_size` at most 1048576, 2.1 GiB). Every
     /// frame a worker holds (received, handed to another worker, in its
     /// crypto queue pair, waiting for a next hop's MAC, in a reassembly)
     /// takes one; with none free, rx leaves frames in the AF_XDP rx ring.
