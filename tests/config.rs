@@ -1625,6 +1625,17 @@ fn buffer_and_ring_depths() {
     assert_one(&port("ring_size = 64"), "ring_size", 12, "port[1].ring_size", "expected at least 4 × gateway.burst = 128 (");
     let text = edit("[gateway]\nworkers = 1\n", "[gateway]\nworkers = 1\nburst = 16\n").replace("interface = \"out0\"\n", "interface = \"out0\"\nring_size = 64\n");
     assert_eq!(config::parse(&text, Path::new(FILE)).unwrap().ports[1].ring_size, 64, "4 bursts of 16");
+    // The descriptor device completes up to crypto.ring_depth ops for one
+    // poll: a smaller tx ring is warned about (a valid config).
+    let text = format!("{}\n[crypto]\nbackend = \"descriptor\"\nring_depth = 4096\n", port("ring_size = 1024"));
+    let cfg = load_text(&text);
+    let at = placed(&cfg, &text, "ring_size = 1024", 12);
+    let w = config::warnings(&cfg);
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert!(w[1].starts_with(&format!("{at}port[1].ring_size: 1024 entries, below crypto.ring_depth = 4096: a poll may send up to 4096 completed ops on port outside")), "{w:?}");
+    assert!(w[0].contains("port[0].ring_size: 2048 entries, below crypto.ring_depth = 4096"), "{w:?}");
+    let text = format!("{}\n[crypto]\nbackend = \"descriptor\"\n", port("ring_size = 1024"));
+    assert!(config::warnings(&load_text(&text)).is_empty(), "ring_depth 1024 fits");
     // The 2-worker testbed configs hold 400 ms of 20,000 packets/s.
     for name in ["ep0-2w.toml", "ep1-2w.toml"] {
         let cfg = config::load(&sample(name)).unwrap_or_else(|e| panic!("{e}"));

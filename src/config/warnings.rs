@@ -25,7 +25,9 @@ fn covers((p, len): (IpAddr, u8), a: IpAddr) -> bool {
 /// subnets (IPv6 link-local next hops excepted); neighbour entries for
 /// one of the gateway's own addresses; `gateway.cores` entries beyond
 /// `gateway.workers`; `outer_ttl` or a `df` other than `copy` on an inbound
-/// SA (its outer header is the peer's).
+/// SA (its outer header is the peer's); with the descriptor device, a
+/// port's `ring_size` below `crypto.ring_depth` (completions of one poll
+/// may not fit its tx ring).
 pub fn warnings(cfg: &Config) -> Vec<String> {
     let mut out = Vec::new();
     // Placed by reading the file again, once, and only if there is a warning.
@@ -49,6 +51,18 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             format!("gateway.cores[{i}]"),
             format!("core {c} is not used: gateway.workers = {} takes the first {} of gateway.cores", g.workers, g.workers),
         );
+    }
+
+    // The descriptor device completes up to `ring_depth` ops for one poll,
+    // which sends them at once: a smaller tx ring drops the rest.
+    if cfg.crypto.backend == CryptoBackend::Descriptor {
+        let depth = cfg.crypto.ring_depth;
+        for (i, p) in cfg.ports.iter().enumerate().filter(|(_, p)| (p.ring_size as usize) < depth) {
+            warn(
+                format!("port[{i}].ring_size"),
+                format!("{} entries, below crypto.ring_depth = {depth}: a poll may send up to {depth} completed ops on port {}, and what its tx ring has no room for drops as tx_full", p.ring_size, p.name),
+            );
+        }
     }
 
     let own: Vec<IpAddr> = cfg
