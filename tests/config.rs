@@ -1333,14 +1333,14 @@ fn crypto_provider_default_values_and_bad_value() {
     let cfg = config::parse(BASE, Path::new(FILE)).unwrap();
     assert_eq!(cfg.crypto.provider, ProviderChoice::Auto, "default auto");
     let summary = config::summary(&cfg);
-    assert!(summary.contains("crypto: backend software, provider auto (sessions: ring 2)"), "{summary}");
+    assert!(summary.contains("crypto: backend software, provider auto, queue pairs of 1024 ops (sessions: ring 2)"), "{summary}");
     assert!(summary.contains("aes-128-gcm provider ring"), "auto gives GCM-16 to ring:\n{summary}");
     for (name, want) in [("auto", ProviderChoice::Auto), ("rustcrypto", ProviderChoice::Only(Provider::RustCrypto)), ("ring", ProviderChoice::Only(Provider::Ring))] {
         let cfg = config::parse(&with_crypto(&format!("provider = \"{name}\"")), Path::new(FILE)).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(cfg.crypto.provider, want);
     }
     let cfg = config::parse(&with_crypto("backend = \"descriptor\"\nprovider = \"rustcrypto\""), Path::new(FILE)).unwrap();
-    assert!(config::summary(&cfg).contains("crypto: backend descriptor, provider rustcrypto (sessions: rustcrypto 2)"), "{}", config::summary(&cfg));
+    assert!(config::summary(&cfg).contains("crypto: backend descriptor, provider rustcrypto, queue pairs of 1024 ops (sessions: rustcrypto 2)"), "{}", config::summary(&cfg));
     let text = with_crypto("provider = \"openssl\"");
     assert_one(&text, "\"openssl\"", 0, "crypto.provider", "\"auto\"");
     let e = error(&text).to_string();
@@ -1594,7 +1594,7 @@ fn buffer_and_ring_depths() {
     assert_one(&gw("pool_size = 1023"), "pool_size", 12, "gateway.pool_size", "expected an integer in 1024..=262144, found 1023");
     assert_one(&gw("pool_size = 262145"), "pool_size", 12, "gateway.pool_size", "expected an integer in 1024..=262144, found 262145");
     assert_one(&gw("handoff_depth = 3000"), "handoff_depth", 16, "gateway.handoff_depth", "expected a power of two in 64..=65536, found 3000");
-    assert_one(&gw("handoff_depth = 32"), "handoff_depth", 16, "gateway.handoff_depth", "expected an integer in 64..=65536, found 32");
+    assert_one(&gw("handoff_depth = 32"), "handoff_depth", 16, "gateway.handoff_depth", "expected a power of two in 64..=65536, found 32");
     // All workers' buffers together are bounded (each worker's queues are sized for them).
     let text = edit("[gateway]\nworkers = 1\n", "[gateway]\nworkers = 8\npool_size = 131073\n");
     assert_one(&text, "pool_size", 12, "gateway.pool_size", "expected at most 131072 with 8 workers (workers × pool_size = 1048584 buffers (2.1 GiB) exceeds 1048576), found 131073");
@@ -1621,7 +1621,7 @@ fn buffer_and_ring_depths() {
     let cfg = config::parse(&port("ring_size = 8192"), Path::new(FILE)).unwrap();
     assert_eq!(cfg.ports.iter().map(|p| p.ring_size).collect::<Vec<_>>(), [2048, 8192]);
     assert_one(&port("ring_size = 1000"), "ring_size", 12, "port[1].ring_size", "expected a power of two in 64..=16384, found 1000");
-    assert_one(&port("ring_size = 32768"), "ring_size", 12, "port[1].ring_size", "expected an integer in 64..=16384, found 32768");
+    assert_one(&port("ring_size = 32768"), "ring_size", 12, "port[1].ring_size", "expected a power of two in 64..=16384, found 32768");
     assert_one(&port("ring_size = 64"), "ring_size", 12, "port[1].ring_size", "expected at least 4 × gateway.burst = 128 (");
     let text = edit("[gateway]\nworkers = 1\n", "[gateway]\nworkers = 1\nburst = 16\n").replace("interface = \"out0\"\n", "interface = \"out0\"\nring_size = 64\n");
     assert_eq!(config::parse(&text, Path::new(FILE)).unwrap().ports[1].ring_size, 64, "4 bursts of 16");
@@ -1643,7 +1643,9 @@ fn buffer_and_ring_depths() {
         assert!(cfg.ports.iter().all(|p| p.ring_size == 8192), "{name}");
         // `secgw check` shows them with the memory they take.
         let shown = config::summary(&cfg);
-        assert!(shown.contains("16384 buffers a worker (34 MiB), 2 handoff rings of 8192 (1 MiB in all)"), "{shown}");
-        assert_eq!(shown.matches("rings 8192 (UMEM 64 MiB a worker)").count(), 2, "{shown}");
+        assert!(shown.contains("16384 buffers a worker (34.0 MiB), 2 handoff rings of 8192 (640 KiB in all)"), "{shown}");
+        assert_eq!(shown.matches("rings 8192 (UMEM 64.0 MiB a worker)").count(), 2, "{shown}");
+        // 2 × 34 MiB + 640 KiB + 2 workers × 2 ports × 64 MiB.
+        assert!(shown.contains("memory: 324.6 MiB in all: buffers 68.0 MiB, handoff rings 640 KiB, AF_XDP UMEMs 256.0 MiB (pinned)"), "{shown}");
     }
 }

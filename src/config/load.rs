@@ -951,16 +951,21 @@ impl Checker<'_> {
         }
     }
 
-    /// An optional power of two in `lo..=hi`, `default` when absent.
+    /// An optional power of two in `lo..=hi`, `default` when absent; out
+    /// of range or not a power of two, the message says both.
     fn opt_pow2(&mut self, f: &Field, field: &str, lo: i64, hi: i64, default: i64) -> Option<i64> {
         let Some(v) = f else { return Some(default) };
-        match self.integer(v, field, lo, hi) {
-            Some(d) if (d as u64).is_power_of_two() => Some(d),
-            Some(d) => {
-                self.problem(&v.span(), field, format!("expected a power of two in {lo}..={hi}, found {d}"));
+        let want = format!("a power of two in {lo}..={hi}");
+        match v.get_ref() {
+            Raw::Int(i) if (lo..=hi).contains(i) && (*i as u64).is_power_of_two() => Some(*i),
+            Raw::Int(i) => {
+                self.problem(&v.span(), field, format!("expected {want}, found {i}"));
                 None
             }
-            None => None,
+            _ => {
+                self.wrong_type(v, field, &want);
+                None
+            }
         }
     }
 

@@ -45,26 +45,36 @@ pub fn summary(cfg: &Config) -> String {
     };
     // One ring per ordered pair of workers, a slot holding a buffer's
     // handle and a tag (`dataplane::Handed`) plus the queue's stamp.
-    let handoff = match g.workers {
-        0 | 1 => String::new(),
-        n => {
-            let slot = (std::mem::size_of::<crate::dataplane::worker::Handed>() + 8) as u64;
-            let rings = (n * (n - 1)) as u64;
-            format!(", {rings} handoff rings of {} ({} MiB in all)", g.handoff_depth, mib(rings * g.handoff_depth as u64 * slot))
-        }
+    let slot = (std::mem::size_of::<crate::dataplane::worker::Handed>() + 8) as u64;
+    let rings = (g.workers * g.workers.saturating_sub(1)) as u64;
+    let handoff_bytes = rings * g.handoff_depth as u64 * slot;
+    let handoff = match rings {
+        0 => String::new(),
+        _ => format!(", {rings} handoff rings of {} ({} in all)", g.handoff_depth, size(handoff_bytes)),
     };
+    let pool_bytes = g.pool_size as u64 * crate::io::BUF_SIZE as u64;
+    let umem = |p: &Port| 2 * p.ring_size as u64 * crate::io::af_xdp::FRAME_SIZE as u64;
     let _ = writeln!(out, "config {}", cfg.source.display());
     let _ = writeln!(
         out,
-        "gateway {:?}: {} worker(s) on cores {cores}, burst {}, outer TTL {}, stats {stats}, {} buffers a worker ({} MiB){handoff}",
-        g.name, g.workers, g.burst, g.outer_ttl, g.pool_size, mib(g.pool_size as u64 * crate::io::BUF_SIZE as u64)
+        "gateway {:?}: {} worker(s) on cores {cores}, burst {}, outer TTL {}, stats {stats}, {} buffers a worker ({}){handoff}",
+        g.name, g.workers, g.burst, g.outer_ttl, g.pool_size, size(pool_bytes)
+    );
+    let umems: u64 = cfg.ports.iter().map(umem).sum::<u64>() * g.workers as u64;
+    let _ = writeln!(
+        out,
+        "memory: {} in all: buffers {}, handoff rings {}, AF_XDP UMEMs {} (pinned)",
+        size(pool_bytes * g.workers as u64 + handoff_bytes + umems),
+        size(pool_bytes * g.workers as u64),
+        size(handoff_bytes),
+        size(umems)
     );
     let c = &cfg.crypto;
     let backend = match c.backend {
         CryptoBackend::Software => "software",
         CryptoBackend::Descriptor => "descriptor",
     };
-    let _ = writeln!(out, "crypto: backend {backend}, provider {} (sessions: {})", c.provider.name(), provider_counts(cfg));
+    let _ = writeln!(out, "crypto: backend {backend}, provider {}, queue pairs of {} ops (sessions: {})", c.provider.name(), c.ring_depth, provider_counts(cfg));
     let r = &cfg.reassembly;
     let _ = match r.contexts {
         0 => writeln!(out, "reassembly off: outer fragments to the gateway are dropped"),
@@ -123,7 +133,7 @@ pub fn summary(cfg: &Config) -> String {
                 role.into(),
                 mac,
                 addrs,
-                format!("queue {} xdp {xdp} rings {} (UMEM {} MiB a worker)", p.queue, p.ring_size, mib(2 * p.ring_size as u64 * crate::io::af_xdp::FRAME_SIZE as u64)),
+                format!("queue {} xdp {xdp} rings {} (UMEM {} a worker)", p.queue, p.ring_size, size(umem(p))),
             ]
         }),
     );
@@ -330,7 +340,16 @@ fn mac(m: &Mac) -> String {
         .join(":")
 }
 
-/// Bytes as whole MiB, rounded up ("17" for 17.8 MiB).
-fn mib(bytes: u64) -> u64 {
-    bytes.div_ceil(1 << 20)
+/// Bytes for people: "2.1 MiB", "640 KiB", "1.5 GiB" (KiB whole, the
+/// others to one decimal).
+fn size(bytes: u64) -> String {
+    const KIB: f64 = 1024.0;
+    let b = bytes as f64;
+    if b < KIB * KIB {
+        format!("{:.0} KiB", b / KIB)
+    } else if b < KIB * KIB * KIB {
+        format!("{:.1} MiB", b / (KIB * KIB))
+    } else {
+        format!("{:.1} GiB", b / (KIB * KIB * KIB))
+    }
 }
