@@ -76,9 +76,9 @@
 //!                           # whose next hop has no neighbour entry (DPDK's `neigh` / `--eth-dest`)
 //! ring_size = 2048          # entries of each AF_XDP ring (rx, fill, tx, completion) per worker,
 //!                           # power of two in 64..=16384, at least 4 × gateway.burst, default
-//!                           # 2048; UMEM 2 × ring_size frames
-//!                           # of 4 KiB. The rx ring is how many frames wait for a worker off its
-//!                           # core; more drop as rx_dropped_backend (2048 ≈ 100 ms at 20 kpps)
+//!                           # 2048; UMEM 2 × ring_size frames of 4 KiB. The rx ring is how many
+//!                           # frames wait for a worker off its core; more drop as
+//!                           # rx_dropped_backend (2048 ≈ 100 ms at 20 kpps)
 //!
 //! [[sa]]                    # (spi, direction) must be unique
 //! spi = 1001                # required: integer or string ("1001", "0x3e9"); 0 is an error
@@ -1271,7 +1271,7 @@ impl Checker<'_> {
                     let m = format!("expected at least 2 × handoff_depth = {}{of} ({why}), found {pool}", 2 * depth);
                     self.problem(&v.span(), &tab.field("pool_size"), m);
                 } else if let Some(v) = &g.handoff_depth {
-                    let m = format!("expected at most pool_size / 2 = {}, pool_size's default 4096 halved ({why}), found {depth}", pool / 2);
+                    let m = format!("expected at most pool_size / 2 = {}, pool_size's default {pool} halved ({why}), found {depth}", pool / 2);
                     self.problem(&v.span(), &tab.field("handoff_depth"), m);
                 }
             }

@@ -85,10 +85,10 @@ pub struct Gateway {
     /// at start (1024..=262144, default 4096; at least 4 ×
     /// `neighbour_table.pending_packets` and, with 2 workers or more, 2 ×
     /// `handoff_depth`: a full handoff ring leaves half the pool; `workers`
-    /// × `pool_size` at most 1048576, 2.1 GiB). Every
-    /// frame a worker holds (received, handed to another worker, in its
-    /// crypto queue pair, waiting for a next hop's MAC, in a reassembly)
-    /// takes one; with none free, rx leaves frames in the AF_XDP rx ring.
+    /// × `pool_size` at most 1048576, 2.1 GiB). Every frame a worker holds
+    /// (received, handed to another worker, in its crypto queue pair,
+    /// waiting for a next hop's MAC, in a reassembly) takes one; with none
+    /// free, rx leaves frames in the AF_XDP rx ring.
     pub pool_size: usize,
     /// Packets each handoff ring between two workers holds (power of two
     /// in 64..=65536, default 2048): how long an SA's owner may be off its
@@ -256,8 +256,8 @@ pub struct Port {
     /// completion; power of two in 64..=16384, at least 4 ×
     /// `gateway.burst`: a poll may send several bursts on a port, and what
     /// the tx ring has no room for drops as `tx_full`; default 2048), per
-    /// worker;
-    /// the UMEM has 2 × `ring_size` frames of 4096 bytes (16 MiB at 2048).
+    /// worker; the UMEM has 2 × `ring_size` frames of 4096 bytes (16 MiB
+    /// at 2048).
     /// The rx ring is how many frames the kernel keeps for a worker that is
     /// off its core: more are dropped (`rx_dropped_backend`); 2048 ≈ 100 ms
     /// of 20,000 packets/s.

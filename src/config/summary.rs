@@ -53,6 +53,7 @@ pub fn summary(cfg: &Config) -> String {
         _ => format!(", {rings} handoff rings of {} ({} in all)", g.handoff_depth, size(handoff_bytes)),
     };
     let pool_bytes = g.pool_size as u64 * crate::io::BUF_SIZE as u64;
+    let pools = pool_bytes * g.workers as u64;
     let umem = |p: &Port| 2 * p.ring_size as u64 * crate::io::af_xdp::FRAME_SIZE as u64;
     let _ = writeln!(out, "config {}", cfg.source.display());
     let _ = writeln!(
@@ -64,8 +65,8 @@ pub fn summary(cfg: &Config) -> String {
     let _ = writeln!(
         out,
         "memory: {} in all: buffers {}, handoff rings {}, AF_XDP UMEMs {} (pinned)",
-        size(pool_bytes * g.workers as u64 + handoff_bytes + umems),
-        size(pool_bytes * g.workers as u64),
+        size(pools + handoff_bytes + umems),
+        size(pools),
         size(handoff_bytes),
         size(umems)
     );
