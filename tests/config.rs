@@ -1577,6 +1577,31 @@ fn gateway_idle_sleep_and_spin() {
     }
 }
 
+/// Keys a file sets that change nothing are warned about, on the key:
+/// `handoff_depth` with one worker (no handoff rings), `idle_spin_us` with
+/// `idle_sleep_us = 0` (a worker that never sleeps). Left to their
+/// defaults, or where they act (2 workers, a nonzero sleep), no warning.
+#[test]
+fn keys_without_effect_are_warned() {
+    let with = |lines: &str| edit("[gateway]\nworkers = 1\n", &format!("[gateway]\n{lines}\n"));
+    let text = with("workers = 1\nhandoff_depth = 4096\nidle_sleep_us = 0\nidle_spin_us = 5");
+    let cfg = load_text(&text);
+    let w = config::warnings(&cfg);
+    assert_eq!(w.len(), 2, "{w:?}");
+    let at = placed(&cfg, &text, "handoff_depth = 4096", 16);
+    assert_eq!(w[0], format!("{at}gateway.handoff_depth: 4096 has no effect: with gateway.workers = 1 there are no handoff rings"));
+    let at = placed(&cfg, &text, "idle_spin_us = 5", 15);
+    assert_eq!(w[1], format!("{at}gateway.idle_spin_us: 5 has no effect: with gateway.idle_sleep_us = 0 a worker busy-polls and never sleeps"));
+    for quiet in [
+        "workers = 1\nidle_sleep_us = 0",
+        "workers = 1\nidle_spin_us = 5",
+        "workers = 2\nhandoff_depth = 1024\ncores = [0, 1]",
+    ] {
+        let w = config::warnings(&load_text(&with(quiet)));
+        assert!(w.is_empty(), "{quiet:?}: {w:?}");
+    }
+}
+
 /// `gateway.pool_size`, `gateway.handoff_depth` and `[[port]] ring_size`:
 /// defaults 4096, 2048 and 2048; values kept; out of range, not a power of
 /// two, or a pool too small for a full handoff ring or for the packets

@@ -70,6 +70,12 @@ impl Positions {
         }
     }
 
+    /// True when the file sets `field` itself (a key left to its default
+    /// is not in the file; unknown positions: false).
+    pub fn has(&self, field: &str) -> bool {
+        self.0.contains_key(field)
+    }
+
     /// The same fields at the lines `line` maps them to (column 1), those
     /// it maps to `None` left out: a `.cfg` import's positions, from those
     /// of the TOML it was converted to.

@@ -27,17 +27,33 @@ fn covers((p, len): (IpAddr, u8), a: IpAddr) -> bool {
 /// `gateway.workers`; `outer_ttl` or a `df` other than `copy` on an inbound
 /// SA (its outer header is the peer's); with the descriptor device, a
 /// port's `ring_size` below `crypto.ring_depth` (completions of one poll
-/// may not fit its tx ring).
+/// may not fit its tx ring); `gateway.handoff_depth` set with one worker
+/// (there are no handoff rings) and `gateway.idle_spin_us` set with
+/// `idle_sleep_us = 0` (a worker that never sleeps has no spin before
+/// sleeping): keys the file sets that change nothing.
 pub fn warnings(cfg: &Config) -> Vec<String> {
     let mut out = Vec::new();
-    // Placed by reading the file again, once, and only if there is a warning.
+    // Placed by reading the file again, once: only if there is a warning or
+    // a key's presence in the file decides one.
     let mut positions: Option<super::Positions> = None;
+    let g = &cfg.gateway;
+    // Keys that change nothing in this config, warned about only when the
+    // file sets them (the model cannot tell a default from a written value).
+    let mut idle = Vec::new();
+    if g.workers == 1 || g.idle_sleep_us == 0 {
+        let p = positions.insert(super::Positions::read(cfg));
+        if g.workers == 1 && p.has("gateway.handoff_depth") {
+            idle.push(("gateway.handoff_depth", format!("{} has no effect: with gateway.workers = 1 there are no handoff rings", g.handoff_depth)));
+        }
+        if g.idle_sleep_us == 0 && p.has("gateway.idle_spin_us") {
+            idle.push(("gateway.idle_spin_us", format!("{} has no effect: with gateway.idle_sleep_us = 0 a worker busy-polls and never sleeps", g.idle_spin_us)));
+        }
+    }
     let mut warn = |field: String, msg: String| {
         let p = positions.get_or_insert_with(|| super::Positions::read(cfg));
         out.push(format!("{}: {msg}", p.locate(&cfg.source, &field)))
     };
 
-    let g = &cfg.gateway;
     for (i, c) in g.cores.iter().take(g.workers).enumerate() {
         if let Some(j) = g.cores[..i].iter().position(|d| d == c) {
             warn(
@@ -51,6 +67,10 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             format!("gateway.cores[{i}]"),
             format!("core {c} is not used: gateway.workers = {} takes the first {} of gateway.cores", g.workers, g.workers),
         );
+    }
+
+    for (field, msg) in idle {
+        warn(field.to_string(), msg);
     }
 
     // The descriptor device completes up to `ring_depth` ops for one poll,
