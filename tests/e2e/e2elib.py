@@ -257,6 +257,12 @@ class Gateway:
                 time.sleep(0.1)
         raise AssertionError(f"{self.name}: no readable stats file at {self.stats_file}\n{self.logs()}")
 
+    def ctl_stats(self) -> dict:
+        """The counters now, asked over the control socket (`ctl stats
+        --json`); `stats()` reads the file the gateway writes every
+        `stats_interval`."""
+        return json.loads(self.ctl("stats", "--json"))
+
     def drop(self, reason: str) -> int:
         return int(self.stats().get("drops", {}).get(reason, 0))
 
@@ -418,6 +424,12 @@ def send_udp(nsname: str, src: str, dst: str, datagrams: list[dict]):
     clear)}."""
     spec = [dict(d, payload=d["payload"].hex()) for d in datagrams]
     run_ns(nsname, sys.executable, "-c", _UDP_SENDER, src, dst, json.dumps(spec))
+
+
+def nonzero_drops(st: dict) -> dict:
+    """The drop reasons of stats `st` (`ctl stats --json` or the stats file)
+    whose counters moved."""
+    return {k: v for k, v in st.get("drops", {}).items() if v}
 
 
 def ip_checksum_ok(raw_ip_header: bytes) -> bool:

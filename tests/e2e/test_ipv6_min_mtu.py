@@ -32,11 +32,8 @@ learned 1280 never leaks into another test (or the other case).
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 import struct
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 
@@ -141,18 +138,10 @@ def check_config_assumptions(cfg: dict, case: Case):
 # --------------------------------------------------------------------------
 # stats
 
-def stats(gw) -> dict:
-    return json.loads(gw.ctl("stats", "--json"))
-
-
 def sa_packets(st, spi: int, direction: str) -> int:
     got = [s for s in st.get("sas", []) if s.get("spi") == spi and s.get("direction") == direction]
     assert len(got) == 1, f"{len(got)} entries for SA {spi} {direction} in the stats: {st.get('sas')}"
     return int(got[0].get("packets", 0))
-
-
-def nonzero_drops(st) -> dict:
-    return {k: v for k, v in st.get("drops", {}).items() if v}
 
 
 def counters(st0: dict, st1: dict, spi: int) -> dict:
@@ -171,7 +160,7 @@ def counters(st0: dict, st1: dict, spi: int) -> dict:
 
 
 def gw_state(st) -> str:
-    return (f"drops {nonzero_drops(st)}, icmp_sent {st.get('icmp_sent')}, frags_sent {st.get('frags_sent')}, "
+    return (f"drops {L.nonzero_drops(st)}, icmp_sent {st.get('icmp_sent')}, frags_sent {st.get('frags_sent')}, "
             f"frags_received {st.get('frags_received')}, reassembled {st.get('reassembled')}, "
             f"frags_reassembled {st.get('frags_reassembled')}, frags_pending {st.get('frags_pending')}, "
             f"SAs {[(s.get('spi'), s.get('direction'), s.get('packets')) for s in st.get('sas', [])]}")
@@ -427,7 +416,7 @@ def test_ipv6_inner_below_1280_fragments_outer(testbed, start_gws, artifacts, ca
         assert not re.search(r"\bmtu \d+", route0), f"hostA's route cache not flushed: {route0!r}"
         gws = start_gws({"gw0": cfg0, "gw1": cfg1})
         gw0, gw1 = gws["gw0"], gws["gw1"]
-        st0, st1 = stats(gw0), stats(gw1)
+        st0, st1 = gw0.ctl_stats(), gw1.ctl_stats()
         assert "mtu_exceeded" in st0.get("drops", {}) and "frags_sent" in st0, f"gw0's stats: {gw_state(st0)}"
         base = counters(st0, st1, case.spi)
         assert not any(base.values()), f"fresh gateways with counts: {base}"
@@ -437,11 +426,11 @@ def test_ipv6_inner_below_1280_fragments_outer(testbed, start_gws, artifacts, ca
             timeout); returns (gw0 stats, gw1 stats, counters)."""
             deadline = time.monotonic() + timeout
             while True:
-                s0, s1 = stats(gw0), stats(gw1)
+                s0, s1 = gw0.ctl_stats(), gw1.ctl_stats()
                 c = counters(s0, s1, case.spi)
                 if c == want or time.monotonic() > deadline:
                     time.sleep(0.2)  # and nothing more comes
-                    s0, s1 = stats(gw0), stats(gw1)
+                    s0, s1 = gw0.ctl_stats(), gw1.ctl_stats()
                     return s0, s1, counters(s0, s1, case.spi)
                 time.sleep(0.05)
 
@@ -478,7 +467,7 @@ def test_ipv6_inner_below_1280_fragments_outer(testbed, start_gws, artifacts, ca
             assert bytes.fromhex(at_b[0]["data"]) == data, f"hostB's socket got other bytes than hostA sent\n{seen}"
             assert after == want, f"counters: want {want}\n{seen}"
             for name, s in (("gw0", s0), ("gw1", s1)):
-                drops = nonzero_drops(s)
+                drops = L.nonzero_drops(s)
                 if name == "gw0":
                     drops.pop("mtu_exceeded", None)  # phase 2's, checked by the counters
                 assert not drops, f"{name} dropped something: {drops}\n{seen}"
@@ -530,7 +519,7 @@ def test_ipv6_inner_below_1280_fragments_outer(testbed, start_gws, artifacts, ca
         assert not fw, f"gw0 sent something on the wan for the 1281-byte packet\n{seen}"
         assert not at_b and not udp6_from_hosta(fb, sport2), f"the 1281-byte packet reached hostB\n{seen}"
         assert c2 == want2, f"counters: want {want2}\n{seen}"
-        assert nonzero_drops(s0) == {"mtu_exceeded": 1} and not nonzero_drops(s1), f"drops\n{seen}"
+        assert L.nonzero_drops(s0) == {"mtu_exceeded": 1} and not L.nonzero_drops(s1), f"drops\n{seen}"
         print(f"\n[2-1281] PTB {ptb[IPv6].src} > {ptb[IPv6].dst} mtu {ptb[ICMPv6PacketTooBig].mtu}; "
               f"hostA: {route2}")
 

@@ -36,11 +36,9 @@ import ipaddress
 import json
 import re
 import struct
-import subprocess
 import sys
 import time
 
-import pytest
 from scapy.utils import checksum as scapy_checksum
 
 import e2elib as L
@@ -106,14 +104,6 @@ def check_config_assumptions():
     assert not problems, f"configs/ep0.toml is not what this test assumes: {problems}"
 
 
-def stats(gw) -> dict:
-    return json.loads(gw.ctl("stats", "--json"))
-
-
-def nonzero_drops(st) -> dict:
-    return {k: v for k, v in st.get("drops", {}).items() if v}
-
-
 def sa_entry(st, spi=SA_OUT, direction="outbound") -> dict:
     got = [s for s in st.get("sas", []) if s.get("spi") == spi and s.get("direction") == direction]
     assert len(got) == 1, f"{len(got)} entries for SA {spi} {direction} in the stats: {st.get('sas')}"
@@ -127,7 +117,7 @@ def pmtu_counts(st) -> tuple[int, int]:
 
 def state(st) -> str:
     """What a failure message shows of gw0."""
-    return (f"drops {nonzero_drops(st)}, icmp_sent {st.get('icmp_sent')}, "
+    return (f"drops {L.nonzero_drops(st)}, icmp_sent {st.get('icmp_sent')}, "
             f"SA {SA_OUT} out {sa_entry(st)}, SA {SA_IN} in {sa_entry(st, SA_IN, 'inbound')}")
 
 
@@ -305,13 +295,13 @@ def report(gw0, frame, artifacts, tag: str) -> tuple[dict, dict]:
     """Injects one report into gw0-out; waits until gw0 counted it under
     pmtu_update or pmtu_ignored (or 3 s), then a little longer (a second count
     would show); returns (stats before, stats after)."""
-    before = stats(gw0)
+    before = gw0.ctl_stats()
     send_raw("wan", "wan0", [frame], artifacts / f"report-{tag}")
     deadline = time.monotonic() + 3
-    while sum(pmtu_counts(stats(gw0))) == sum(pmtu_counts(before)) and time.monotonic() < deadline:
+    while sum(pmtu_counts(gw0.ctl_stats())) == sum(pmtu_counts(before)) and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.2)
-    return before, stats(gw0)
+    return before, gw0.ctl_stats()
 
 
 def baseline(gw0, caps: Captures, sport: int, dport: int, tag: str) -> bytes:
@@ -320,7 +310,7 @@ def baseline(gw0, caps: Captures, sport: int, dport: int, tag: str) -> bytes:
     cap_w, cap_a, cap_b = caps.wan(f"wan-{tag}"), caps.a0(f"a0-{tag}"), caps.b0(f"b0-{tag}")
     res = hosta(sport, dport, [{"send": BIG}, {"sleep": 0.2}])
     fb, fa, fw = cap_b.stop(settle=0.3), cap_a.stop(settle=0), cap_w.stop(settle=0)
-    st = stats(gw0)
+    st = gw0.ctl_stats()
     assert res[0]["errno"] == 0, f"{tag}: hostA could not send {BIG} bytes: {res}"
     sent, got = udp_of(fa, sport), udp_of(fb, sport)
     assert [len(p) for p in sent] == [BIG], f"{tag}: hostA's datagrams on a0: {summaries(fa)}"
@@ -344,7 +334,7 @@ def expect_ignored(gw0, frame, artifacts, tag, why, want_path_mtu=None):
     entry = sa_entry(after)
     assert (u1, i1) == (u0, i0 + 1), \
         (f"report {tag} ({why}): pmtu_update {u0}→{u1}, pmtu_ignored {i0}→{i1}, want +0/+1; "
-         f"gw0 before: {nonzero_drops(before)}; after: {state(after)}")
+         f"gw0 before: {L.nonzero_drops(before)}; after: {state(after)}")
     assert entry.get("path_mtu") == want_path_mtu and (want_path_mtu is not None or "path_mtu" not in entry), \
         f"report {tag} ({why}) changed the path MTU: SA {SA_OUT} {entry}, want path_mtu {want_path_mtu}"
     return after
@@ -355,7 +345,7 @@ def expect_update(gw0, frame, artifacts, tag, path_mtu):
     (u0, i0), (u1, i1) = pmtu_counts(before), pmtu_counts(after)
     assert (u1, i1) == (u0 + 1, i0), \
         (f"report {tag}: pmtu_update {u0}→{u1}, pmtu_ignored {i0}→{i1}, want +1/+0; "
-         f"gw0 before: {nonzero_drops(before)}; after: {state(after)}")
+         f"gw0 before: {L.nonzero_drops(before)}; after: {state(after)}")
     assert sa_entry(after).get("path_mtu") == path_mtu, \
         f"report {tag}: SA {SA_OUT} {sa_entry(after)}, want path_mtu {path_mtu}; gw0: {state(after)}"
     assert "path_mtu" not in sa_entry(after, SA_IN, "inbound"), f"inbound SA got a path MTU: {state(after)}"
@@ -384,7 +374,7 @@ def test_pmtu_learned_only_from_valid_reports(gws, artifacts):
     caps = Captures(artifacts)
     flush_hosta_route_cache()
     try:
-        st = stats(gw0)
+        st = gw0.ctl_stats()
         check_reasons_listed(st)
         assert pmtu_counts(st) == (0, 0) and "path_mtu" not in sa_entry(st), f"fresh gw0: {state(st)}"
         # Reports must never be forwarded: nothing from the router on a0 or b0, nothing
@@ -418,13 +408,13 @@ def test_pmtu_learned_only_from_valid_reports(gws, artifacts):
         ]
         for tag, why, frame in bad:
             expect_ignored(gw0, frame, artifacts, f"2-{tag}", why)
-        st = stats(gw0)
+        st = gw0.ctl_stats()
         assert pmtu_counts(st) == (0, len(bad)), f"after the {len(bad)} bad reports: {state(st)}"
-        assert nonzero_drops(st).get("to_us", 0) == 0 and nonzero_drops(st).get("malformed", 0) == 0, \
+        assert L.nonzero_drops(st).get("to_us", 0) == 0 and L.nonzero_drops(st).get("malformed", 0) == 0, \
             f"reports counted under another reason as well: {state(st)}"
         esp2 = baseline(gw0, caps, 40702, 5702, "2-after-bad-reports")
         assert spi_seq(esp2) == (SA_OUT, 2), esp_summary(esp2)
-        st = stats(gw0)
+        st = gw0.ctl_stats()
         assert st["icmp_sent"] == 0 and st["drops"]["mtu_exceeded"] == 0, f"after the bad reports: {state(st)}"
 
         # 3. the valid report, a refresh, a higher one
@@ -432,7 +422,7 @@ def test_pmtu_learned_only_from_valid_reports(gws, artifacts):
         expect_update(gw0, frag_needed(quoted(esp2), LEARNED), artifacts, "3-refresh-same-mtu", LEARNED)
         expect_ignored(gw0, frag_needed(q, BIG), artifacts, "3-higher", f"MTU {BIG} above the learned {LEARNED}",
                        want_path_mtu=LEARNED)
-        st = stats(gw0)
+        st = gw0.ctl_stats()
         assert pmtu_counts(st) == (2, len(bad) + 1), f"after the valid reports: {state(st)}"
 
         # 4. hostA's datagrams against the learned path MTU
@@ -442,7 +432,7 @@ def test_pmtu_learned_only_from_valid_reports(gws, artifacts):
                                   {"ip_mtu": 1}, {"send": BIG}, {"send": FITS, "retry": 1}, {"sleep": 0.3}])
         route = hosta_route()
         fb, fa, fw = cap_b.stop(settle=0.3), cap_a.stop(settle=0), cap_w.stop(settle=0)
-        st = stats(gw0)
+        st = gw0.ctl_stats()
         seen = (f"hostA's socket: {res}\nroute: {route!r}\na0: {summaries(fa)}\nb0: {summaries(fb)}\n"
                 f"wan: {[esp_summary(e) for e in esp_from_gw0(fw)]} + other {not_esp(fw)}\ngw0: {state(st)}")
         assert res[0]["errno"] == 0, f"hostA could not send the first {BIG}-byte datagram\n{seen}"
@@ -466,14 +456,14 @@ def test_pmtu_learned_only_from_valid_reports(gws, artifacts):
         assert at_b[0][20:] == udp_of(fa, sport)[1][20:], f"the {FITS}-byte datagram changed on its way\n{seen}"
 
         # Nothing else happened: the reports were neither forwarded nor answered.
-        st = stats(gw0)
+        st = gw0.ctl_stats()
         assert pmtu_counts(st) == (2, len(bad) + 1), state(st)
         assert sa_entry(st).get("path_mtu") == LEARNED, state(st)
         fa_leak, fb_leak, fw_leak = leak_a.stop(settle=0), leak_b.stop(settle=0), leak_w.stop(settle=0)
         assert not fw_leak, f"gw0 sent on the wan something else than ESP: {summaries(fw_leak)}"
         assert not fa_leak, f"on a0, from the router or ICMP from gw0's outside address: {summaries(fa_leak)}"
         assert not fb_leak, f"on b0, from the router or an ICMP error: {summaries(fb_leak)}"
-        assert nonzero_drops(st).get("to_us", 0) == 0, f"reports counted as to_us too: {state(st)}"
+        assert L.nonzero_drops(st).get("to_us", 0) == 0, f"reports counted as to_us too: {state(st)}"
 
         flush_hosta_route_cache()
         assert f"mtu {FITS}" not in hosta_route(), f"hostA's route cache not flushed: {hosta_route()!r}"
@@ -521,7 +511,7 @@ def test_pmtu_report_below_552_is_raised_to_552(gws, artifacts):
         res = hosta(sport, 5712, [{"send": FITS}, {"sleep": 0.3}, {"so_error": 1}, {"send": small, "retry": 1},
                                   {"sleep": 0.3}], pmtudisc=PMTUDISC_PROBE)
         fb, fa, fw = cap_b.stop(settle=0.3), cap_a.stop(settle=0), cap_w.stop(settle=0)
-        st = stats(gw0)
+        st = gw0.ctl_stats()
         seen = (f"hostA's socket: {res}\na0: {summaries(fa)}\nb0: {summaries(fb)}\n"
                 f"wan: {[esp_summary(e) for e in esp_from_gw0(fw)]} + other {not_esp(fw)}\ngw0: {state(st)}")
         icmps = icmp_from_gw0(fa)
@@ -556,12 +546,12 @@ def test_pmtu_timeout_zero_ignores_reports(testbed, start_gws, artifacts):
     caps = Captures(artifacts)
     flush_hosta_route_cache()
     try:
-        check_reasons_listed(stats(gw0))
+        check_reasons_listed(gw0.ctl_stats())
         esp1 = baseline(gw0, caps, 40721, 5721, "baseline")
         expect_ignored(gw0, frag_needed(quoted(esp1), LEARNED), artifacts, "valid-but-off", "pmtu_timeout_s = 0")
         esp2 = baseline(gw0, caps, 40722, 5722, "after-report")
         assert spi_seq(esp2) == (SA_OUT, 2), esp_summary(esp2)
-        st = stats(gw0)
+        st = gw0.ctl_stats()
         assert st["icmp_sent"] == 0 and st["drops"]["mtu_exceeded"] == 0 and pmtu_counts(st) == (0, 1), state(st)
     finally:
         caps.stop_all()
@@ -593,7 +583,7 @@ def gw_state(st, spis) -> str:
     """What a failure message shows of a gateway: its drops, icmp_sent,
     frags_sent and the SA entries (spi, direction) of `spis`."""
     sas = [s for s in st.get("sas", []) if (s.get("spi"), s.get("direction")) in spis]
-    return f"drops {nonzero_drops(st)}, icmp_sent {st.get('icmp_sent')}, frags_sent {st.get('frags_sent')}, SAs {sas}"
+    return f"drops {L.nonzero_drops(st)}, icmp_sent {st.get('icmp_sent')}, frags_sent {st.get('frags_sent')}, SAs {sas}"
 
 
 def test_decapsulated_too_big_error_comes_back_through_the_tunnel(testbed, start_gws, artifacts):
@@ -637,8 +627,7 @@ def test_decapsulated_too_big_error_comes_back_through_the_tunnel(testbed, start
         res_nodf = hosta(sport_nodf, dport, [{"send": BIG}, {"sleep": 0.3}], pmtudisc=PMTUDISC_DONT)
         fb, fa, fw = cap_b.stop(settle=0.3), cap_a.stop(settle=0), cap_w.stop(settle=0)
         at_b = rx_b.stop()
-        st0, st1 = stats(gw0), stats(gw1)
-        wan = [esp_summary(e) for e in esp_from(fw, L.GW0_OUT_IP) + esp_from(fw, L.GW1_OUT_IP)]
+        st0, st1 = gw0.ctl_stats(), gw1.ctl_stats()
         seen = (f"hostA's socket (DF): {res}\nhostA's socket (DF clear): {res_nodf}\nroute: {route!r}\n"
                 f"a0: {summaries(fa)}\nb0: {summaries(fb)} fragments {fragments(fb)}\n"
                 f"hostB's socket: {[(d['src'], d['sport'], d['len']) for d in at_b]}\n"

@@ -25,10 +25,6 @@ GW1_B, GW1_C = "203.0.113.3", "203.0.113.4"
 COUNT = 4
 
 
-def stats(gw) -> dict:
-    return json.loads(gw.ctl("stats", "--json"))
-
-
 def frames_for(sa, first_seq: int, dport: int, tag: str):
     """COUNT ESP frames wan → gw1 sealed by scapy with `sa`, and their inner
     IP packets (hostA → hostB, UDP to `dport`)."""
@@ -72,7 +68,7 @@ def test_two_peers_share_an_spi(start_gws, artifacts):
     fb, ib = frames_for(sa_b, 10_000, 7202, "peer-b")
     deliver(gw1, artifacts, fa, ia, 7201, "peer-a")
     deliver(gw1, artifacts, fb, ib, 7202, "peer-b")
-    st = L.wait_for(lambda: (s := stats(gw1)) and sorted(x["packets"] for x in s["sas"] if x["spi"] == 1001
+    st = L.wait_for(lambda: (s := gw1.ctl_stats()) and sorted(x["packets"] for x in s["sas"] if x["spi"] == 1001
                                                       and x["direction"] == "inbound") == [COUNT, COUNT] and s,
                   "each SA 1001 counts its own packets")
     per_dst = {x.get("dst"): x["packets"] for x in st["sas"] if x["spi"] == 1001 and x["direction"] == "inbound"}
@@ -82,7 +78,7 @@ def test_two_peers_share_an_spi(start_gws, artifacts):
     fc, _ = frames_for(sa_c, 10_000, 7203, "third")
     cap = L.Capture("hostB", "b0", "udp and dst port 7203", artifacts / "b0-third")
     L.send_frames("wan", "wan1", fc, artifacts / "esp-third", gap_ms=5)
-    st = L.wait_for(lambda: (s := stats(gw1))["drops"]["no_sa"] >= COUNT and s, "no_sa for the third address")
+    st = L.wait_for(lambda: (s := gw1.ctl_stats())["drops"]["no_sa"] >= COUNT and s, "no_sa for the third address")
     assert not cap.stop(settle=0.5), "hostB got packets sent to an address without an SA"
     assert st["drops"]["no_sa"] == COUNT, st["drops"]
     others = {k: v for k, v in st["drops"].items() if v and k != "no_sa"}
@@ -101,7 +97,7 @@ def test_two_peers_share_an_spi(start_gws, artifacts):
     fb2, _ = frames_for(sa_b, 20_000, 7202, "peer-b-deleted")
     cap = L.Capture("hostB", "b0", "udp and dst port 7202", artifacts / "b0-b-deleted")
     L.send_frames("wan", "wan1", fb2, artifacts / "esp-b-deleted", gap_ms=5)
-    L.wait_for(lambda: stats(gw1)["drops"]["no_sa"] >= 2 * COUNT, "B's packets are no_sa after its SA went")
+    L.wait_for(lambda: gw1.ctl_stats()["drops"]["no_sa"] >= 2 * COUNT, "B's packets are no_sa after its SA went")
     assert not cap.stop(settle=0.5), "hostB got packets of a deleted SA"
     fa2, ia2 = frames_for(sa_a, 20_000, 7201, "peer-a-after")
     deliver(gw1, artifacts, fa2, ia2, 7201, "peer-a-after")

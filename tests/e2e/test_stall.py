@@ -23,7 +23,6 @@ the stall's backlog at its full rate. Run as root in the testbed.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -57,10 +56,6 @@ def with_ring(gw: str, ring: int, artifacts: Path) -> Path:
     return dst
 
 
-def stats(gw) -> dict:
-    return json.loads(gw.ctl("stats", "--json"))
-
-
 def port(st: dict, name: str) -> dict:
     found = [p for p in st["ports"] if p["name"] == name]
     assert len(found) == 1, st["ports"]
@@ -85,14 +80,14 @@ def state(pid: int) -> str:
 
 
 def rx_dropped(gw) -> int:
-    return port(stats(gw), "inside")["rx_dropped_backend"]
+    return port(gw.ctl_stats(), "inside")["rx_dropped_backend"]
 
 
 @pytest.mark.parametrize("ring", [DEEP_RING, 1024], ids=["deep", "shallow"])
 def test_stall(ring, start_gws, artifacts):
     gws = start_gws({"gw0": with_ring("gw0", ring, artifacts), "gw1": with_ring("gw1", 8192, artifacts)})
     gw0 = gws["gw0"]
-    before = {n: stats(g) for n, g in gws.items()}
+    before = {n: g.ctl_stats() for n, g in gws.items()}
     count = int(RATE * DURATION_S)
     sink = start_sink(artifacts, "hostB", L.B_IP, DPORT, 7, count, DURATION_S + 30)
     sender = start_sender("hostA", L.A_IP, L.B_IP, SPORT, DPORT, 7, count, RATE)
@@ -118,7 +113,7 @@ def test_stall(ring, start_gws, artifacts):
     deadline = time.monotonic() + 5
     while rx_dropped(gw0) - base != got["missing"] and time.monotonic() < deadline:
         time.sleep(0.1)
-    after = {n: stats(g) for n, g in gws.items()}
+    after = {n: g.ctl_stats() for n, g in gws.items()}
     rx_drop = port(after["gw0"], "inside")["rx_dropped_backend"] - base
     # Frames that arrived while gw0 was stopped, at the rate the sender
     # held: at least over the time it was seen stopped, at most over the
