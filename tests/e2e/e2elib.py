@@ -599,15 +599,17 @@ class Captures:
 # --------------------------------------------------------------------------
 # numbered UDP streams (testbed/udp_stream.py)
 
-def start_sink(artifacts: Path, host: str, bind: str, port: int, stream: int, count: int, timeout: float):
+def start_sink(artifacts: Path, host: str, bind: str, port: int, stream: int, count: int, timeout: float,
+               idle: float = 2):
     """A counting sink in namespace `host` for datagrams 0..count-1 of
     `stream` on bind:port, returned once its socket is bound; it prints
-    its JSON when done (`result`)."""
+    its JSON when done (`result`), or `idle` seconds after its last
+    datagram."""
     ready = artifacts / f"sink-{port}-{stream}.ready"
     ready.unlink(missing_ok=True)
     p = subprocess.Popen(
         ns_cmd(host, sys.executable, TESTBED / "udp_stream.py", "sink", "--bind", bind, "--port", port,
-           "--count", count, "--stream", stream, "--timeout", timeout, "--idle", 2, "--ready-file", ready),
+           "--count", count, "--stream", stream, "--timeout", timeout, "--idle", idle, "--ready-file", ready),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 15
     while not ready.exists():

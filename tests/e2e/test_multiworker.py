@@ -288,17 +288,6 @@ def inner_kind(pt: bytes):
     return ("other", "proto", proto)
 
 
-def _start_sink(artifacts, stream, port, count, timeout):
-    ready = artifacts / f"sink-{port}.ready"
-    ready.unlink(missing_ok=True)
-    p = subprocess.Popen(
-        L.ns_cmd("hostB", sys.executable, L.TESTBED / "udp_stream.py", "sink", "--bind", L.B_IP,
-                 "--port", port, "--count", count, "--stream", stream, "--timeout", timeout,
-                 "--idle", 3, "--ready-file", ready),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return p, ready
-
-
 def test_four_flows_capture_and_stats(backend, mw_configs, start_gws, steer_a0, artifacts):
     t_test = time.monotonic()
     cfgs = {gw: _load(p) for gw, p in mw_configs.items()}
@@ -312,14 +301,8 @@ def test_four_flows_capture_and_stats(backend, mw_configs, start_gws, steer_a0, 
         cap = L.Capture("wan", "br0", "", artifacts / "wan", buffer_kib=64 * 1024)
         sinks = {}
         for stream, dport, _sport, _cpu in FLOWS:
-            sinks[stream] = _start_sink(artifacts, stream, dport, PER_FLOW, duration + 60)
-            procs.append(sinks[stream][0])
-        deadline = time.monotonic() + 15
-        for stream, (p, ready) in sinks.items():
-            while not ready.exists():
-                assert p.poll() is None, f"sink {stream} died: {p.communicate()}"
-                assert time.monotonic() < deadline, f"sink {stream} not ready after 15 s"
-                time.sleep(0.05)
+            sinks[stream] = L.start_sink(artifacts, "hostB", L.B_IP, dport, stream, PER_FLOW, duration + 60, idle=3)
+            procs.append(sinks[stream])
 
         # Warm-up ping (ARP on both hosts) before the stream, a second one during it.
         pings = [L.ping("hostA", L.B_IP, count=3)]
@@ -349,10 +332,8 @@ def test_four_flows_capture_and_stats(backend, mw_configs, start_gws, steer_a0, 
         pinger.join(timeout=30)
         assert "r" in during, "the ping during the stream did not finish"
         pings.append(during["r"])
-        for stream, (p, _) in sinks.items():
-            out, err = p.communicate(timeout=duration + 60)
-            assert p.returncode == 0, f"sink {stream} failed ({p.returncode}): {out}\n{err}"
-            sink[stream] = json.loads(out)
+        for stream, p in sinks.items():
+            sink[stream] = L.result(p, f"sink {stream}", duration + 60)
         cap.stop(settle=1.0, parse=False)
     finally:
         for p in procs:
