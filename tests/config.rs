@@ -1589,9 +1589,9 @@ fn keys_without_effect_are_warned() {
     let w = config::warnings(&cfg);
     assert_eq!(w.len(), 2, "{w:?}");
     let at = placed(&cfg, &text, "handoff_depth = 4096", 16);
-    assert_eq!(w[0], format!("{at}gateway.handoff_depth: 4096 has no effect: with gateway.workers = 1 there are no handoff rings"));
+    assert_eq!(w[0], format!("{at}gateway.handoff_depth: handoff_depth = 4096 has no effect: with gateway.workers = 1 there are no handoff rings"));
     let at = placed(&cfg, &text, "idle_spin_us = 5", 15);
-    assert_eq!(w[1], format!("{at}gateway.idle_spin_us: 5 has no effect: with gateway.idle_sleep_us = 0 a worker busy-polls and never sleeps"));
+    assert_eq!(w[1], format!("{at}gateway.idle_spin_us: idle_spin_us = 5 has no effect: with gateway.idle_sleep_us = 0 a worker busy-polls and never sleeps"));
     for quiet in [
         "workers = 1\nidle_sleep_us = 0",
         "workers = 1\nidle_spin_us = 5",

@@ -39,8 +39,9 @@ impl Positions {
     /// The positions of `cfg`'s fields, from its file read again
     /// (`cfg.source`; a `.cfg` is converted again with the options it was
     /// imported with, and its fields placed on its own lines). Empty when
-    /// the file cannot be read or no longer converts; placed wrong only if
-    /// it was edited since `cfg` was loaded.
+    /// the file cannot be read or no longer converts; wrong (fields placed
+    /// wrong, [`Positions::has`] wrong) only if it was edited since `cfg`
+    /// was loaded.
     pub fn read(cfg: &Config) -> Positions {
         let Ok(text) = super::dpdk::read(&cfg.source) else {
             return Positions::default();

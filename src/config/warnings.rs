@@ -12,7 +12,8 @@ fn covers((p, len): (IpAddr, u8), a: IpAddr) -> bool {
 }
 
 /// Warnings about a validated config, one line each, recomputed from the
-/// model and placed with [`Config::at`]: `file:line:column: sa[0].spi: …`.
+/// model (the two about keys without effect also from which keys the file
+/// sets) and placed with [`Config::at`]: `file:line:column: sa[0].spi: …`.
 ///
 /// Checked: SPIs 1..=255 (reserved by IANA, RFC 4303 §2.1); inbound SAs
 /// with anti-replay off (RFC 4303 §3.4.3); SAs no policy uses; tunnel
@@ -38,15 +39,18 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
     let mut positions: Option<super::Positions> = None;
     let g = &cfg.gateway;
     // Keys that change nothing in this config, warned about only when the
-    // file sets them (the model cannot tell a default from a written value).
+    // file sets them: the model keeps no record of which keys were
+    // written, so the file read again tells (a file edited or gone since
+    // it was loaded can miss or misplace these two warnings, as it can
+    // misplace the others). A `.cfg` import never writes either key.
     let mut idle = Vec::new();
-    if g.workers == 1 || g.idle_sleep_us == 0 {
+    if (g.workers == 1 || g.idle_sleep_us == 0) && cfg.dpdk_import.is_none() {
         let p = positions.insert(super::Positions::read(cfg));
         if g.workers == 1 && p.has("gateway.handoff_depth") {
-            idle.push(("gateway.handoff_depth", format!("{} has no effect: with gateway.workers = 1 there are no handoff rings", g.handoff_depth)));
+            idle.push(("gateway.handoff_depth", format!("handoff_depth = {} has no effect: with gateway.workers = 1 there are no handoff rings", g.handoff_depth)));
         }
         if g.idle_sleep_us == 0 && p.has("gateway.idle_spin_us") {
-            idle.push(("gateway.idle_spin_us", format!("{} has no effect: with gateway.idle_sleep_us = 0 a worker busy-polls and never sleeps", g.idle_spin_us)));
+            idle.push(("gateway.idle_spin_us", format!("idle_spin_us = {} has no effect: with gateway.idle_sleep_us = 0 a worker busy-polls and never sleeps", g.idle_spin_us)));
         }
     }
     let mut warn = |field: String, msg: String| {

@@ -338,8 +338,9 @@ pub struct AfXdpPort {
     /// or poll. The fill ring holds every rx frame, but the kernel
     /// publishes how far it has consumed the ring only after a batch, so a
     /// produce (all or nothing) can be refused while frames it consumed
-    /// are already on the rx ring: seen on veth in copy mode, a few
-    /// hundred refusals in 10 s at 160,000 frames/s. Capacity: rx frames.
+    /// are already on the rx ring: a shared-UMEM spike (session 26, not in
+    /// the tree) saw a few hundred refusals in 10 s at 160,000 frames/s on
+    /// veth in copy mode. Capacity: rx frames.
     fill_pending: Vec<FrameDesc>,
     /// Scratch for completion descriptors, `ring_size` long.
     comp_descs: Vec<FrameDesc>,

@@ -612,10 +612,17 @@ def start_sink(artifacts: Path, host: str, bind: str, port: int, stream: int, co
            "--count", count, "--stream", stream, "--timeout", timeout, "--idle", idle, "--ready-file", ready),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 15
-    while not ready.exists():
-        assert p.poll() is None, f"sink {host}:{port} died: {p.communicate()}"
-        assert time.monotonic() < deadline, f"sink {host}:{port} not ready after 15 s"
-        time.sleep(0.02)
+    try:
+        while not ready.exists():
+            assert p.poll() is None, f"sink {host}:{port} died: {p.communicate()}"
+            assert time.monotonic() < deadline, f"sink {host}:{port} not ready after 15 s"
+            time.sleep(0.02)
+    except BaseException:
+        # Not handed to the caller, so not stopped by its cleanup: a sink
+        # left running would hold the port for the next test.
+        p.kill()
+        p.wait()
+        raise
     return p
 
 
