@@ -43,16 +43,12 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
     // written, so the file read again tells (a file edited or gone since
     // it was loaded can miss or misplace these two warnings, as it can
     // misplace the others). A `.cfg` import never writes either key.
-    let mut idle = Vec::new();
-    if (g.workers == 1 || g.idle_sleep_us == 0) && cfg.dpdk_import.is_none() {
+    let (handoff_idle, spin_idle) = if (g.workers == 1 || g.idle_sleep_us == 0) && cfg.dpdk_import.is_none() {
         let p = positions.insert(super::Positions::read(cfg));
-        if g.workers == 1 && p.has("gateway.handoff_depth") {
-            idle.push(("gateway.handoff_depth", format!("handoff_depth = {} has no effect: with gateway.workers = 1 there are no handoff rings", g.handoff_depth)));
-        }
-        if g.idle_sleep_us == 0 && p.has("gateway.idle_spin_us") {
-            idle.push(("gateway.idle_spin_us", format!("idle_spin_us = {} has no effect: with gateway.idle_sleep_us = 0 a worker busy-polls and never sleeps", g.idle_spin_us)));
-        }
-    }
+        (g.workers == 1 && p.has("gateway.handoff_depth"), g.idle_sleep_us == 0 && p.has("gateway.idle_spin_us"))
+    } else {
+        (false, false)
+    };
     let mut warn = |field: String, msg: String| {
         let p = positions.get_or_insert_with(|| super::Positions::read(cfg));
         out.push(format!("{}: {msg}", p.locate(&cfg.source, &field)))
@@ -73,8 +69,11 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
         );
     }
 
-    for (field, msg) in idle {
-        warn(field.to_string(), msg);
+    if handoff_idle {
+        warn("gateway.handoff_depth".into(), format!("handoff_depth = {} has no effect: with gateway.workers = 1 there are no handoff rings", g.handoff_depth));
+    }
+    if spin_idle {
+        warn("gateway.idle_spin_us".into(), format!("idle_spin_us = {} has no effect: with gateway.idle_sleep_us = 0 a worker busy-polls and never sleeps", g.idle_spin_us));
     }
 
     // The descriptor device completes up to `ring_depth` ops for one poll,
