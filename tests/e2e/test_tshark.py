@@ -2,10 +2,13 @@
 decrypts what gw0 puts on the wan and finds exactly what hostA sent.
 
 The gateway pair runs configs derived from configs/ep0.toml / ep1.toml
-(written to the artifacts folder) with two extra SAs whose keys are drawn
-fresh for each run: SPI 0x7100 AES-128-GCM (16-octet ICV, RFC 4106) for UDP
-port 7100 and SPI 0x7101 AES-128-CBC + HMAC-SHA1-96 (RFC 3602 + 2404) for UDP
-port 7101; outbound on gw0, inbound on gw1. hostA sends datagrams of several
+(written to the artifacts folder) with extra SAs whose keys are drawn fresh
+for each run, one per kind tshark 4.0 can decrypt and check (SAS below):
+AES-128/192/256-GCM (16-octet ICV, RFC 4106), AES-CBC (RFC 3602) with
+HMAC-SHA1-96 (RFC 2404) or HMAC-SHA-256-128 (RFC 4868), AES-CTR (RFC 3686)
+with HMAC-SHA1-96, -SHA-384-192 or -SHA-512-256, and NULL with
+HMAC-SHA-256-128. SA SPI 0x71nn carries UDP destination port 0x71nn;
+outbound on gw0, inbound on gw1. hostA sends datagrams of several
 sizes to each port; the capture on the wan (br0) is read with
 
   tshark -o esp.enable_encryption_decode:TRUE -o esp.enable_authentication_check:TRUE
@@ -17,9 +20,9 @@ sizes to each port; the capture on the wan (br0) is read with
 encryption_key_string, authentication_algo, authentication_key_string) and
 tshark's decoded fields (SPI, sequence number, ICV verdict, ESP next header,
 the inner ip.src/ip.dst/ip.id/ip.ttl, udp.srcport/udp.dstport and data.data)
-must match hostA's datagrams, TTL−1 aside. A control run with a wrong HMAC
-key must make tshark report the ICV as bad, so a "good" verdict means
-something. gw1 decrypts the same traffic (no drops on either gateway).
+must match hostA's datagrams, TTL−1 aside. A control run with every key
+wrong must make tshark report each HMAC as bad and decode none of hostA's
+datagrams from an SA that encrypts, so a "good" verdict means something. gw1 decrypts the same traffic (no drops on either gateway).
 """
 from __future__ import annotations
 
@@ -32,9 +35,17 @@ import pytest
 import e2elib as L
 
 SAS = [
-    # (spi, algorithm, key bytes (with salt), auth key bytes, tshark encryption, tshark authentication)
+    # (spi, algorithm, key bytes (with salt or nonce), auth key bytes, tshark encryption, tshark authentication)
     (0x7100, "aes-128-gcm", 20, 0, "AES-GCM with 16 octet ICV [RFC4106]", "NULL"),
     (0x7101, "aes-128-cbc-hmac-sha1", 16, 20, "AES-CBC [RFC3602]", "HMAC-SHA-1-96 [RFC2404]"),
+    (0x7102, "aes-256-gcm", 36, 0, "AES-GCM with 16 octet ICV [RFC4106]", "NULL"),
+    (0x7103, "aes-192-gcm", 28, 0, "AES-GCM with 16 octet ICV [RFC4106]", "NULL"),
+    # 1400-byte datagrams make an outer packet of exactly 1500 bytes here
+    (0x7104, "aes-256-cbc-hmac-sha256", 32, 32, "AES-CBC [RFC3602]", "HMAC-SHA-256-128 [RFC4868]"),
+    (0x7105, "aes-128-ctr-hmac-sha1", 20, 20, "AES-CTR [RFC3686]", "HMAC-SHA-1-96 [RFC2404]"),
+    (0x7106, "aes-192-ctr-hmac-sha384", 28, 48, "AES-CTR [RFC3686]", "HMAC-SHA-384-192 [RFC4868]"),
+    (0x7107, "aes-256-ctr-hmac-sha512", 36, 64, "AES-CTR [RFC3686]", "HMAC-SHA-512-256 [RFC4868]"),
+    (0x7108, "null-hmac-sha256", 0, 32, "NULL", "HMAC-SHA-256-128 [RFC4868]"),
 ]
 SIZES = [0, 1, 100, 1400]
 SPORT = 40200
@@ -49,7 +60,8 @@ def _configs(artifacts, keys) -> dict:
         for spi, alg, _, _, _, _ in SAS:
             key, auth = keys[spi]
             text += (f"\n[[sa]]\nspi = {spi}\ndirection = \"{direction}\"\nmode = \"tunnel\"\n"
-                     f"algorithm = \"{alg}\"\nkey = \"{key.hex()}\"\n"
+                     f"algorithm = \"{alg}\"\n"
+                     + (f"key = \"{key.hex()}\"\n" if key else "")
                      + (f"auth_key = \"{auth.hex()}\"\n" if auth else "")
                      + f"tunnel_src = \"{L.GW0_OUT_IP}\"\ntunnel_dst = \"{L.GW1_OUT_IP}\"\n"
                      + ("replay_window = 64\n" if direction == "inbound" else "")
@@ -150,26 +162,35 @@ def test_tshark_decrypts_gw0_esp(testbed, start_gws, artifacts):
     for spi, seqs in seen.items():
         assert seqs == list(range(1, len(SIZES) + 1)), f"SPI {spi:#x}: ESP sequence numbers {seqs}"
 
-    # control: with wrong keys tshark must call the HMAC bad and find none of hostA's UDP for either SA
+    # control: with wrong keys tshark must call every HMAC bad and find none
+    # of hostA's UDP in any SA that encrypts
     bad = _tshark(cap_w.path, keys, wrong=True)
     # A frame whose wrongly decrypted trailer is malformed (its pad length
     # beyond the payload: depends on the random key) gets no verdict at all
-    # from tshark ("-/-"; seen once in CI); "good" must never appear.
-    verdicts = {(r["esp.icv_good"] or ["-"])[0] + "/" + (r["esp.icv_bad"] or ["-"])[0]
-                for r in bad if int(r["esp.spi"][0], 16) == 0x7101}
-    assert "0/1" in verdicts and verdicts <= {"0/1", "-/-"}, \
-        f"with a wrong HMAC key tshark says good/bad = {verdicts}: its ICV check is not working"
+    # from tshark ("-/-"; seen once in CI); "good" must never appear. NULL
+    # encryption always leaves a good trailer: its verdict must be bad.
+    for spi, _, klen, alen, _, _ in SAS:
+        if not alen:
+            continue
+        verdicts = {(r["esp.icv_good"] or ["-"])[0] + "/" + (r["esp.icv_bad"] or ["-"])[0]
+                    for r in bad if int(r["esp.spi"][0], 16) == spi}
+        allowed = {"0/1", "-/-"} if klen else {"0/1"}
+        assert "0/1" in verdicts and verdicts <= allowed, \
+            f"SPI {spi:#x}: with a wrong HMAC key tshark says good/bad = {verdicts}: its ICV check is not working"
     # With wrong keys the plaintext is random, and tshark (which checks
     # neither the pad bytes nor, before decoding, the HMAC) decodes it as
     # UDP whenever its random Next Header byte is 17: seen once in CI
     # (session 16: frame 8, CBC, pad length 25, ports 37666 > 46198). What
-    # must never happen is tshark finding hostA's datagrams: their ports.
+    # must never happen is tshark finding hostA's datagrams in an SA that
+    # encrypts: their ports.
+    encrypting = {spi for spi, _, klen, *_ in SAS if klen}
     decoded = [(r["frame.number"], r["udp.srcport"], r["udp.dstport"]) for r in bad
-               if r["udp.srcport"] == [str(SPORT)] or r["udp.dstport"] in [[str(spi)] for spi, *_ in SAS]]
+               if int(r["esp.spi"][0], 16) in encrypting
+               and (r["udp.srcport"] == [str(SPORT)] or r["udp.dstport"] in [[str(spi)] for spi in encrypting])]
     assert not decoded, f"tshark decoded hostA's UDP with wrong keys in frames {decoded}: the positive result proves nothing"
 
     st0, st1 = gws["gw0"].stats(), gws["gw1"].stats()
     drops = {g: {k: v for k, v in st.get("drops", {}).items() if v} for g, st in (("gw0", st0), ("gw1", st1))}
     assert drops == {"gw0": {}, "gw1": {}}, f"gateway drops: {drops}"
-    print(f"\n{version}: decrypted {len(rows)} ESP frames (SPI 0x7100 AES-128-GCM, 0x7101 AES-128-CBC+HMAC-SHA1-96), "
+    print(f"\n{version}: decrypted {len(rows)} ESP frames ({', '.join(f'{spi:#x} {alg}' for spi, alg, *_ in SAS)}), "
           f"all match hostA's datagrams")
