@@ -234,3 +234,39 @@ impl Rng {
         }
     }
 }
+
+/// `plain` sealed as the ESP packet of an AES-GCM SA (RFC 4303 §2, RFC
+/// 4106 §3–5) by the `aes-gcm` crate, not by the gateway's transforms:
+/// SPI ‖ low 32 bits of `seq` ‖ 8-byte IV (`seq`, big-endian) ‖ ciphertext ‖
+/// 16-byte ICV, with nonce = salt ‖ IV and AAD = SPI ‖ seq_lo, or SPI ‖
+/// seq_hi ‖ seq_lo with `esn`. `key` is a config's `key`: an AES-128 or
+/// AES-256 key ‖ 4-byte salt (20 or 36 bytes); `None` for another length.
+/// `plain` is sealed as given: the caller writes the padding, Pad Length
+/// and Next Header (§2.4–2.6), so tests and fuzzing can send trailers a
+/// correct peer never would, past the ICV check.
+pub fn seal_esp_gcm(key: &[u8], spi: u32, seq: u64, esn: bool, plain: &[u8]) -> Option<Vec<u8>> {
+    use aes_gcm::aead::AeadInPlace;
+    use aes_gcm::{Aes128Gcm, Aes256Gcm, KeyInit};
+    let (aes, salt) = key.split_at(key.len().checked_sub(4)?);
+    let iv = seq.to_be_bytes();
+    let mut nonce = [0u8; 12];
+    nonce[..4].copy_from_slice(salt);
+    nonce[4..].copy_from_slice(&iv);
+    let mut aad = spi.to_be_bytes().to_vec();
+    if esn {
+        aad.extend_from_slice(&((seq >> 32) as u32).to_be_bytes());
+    }
+    aad.extend_from_slice(&(seq as u32).to_be_bytes());
+    let mut esp = spi.to_be_bytes().to_vec();
+    esp.extend_from_slice(&(seq as u32).to_be_bytes());
+    esp.extend_from_slice(&iv);
+    let mut body = plain.to_vec();
+    let tag = match aes.len() {
+        16 => Aes128Gcm::new_from_slice(aes).ok()?.encrypt_in_place_detached((&nonce).into(), &aad, &mut body).ok()?,
+        32 => Aes256Gcm::new_from_slice(aes).ok()?.encrypt_in_place_detached((&nonce).into(), &aad, &mut body).ok()?,
+        _ => return None,
+    };
+    esp.extend_from_slice(&body);
+    esp.extend_from_slice(&tag);
+    Some(esp)
+}

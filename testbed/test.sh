@@ -7,7 +7,8 @@
 #    packages scapy, cryptography, pytest, prometheus_client, jsonschema (the
 #    last two check `secgw ctl` output in tests/ctl.rs);
 # 2. cargo test --release (every Rust test), then the independent checks of
-#    the RFC vector files (tests/vectors/check_*.py, pyca/cryptography);
+#    the RFC vector files (tests/vectors/check_*.py, pyca/cryptography), and
+#    cargo check of the fuzz targets (fuzz/, so they keep compiling on stable);
 # 3. cargo build --release, then python3 -m pytest -v tests/e2e (netns
 #    end-to-end tests against target/release/secgw; needs root).
 # Exits non-zero if anything fails; the Rust tests' failure does not stop the
@@ -60,6 +61,9 @@ for check in tests/vectors/check_*.py; do
     echo "-- $check"
     python3 "$check" || status=1
 done
+
+echo "== cargo check --manifest-path fuzz/Cargo.toml"
+cargo check --manifest-path fuzz/Cargo.toml --bins || status=1
 
 echo "== cargo build --release"
 if cargo build --release; then

@@ -199,35 +199,18 @@ pub fn open_gcm128_esn(key: &[u8], esp: &[u8], seq_hi: Option<u32>) -> Vec<u8> {
     plain
 }
 
-/// Seals `payload` as an AES-128-GCM ESP packet (SPI ‖ seq ‖ IV ‖
-/// ciphertext ‖ 16-byte ICV) with `key` (AES key ‖ salt) using the `aes-gcm`
-/// crate directly: padding 1, 2, 3, … to 4 bytes, Next Header
+/// Seals `payload` as an AES-GCM ESP packet (SPI ‖ seq ‖ IV ‖ ciphertext ‖
+/// 16-byte ICV) with `key` (AES-128 or AES-256 key ‖ salt) by
+/// [`secgw::testkit::seal_esp_gcm`] (the `aes-gcm` crate): padding 1, 2, 3, … to 4 bytes, Next Header
 /// `next_header`, IV = the 64-bit sequence number, AAD = SPI ‖ seq_lo or,
 /// with `esn`, SPI ‖ seq_hi ‖ seq_lo (RFC 4106 §5). Only the low 32 bits of
 /// `seq` go on the wire.
 pub fn seal_gcm128(key: &[u8], spi: u32, seq: u64, esn: bool, payload: &[u8], next_header: u8) -> Vec<u8> {
-    use aes_gcm::aead::AeadInPlace;
-    use aes_gcm::{Aes128Gcm, KeyInit};
     let mut plain = payload.to_vec();
     let pad = (4 - (plain.len() + 2) % 4) % 4;
     plain.extend((1..=pad).map(|i| i as u8));
     plain.extend_from_slice(&[pad as u8, next_header]);
-    let iv = seq.to_be_bytes();
-    let mut nonce = [0u8; 12];
-    nonce[..4].copy_from_slice(&key[16..20]);
-    nonce[4..].copy_from_slice(&iv);
-    let mut aad = spi.to_be_bytes().to_vec();
-    if esn {
-        aad.extend_from_slice(&((seq >> 32) as u32).to_be_bytes());
-    }
-    aad.extend_from_slice(&(seq as u32).to_be_bytes());
-    let tag = Aes128Gcm::new_from_slice(&key[..16]).unwrap().encrypt_in_place_detached((&nonce).into(), &aad, &mut plain).unwrap();
-    let mut esp = spi.to_be_bytes().to_vec();
-    esp.extend_from_slice(&(seq as u32).to_be_bytes());
-    esp.extend_from_slice(&iv);
-    esp.extend_from_slice(&plain);
-    esp.extend_from_slice(&tag);
-    esp
+    secgw::testkit::seal_esp_gcm(key, spi, seq, esn, &plain).expect("an AES-GCM key ‖ salt")
 }
 
 /// An Ethernet frame gw0 → gw1's outside port (testbed MACs) carrying the
