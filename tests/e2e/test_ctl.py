@@ -41,13 +41,10 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
 import secrets
-import signal
 import socket
 import subprocess
-import time
 import tomllib
 from pathlib import Path
 

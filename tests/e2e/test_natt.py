@@ -168,7 +168,6 @@ def test_keepalive_ike_and_plain_esp_are_counted_and_dropped(natt_gws, artifacts
     keepalives = [to_gw1(b"\xff"), to_gw1(b"\xff", sport=61000), to_gw1(b"\xff")]
     ike = [to_gw1(b"\x00\x00\x00\x00" + bytes(28))]
     # Plain ESP (protocol 50) for SA 1001, which gw1 now takes only in UDP.
-    from scapy.layers.ipsec import ESP
     plain = L.scapy_sa(L.load_sa("gw1", 1001)).encrypt(IP(src=L.A_IP, dst=L.B_IP) / UDP(sport=1, dport=2), seq_num=7)
     assert plain.proto == 50
     frames = keepalives + ike + [Ether(dst=L.GW1_OUT_MAC, src=L.GW0_OUT_MAC) / plain]

@@ -27,7 +27,6 @@ import struct
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 

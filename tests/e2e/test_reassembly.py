@@ -32,8 +32,6 @@ import random
 import struct
 import time
 
-import pytest
-
 import e2elib as L
 
 SPI = 1001

@@ -51,7 +51,6 @@ import os
 import re
 import secrets
 import subprocess
-import sys
 import time
 import tomllib
 from pathlib import Path
