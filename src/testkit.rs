@@ -82,7 +82,7 @@ impl<P: Port, D: CryptoDevice> Workers<P, D> {
             let ports = (0..cfg.ports.len()).map(|i| port(w, i)).collect();
             let c = Arc::new(WorkerCounters::new(t.ports.len()));
             let qp = dev.queue_pair_setup(w as u16, QpConf { nb_descriptors: 256.min(cfg.crypto.ring_depth) })?;
-            let conf = WorkerConf { id: w, burst: cfg.gateway.burst, pool_size: 512, nb_workers: n, idle_sleep_us: cfg.gateway.idle_sleep_us, idle_spin_us: cfg.gateway.idle_spin_us, reasm: crate::control::run::reassembly_conf(&cfg.reassembly), neigh: crate::control::run::pending_conf(&cfg.neighbour_table), pmtu_timeout_ms: cfg.gateway.pmtu_timeout_s.saturating_mul(1000) };
+            let conf = WorkerConf { id: w, burst: cfg.gateway.burst, pool_size: 512, nb_workers: n, idle_sleep_us: cfg.gateway.idle_sleep_us, idle_spin_us: cfg.gateway.idle_spin_us, reasm: crate::control::run::reassembly_conf(&cfg.reassembly), neigh: crate::control::run::pending_conf(&cfg.neighbour_table), pmtu_timeout_ms: cfg.gateway.pmtu_timeout_s.saturating_mul(1000), icmp_echo: cfg.gateway.icmp_echo };
             workers.push(Worker::new(conf, ports, qp, tables.clone(), c.clone(), handoff));
             counters.push(c);
         }

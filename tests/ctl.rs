@@ -60,6 +60,7 @@ fn snapshot() -> Snapshot {
         dummies_sent: 2,
         icmp_sent: 5,
         icmp_rate_limited: 6,
+        echo_replies: 61,
         frags_received: 7,
         reassembled: 8,
         frags_reassembled: 9,
@@ -597,7 +598,7 @@ fn prometheus_text_parses_with_prometheus_client_and_matches_the_counters() {
     assert!(ok, "prometheus_client rejected the text: {err}");
     let samples: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let s = snapshot();
-    let n = 6 * s.ports.len() + 4 * s.sas.len() + s.drops.len() + 9 + 1 + 8 + 2 + 7 * s.workers.len() + s.sas.iter().filter(|s| s.path_mtu.is_some()).count();
+    let n = 6 * s.ports.len() + 4 * s.sas.len() + s.drops.len() + 10 + 1 + 8 + 2 + 7 * s.workers.len() + s.sas.iter().filter(|s| s.path_mtu.is_some()).count();
     assert_eq!(samples.len(), n, "{out}");
     let value = |name: &str, labels: Value| -> f64 {
         let hits: Vec<&Value> = samples.iter().filter(|v| v["name"] == name && v["labels"] == labels).collect();
@@ -611,6 +612,7 @@ fn prometheus_text_parses_with_prometheus_client_and_matches_the_counters() {
     assert_eq!(value("secgw_sa_dummies_total", json!({"spi": "1000", "direction": "outbound"})), 2.0);
     assert_eq!(value("secgw_drops_total", json!({"reason": DropReason::ALL[7].name()})), 21.0);
     assert_eq!(value("secgw_icmp_rate_limited_total", json!({})), 6.0);
+    assert_eq!(value("secgw_echo_replies_total", json!({})), 61.0);
     assert_eq!(value("secgw_frags_pending", json!({})), 10.0);
     assert_eq!(value("secgw_worker_handoff_in_total", json!({"worker": "1"})), 42.0);
     assert_eq!(value("secgw_worker_flow_hits_total", json!({"worker": "0"})), 36.0);

@@ -127,7 +127,8 @@ fn reports_that_fail_a_check_change_nothing() {
         assert_eq!((gw0.drop_count("pmtu_update"), gw0.drop_count("pmtu_ignored")), (0, i as u64 + 1), "{what}");
     }
     assert_eq!(path_mtu(&gw0, 1001), None);
-    // Other ICMP to us stays `to_us`: port unreachable, echo request.
+    // Other ICMP errors to us stay `to_us` (a port unreachable here; Echo
+    // Requests are answered: tests/echo.rs).
     let mut unreach = frag_needed(GW0_OUT, 1300, &esp, 28);
     unreach[14 + 21] = 3;
     let ck = ip_checksum(&{

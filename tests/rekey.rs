@@ -80,7 +80,7 @@ fn a_packet_with_the_new_spi_right_after_an_inbound_rekey_is_accepted() {
     }
     let counters = Arc::new(WorkerCounters::new(names.len()));
     let qp = dev.queue_pair_setup::<PktBuf>(0, QpConf { nb_descriptors: 256 }).unwrap();
-    let conf = WorkerConf { id: 0, burst: 32, pool_size: 512, nb_workers: 1, idle_sleep_us: 0, idle_spin_us: 0, reasm: secgw::control::run::reassembly_conf(&cfg.reassembly), neigh: secgw::control::run::pending_conf(&cfg.neighbour_table), pmtu_timeout_ms: cfg.gateway.pmtu_timeout_s.saturating_mul(1000) };
+    let conf = WorkerConf { id: 0, burst: 32, pool_size: 512, nb_workers: 1, idle_sleep_us: 0, idle_spin_us: 0, reasm: secgw::control::run::reassembly_conf(&cfg.reassembly), neigh: secgw::control::run::pending_conf(&cfg.neighbour_table), pmtu_timeout_ms: cfg.gateway.pmtu_timeout_s.saturating_mul(1000), icmp_echo: cfg.gateway.icmp_echo };
     let stop = Arc::new(AtomicBool::new(false));
     let worker = {
         let (tables, counters, stop) = (tables.clone(), counters.clone(), stop.clone());

@@ -24,6 +24,8 @@
 //! handoff_depth = 2048      # packets per handoff ring between two workers, power of two in
 //!                           # 64..=65536; how long an SA's owner may be off its core before
 //!                           # handed packets drop as handoff_full (2048 ≈ 100 ms at 20 kpps)
+//! icmp_echo = true          # answer ICMP/ICMPv6 Echo Requests to the gateway's addresses
+//!                           # (RFC 1812 §4.3.3.6, RFC 4443 §4.2), default true
 //!
 //! [crypto]                  # optional table: the crypto device (one queue pair per worker)
 //! backend = "software"      # "software" (default) | "descriptor" (emulated job-ring hardware)
@@ -453,6 +455,7 @@ struct RawGateway {
     pmtu_timeout_s: Field,
     pool_size: Field,
     handoff_depth: Field,
+    icmp_echo: Field,
 }
 
 #[derive(Deserialize)]
@@ -951,6 +954,18 @@ impl Checker<'_> {
         }
     }
 
+    /// An optional boolean, `default` when absent.
+    fn opt_bool(&mut self, f: &Field, field: &str, default: bool) -> Option<bool> {
+        let Some(v) = f else { return Some(default) };
+        match v.get_ref() {
+            Raw::Bool(b) => Some(*b),
+            _ => {
+                self.wrong_type(v, field, "a boolean");
+                None
+            }
+        }
+    }
+
     /// An optional power of two in `lo..=hi`, `default` when absent; out
     /// of range or not a power of two, the message says both.
     fn opt_pow2(&mut self, f: &Field, field: &str, lo: i64, hi: i64, default: i64) -> Option<i64> {
@@ -1211,6 +1226,7 @@ impl Checker<'_> {
                 pmtu_timeout_s: 600,
                 pool_size: 4096,
                 handoff_depth: 2048,
+                icmp_echo: true,
             });
             return (defaults, Some(1));
         };
@@ -1248,6 +1264,7 @@ impl Checker<'_> {
         let pmtu_timeout_s = self.opt_integer(&g.pmtu_timeout_s, &tab.field("pmtu_timeout_s"), 0, 86_400, 600);
         let pool_size = self.opt_integer(&g.pool_size, &tab.field("pool_size"), 1024, 1 << 18, 4096);
         let handoff_depth = self.opt_pow2(&g.handoff_depth, &tab.field("handoff_depth"), 64, 65536, 2048);
+        let icmp_echo = self.opt_bool(&g.icmp_echo, &tab.field("icmp_echo"), true);
         // Every worker's buffers may end up in one worker's queues, which are
         // sized for them at start: the whole gateway's buffers are bounded.
         if let (Some(pool), Some(n)) = (pool_size, workers) {
@@ -1289,6 +1306,7 @@ impl Checker<'_> {
                 pmtu_timeout_s: pmtu_timeout_s? as u64,
                 pool_size: pool_size? as usize,
                 handoff_depth: handoff_depth? as usize,
+                icmp_echo: icmp_echo?,
             })
         })();
         (gateway, workers)
@@ -1715,26 +1733,8 @@ impl Checker<'_> {
                 None => Some(None),
                 Some(v) => ck.integer(v, &tab.field("outer_ttl"), 1, 255).map(|t| Some(t as u8)),
             };
-            let esn = match &s.esn {
-                None => Some(false),
-                Some(v) => match v.get_ref() {
-                    Raw::Bool(b) => Some(*b),
-                    _ => {
-                        ck.wrong_type(v, &tab.field("esn"), "a boolean");
-                        None
-                    }
-                },
-            };
-            let udp_encap = match &s.udp_encap {
-                None => Some(false),
-                Some(v) => match v.get_ref() {
-                    Raw::Bool(b) => Some(*b),
-                    _ => {
-                        ck.wrong_type(v, &tab.field("udp_encap"), "a boolean");
-                        None
-                    }
-                },
-            };
+            let esn = ck.opt_bool(&s.esn, &tab.field("esn"), false);
+            let udp_encap = ck.opt_bool(&s.udp_encap, &tab.field("udp_encap"), false);
             let udp_port = |ck: &mut Self, f: &Field, key: &str, default: Option<u16>| match f {
                 None => Some(default),
                 Some(v) => {

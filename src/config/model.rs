@@ -95,6 +95,11 @@ pub struct Gateway {
     /// core while another worker hands it that SA's packets before they
     /// are dropped as `handoff_full` (2048 ≈ 100 ms of 20,000 packets/s).
     pub handoff_depth: usize,
+    /// Whether the workers answer ICMP Echo Requests (RFC 792) and ICMPv6
+    /// Echo Requests (RFC 4443 §4.1) to the gateway's own addresses with an
+    /// Echo Reply (default true: a router MUST, RFC 1812 §4.3.3.6, and MAY
+    /// be configured not to). Within the ICMP rate limit the errors share.
+    pub icmp_echo: bool,
 }
 
 /// `[reassembly]`: reassembly of outer IPv4 fragments addressed to the

@@ -179,7 +179,7 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
             })
             .collect();
         let core = cores[w];
-        let wconf = WorkerConf { id: w, burst: cfg.gateway.burst, pool_size: cfg.gateway.pool_size, nb_workers: nworkers, idle_sleep_us: cfg.gateway.idle_sleep_us, idle_spin_us: cfg.gateway.idle_spin_us, reasm: reassembly_conf(&cfg.reassembly), neigh: pending_conf(&cfg.neighbour_table), pmtu_timeout_ms: cfg.gateway.pmtu_timeout_s.saturating_mul(1000) };
+        let wconf = WorkerConf { id: w, burst: cfg.gateway.burst, pool_size: cfg.gateway.pool_size, nb_workers: nworkers, idle_sleep_us: cfg.gateway.idle_sleep_us, idle_spin_us: cfg.gateway.idle_spin_us, reasm: reassembly_conf(&cfg.reassembly), neigh: pending_conf(&cfg.neighbour_table), pmtu_timeout_ms: cfg.gateway.pmtu_timeout_s.saturating_mul(1000), icmp_echo: cfg.gateway.icmp_echo };
         let (wstop, wtables, ready) = (stop.clone(), tables.clone(), ready_tx.clone());
         let h = std::thread::Builder::new()
             .name(format!("secgw-worker{w}"))

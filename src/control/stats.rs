@@ -126,8 +126,10 @@ pub struct Snapshot {
     pub dummies_sent: u64,
     /// ICMP "fragmentation needed" and ICMPv6 Packet Too Big errors sent.
     pub icmp_sent: u64,
-    /// ICMP errors suppressed by the per-worker rate limit.
+    /// ICMP errors and Echo Replies suppressed by the per-worker rate limit.
     pub icmp_rate_limited: u64,
+    /// ICMP and ICMPv6 Echo Replies sent (RFC 792, RFC 4443 §4.2).
+    pub echo_replies: u64,
     /// IPv4 fragments addressed to the gateway taken for reassembly.
     pub frags_received: u64,
     /// Datagrams reassembled from them.
@@ -204,6 +206,7 @@ pub fn snapshot(t: &Tables, workers: &[Arc<WorkerCounters>]) -> Snapshot {
         s.dummies_sent += w.dummies_sent.get();
         s.icmp_sent += w.icmp_sent.get();
         s.icmp_rate_limited += w.icmp_rate_limited.get();
+        s.echo_replies += w.echo_replies.get();
         s.frags_received += w.frags_received.get();
         s.reassembled += w.reassembled.get();
         s.frags_reassembled += w.frags_reassembled.get();
@@ -245,6 +248,7 @@ impl Snapshot {
         let _ = writeln!(o, "fragments sent: {}", self.frags_sent);
         let _ = writeln!(o, "dummy packets sent: {}", self.dummies_sent);
         let _ = writeln!(o, "icmp sent: {} (rate limited: {})", self.icmp_sent, self.icmp_rate_limited);
+        let _ = writeln!(o, "echo replies: {}", self.echo_replies);
         let _ = writeln!(
             o,
             "fragments received: {} (reassembled into {} datagrams: {}; pending: {})",
@@ -315,6 +319,7 @@ struct SnapshotJson {
     dummies_sent: u64,
     icmp_sent: u64,
     icmp_rate_limited: u64,
+    echo_replies: u64,
     frags_received: u64,
     reassembled: u64,
     frags_reassembled: u64,
@@ -409,7 +414,8 @@ impl Snapshot {
             ("frags_sent", "IPv4 fragments sent.", self.frags_sent),
             ("dummies_sent", "Dummy packets sent, all SAs.", self.dummies_sent),
             ("icmp_sent", "ICMP fragmentation-needed and ICMPv6 Packet Too Big errors sent.", self.icmp_sent),
-            ("icmp_rate_limited", "ICMP errors suppressed by the rate limit.", self.icmp_rate_limited),
+            ("icmp_rate_limited", "ICMP errors and Echo Replies suppressed by the rate limit.", self.icmp_rate_limited),
+            ("echo_replies", "ICMP and ICMPv6 Echo Replies sent.", self.echo_replies),
             ("frags_received", "Fragments addressed to the gateway taken for reassembly.", self.frags_received),
             ("reassembled", "Datagrams reassembled.", self.reassembled),
             ("frags_reassembled", "Fragments that went into reassembled datagrams.", self.frags_reassembled),
@@ -492,6 +498,7 @@ impl Snapshot {
             dummies_sent: j.dummies_sent,
             icmp_sent: j.icmp_sent,
             icmp_rate_limited: j.icmp_rate_limited,
+            echo_replies: j.echo_replies,
             frags_received: j.frags_received,
             reassembled: j.reassembled,
             frags_reassembled: j.frags_reassembled,

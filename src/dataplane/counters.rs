@@ -385,8 +385,12 @@ pub struct WorkerCounters {
     /// Too Big (RFC 4443 §3.2) errors sent.
     pub icmp_sent: Counter,
     /// ICMP errors not sent because the worker's rate limit was reached
-    /// (the packet that caused them is counted under its drop reason).
+    /// (the packet that caused them is counted under its drop reason), and
+    /// Echo Requests not answered for the same reason (counted `to_us`).
     pub icmp_rate_limited: Counter,
+    /// ICMP Echo Replies (RFC 792) and ICMPv6 Echo Replies (RFC 4443 §4.2)
+    /// sent, each in place of its request.
+    pub echo_replies: Counter,
     /// IPv4 and IPv6 fragments addressed to the gateway taken by the
     /// reassembler.
     pub frags_received: Counter,
@@ -438,6 +442,7 @@ impl WorkerCounters {
             dummies_sent: Counter::default(),
             icmp_sent: Counter::default(),
             icmp_rate_limited: Counter::default(),
+            echo_replies: Counter::default(),
             frags_received: Counter::default(),
             reassembled: Counter::default(),
             frags_reassembled: Counter::default(),

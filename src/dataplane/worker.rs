@@ -294,6 +294,9 @@ pub struct WorkerConf {
     /// holds (`gateway.pmtu_timeout_s`; RFC 1191 §6.3, RFC 4301 §8.2.2);
     /// 0 = reports are ignored (RFC 4301 §6.1.1).
     pub pmtu_timeout_ms: u64,
+    /// Answer Echo Requests to the gateway's addresses
+    /// (`gateway.icmp_echo`; see [`Worker::echo`]).
+    pub icmp_echo: bool,
 }
 
 /// Empty polls between two reads of the clock by an idle worker (see
@@ -895,6 +898,67 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         buf.len() >= len || buf.append(len - buf.len())
     }
 
+    /// An ICMP or ICMPv6 Echo Request (RFC 792, RFC 4443 §4.1) to one of
+    /// the gateway's addresses, received on `port` (or decrypted from a
+    /// tunnel): turned into its Echo Reply in place
+    /// ([`icmp::echo_reply_in_place`], [`icmpv6::echo_reply_in_place`]),
+    /// counted under `echo_replies` and sent as `path` says: routed back to
+    /// its source ([`ErrorPath::Back`]), or into ESP back to the peer it
+    /// came from ([`ErrorPath::Tunnel`]: the outbound SPD must PROTECT it
+    /// with an SA to that peer, else `tunnel_error_dropped`). A router
+    /// MUST answer (RFC 1812 §4.3.3.6, RFC 4443 §4.2) and MAY be told not
+    /// to: `gateway.icmp_echo`. The buffer comes back, untouched, for the
+    /// caller to drop as `to_us` when that is off, when it is not such a
+    /// request (a fragment, IPv4 options or IPv6 extension headers, a bad
+    /// checksum: see the builders), from a source no router forwards to or
+    /// one of ours ([`Tables::martian`]), or past the ICMP rate limit
+    /// shared with the errors (`icmp_rate_limited`). Cold: off the
+    /// forwarding path.
+    #[cold]
+    #[inline(never)]
+    fn echo(&mut self, t: &Tables, port: usize, mut buf: PktBuf, path: ErrorPath) -> Option<PktBuf> {
+        const IP: usize = ethernet::HEADER_LEN;
+        if !self.conf.icmp_echo {
+            return Some(buf);
+        }
+        let (src, dst, request) = {
+            let ip = &buf.frame()[IP..];
+            match ip.first().map(|b| b >> 4) {
+                Some(4) if ip.len() >= ipv4::MIN_HEADER_LEN + icmp::HEADER_LEN => {
+                    let a = |o: usize| IpAddr::V4(Ipv4Addr::new(ip[o], ip[o + 1], ip[o + 2], ip[o + 3]));
+                    (a(ipv4::SRC), a(ipv4::DST), ip[ipv4::PROTOCOL] == ipv4::PROTO_ICMP && ip[ipv4::MIN_HEADER_LEN] == icmp::TYPE_ECHO_REQUEST)
+                }
+                Some(6) if ip.len() >= ipv6::HEADER_LEN + icmpv6::HEADER_LEN => {
+                    let a = |o: usize| IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&ip[o..o + 16]).unwrap_or([0; 16])));
+                    (a(ipv6::SRC), a(ipv6::DST), ip[ipv6::NEXT_HEADER] == ipv6::NH_ICMPV6 && ip[ipv6::HEADER_LEN] == icmpv6::TYPE_ECHO_REQUEST)
+                }
+                _ => return Some(buf),
+            }
+        };
+        if !request || !t.is_ours(dst) || t.martian(src, dst) {
+            return Some(buf);
+        }
+        if !self.icmp_allowed() {
+            self.counters.icmp_rate_limited.add(1);
+            return Some(buf);
+        }
+        let ident = self.icmp_ident.wrapping_add(1);
+        let replied = match dst {
+            IpAddr::V4(_) => icmp::echo_reply_in_place(&mut buf.frame_mut()[IP..], ident).is_some(),
+            IpAddr::V6(_) => icmpv6::echo_reply_in_place(&mut buf.frame_mut()[IP..]).is_some(),
+        };
+        if !replied {
+            return Some(buf);
+        }
+        if dst.is_ipv4() {
+            self.icmp_ident = ident;
+        }
+        self.counters.echo_replies.add(1);
+        let protocol = if dst.is_ipv4() { ipv4::PROTO_ICMP } else { ipv6::NH_ICMPV6 };
+        self.send_error(t, port, buf, dst, src, protocol, path);
+        None
+    }
+
     /// The packet in `buf` (received on `port`, DF set) is too big for its
     /// tunnel, or (bypassed or decapsulated) for its egress port: counts it
     /// under `mtu_exceeded` and turns the buffer into an ICMP
@@ -1475,6 +1539,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// BYPASS / DISCARD.
     fn outbound(&mut self, t: &Tables, port: usize, mut buf: PktBuf, key: FlowKey, ttl: u8, error_to: Option<IpAddr>) {
         if t.is_local(port, key.dst) {
+            let Some(buf) = self.echo(t, port, buf, ErrorPath::Back) else { return };
             return self.drop_buf(port, DropReason::ToUs, buf);
         }
         // `error_to`: an ICMP error the gateway built about a packet that
@@ -1708,6 +1773,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             if too_big {
                 return self.pmtu_report(t, port, buf, key.dst, hl);
             }
+            let Some(buf) = self.echo(t, port, buf, ErrorPath::Back) else { return };
             return self.drop_buf(port, DropReason::ToUs, buf);
         }
         if t.martian(key.src, key.dst) {
@@ -1868,8 +1934,16 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return self.drop_buf(port, DropReason::SaExpired, buf);
         }
         // The gateway is not a host: traffic to its own addresses, also
-        // from inside a tunnel, is not taken (README: `to_us`).
+        // from inside a tunnel, is not taken (README: `to_us`), but for an
+        // Echo Request, answered back into the tunnel (and counted as one
+        // of the SA's packets: it was delivered, to the gateway).
         if t.is_ours(key.dst) {
+            let peer = if e.sa.transport { key.src } else { e.sa.tunnel_src };
+            let Some(buf) = self.echo(t, port, buf, ErrorPath::Tunnel { from: port, peer }) else {
+                e.sa.life.counters.packets.add(1);
+                e.sa.life.counters.bytes.add(len as u64);
+                return;
+            };
             return self.drop_buf(port, DropReason::ToUs, buf);
         }
         // Authenticated is not forwardable: the SA's selectors may be 0/0.

@@ -62,6 +62,42 @@ pub fn frag_needed_in_place(pkt: &mut [u8], quoted: usize, src: Ipv4Addr, dst: I
     Some(total)
 }
 
+/// Echo Reply (RFC 792).
+pub const TYPE_ECHO_REPLY: u8 = 0;
+/// Echo Request (RFC 792).
+pub const TYPE_ECHO_REQUEST: u8 = 8;
+/// TTL of the Echo Replies the gateway sends.
+pub const ECHO_TTL: u8 = 64;
+
+/// Turns `pkt`, an IPv4 packet cut to its total length, into the Echo
+/// Reply to the Echo Request it holds, in place (RFC 792; RFC 1122
+/// §3.2.2.6, RFC 1812 §4.3.3.6): the same identifier, sequence number and
+/// data, type 0 and the ICMP checksum again; a new header from the
+/// request's destination to its source, DS byte kept (RFC 1812 §4.3.2.5),
+/// TTL [`ECHO_TTL`], identification `ident`, no flags. Returns the reply's
+/// (source, destination), or `None`, `pkt` unchanged, unless it is such a
+/// request: a 20-byte header (options are not echoed), not a fragment,
+/// protocol 1, type 8 code 0, at least the 8-byte ICMP header, and an ICMP
+/// checksum that verifies.
+pub fn echo_reply_in_place(pkt: &mut [u8], ident: u16) -> Option<(Ipv4Addr, Ipv4Addr)> {
+    let ip = ipv4::Ipv4Packet::new_checked(pkt).ok()?;
+    if ip.header_len() != ipv4::MIN_HEADER_LEN || ip.is_fragment() || ip.protocol() != ipv4::PROTO_ICMP || ip.total_len() != pkt.len() {
+        return None;
+    }
+    let (src, dst, tos) = (ip.src(), ip.dst(), ip.tos());
+    let msg = &mut pkt[ipv4::MIN_HEADER_LEN..];
+    if msg.len() < HEADER_LEN || msg[TYPE] != TYPE_ECHO_REQUEST || msg[CODE] != 0 || checksum::sum(msg) != 0xffff {
+        return None;
+    }
+    msg[TYPE] = TYPE_ECHO_REPLY;
+    msg[CHECKSUM..CHECKSUM + 2].copy_from_slice(&[0, 0]);
+    let ck = checksum::checksum(msg);
+    msg[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
+    let total = pkt.len() as u16;
+    ipv4::write_header(&mut pkt[..ipv4::MIN_HEADER_LEN], tos, total, ident, 0, ECHO_TTL, ipv4::PROTO_ICMP, dst, src);
+    Some((dst, src))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,5 +119,48 @@ mod tests {
         assert_eq!(checksum::sum(&p[..20]), 0xffff);
         assert_eq!(p[9], 1);
         assert!(frag_needed_in_place(&mut [0u8; 40], 28, Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, 1, 1).is_none());
+    }
+
+    /// An Echo Request shaped as Linux's `ping -s 4 192.0.2.1` sends it
+    /// from 192.0.2.10 (DF set, identifier 0x1f2e, sequence number 1, the
+    /// checksums filled in here), and its reply.
+    #[test]
+    fn echo_reply_answers_a_ping_shaped_request() {
+        let req: [u8; 32] = [
+            0x45, 0x00, 0x00, 0x20, 0xa1, 0xb2, 0x40, 0x00, 0x40, 0x01, 0x00, 0x00, 192, 0, 2, 10, 192, 0, 2, 1, //
+            0x08, 0x00, 0x00, 0x00, 0x1f, 0x2e, 0x00, 0x01, 0xde, 0xad, 0xbe, 0xef,
+        ];
+        let mut p = req;
+        let ck = checksum::checksum(&p[..20]);
+        p[10..12].copy_from_slice(&ck.to_be_bytes());
+        let ck = checksum::checksum(&p[20..]);
+        p[22..24].copy_from_slice(&ck.to_be_bytes());
+        let req = p;
+        let (from, to) = echo_reply_in_place(&mut p, 7).unwrap();
+        assert_eq!((from, to), (Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::new(192, 0, 2, 10)));
+        assert_eq!(&p[12..20], &[192, 0, 2, 1, 192, 0, 2, 10]);
+        assert_eq!((p[0], p[2..4].to_vec(), p[4..6].to_vec(), p[6..8].to_vec(), p[8], p[9]), (0x45, vec![0, 32], vec![0, 7], vec![0, 0], 64, 1));
+        assert_eq!(checksum::sum(&p[..20]), 0xffff);
+        assert_eq!((p[20], p[21]), (0, 0));
+        assert_eq!(&p[24..], &req[24..], "identifier, sequence number and data kept");
+        assert_eq!(checksum::sum(&p[20..]), 0xffff);
+        // Type 8 → 0 lowers the first ICMP word by 0x0800: the checksum rises by it.
+        assert_eq!(u16::from_be_bytes([p[22], p[23]]), checksum::add(u16::from_be_bytes([req[22], req[23]]), 0x0800));
+        // Not answered: a reply, a bad checksum, a fragment, options, a cut message, another protocol.
+        let refused = |edit: &dyn Fn(&mut Vec<u8>)| {
+            let mut q = req.to_vec();
+            edit(&mut q);
+            let before = q.clone();
+            let r = echo_reply_in_place(&mut q, 1);
+            assert_eq!(q, before, "left as it was");
+            r.is_none()
+        };
+        assert!(refused(&|q| q[20] = 0));
+        assert!(refused(&|q| q[31] ^= 1));
+        assert!(refused(&|q| q[6] = 0x20));
+        assert!(refused(&|q| q[7] = 1));
+        assert!(refused(&|q| q[9] = 17));
+        assert!(refused(&|q| q.truncate(27)));
+        assert!(refused(&|q| q[0] = 0x46));
     }
 }

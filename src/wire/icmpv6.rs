@@ -249,11 +249,79 @@ pub fn packet_too_big_in_place(pkt: &mut [u8], quoted: usize, src: &Ipv6Addr, ds
     Some(total)
 }
 
+/// Echo Request (RFC 4443 §4.1).
+pub const TYPE_ECHO_REQUEST: u8 = 128;
+/// Echo Reply (RFC 4443 §4.2).
+pub const TYPE_ECHO_REPLY: u8 = 129;
+/// Hop limit of the Echo Replies the gateway sends.
+pub const ECHO_HOP_LIMIT: u8 = 64;
+
+/// Turns `pkt`, an IPv6 packet cut to its length, into the Echo Reply to
+/// the Echo Request it holds, in place (RFC 4443 §4.2, a node MUST answer):
+/// the same identifier, sequence number and data, type 129 and the
+/// checksum again (§2.3); a new header from the request's destination to
+/// its source, traffic class kept, flow label 0, hop limit
+/// [`ECHO_HOP_LIMIT`]. Returns the reply's (source, destination), or
+/// `None`, `pkt` unchanged, unless it is such a request: ICMPv6 right
+/// after the fixed header (no extension headers), the payload length
+/// matching, type 128 code 0, at least the 8-byte header, and a checksum
+/// that verifies.
+pub fn echo_reply_in_place(pkt: &mut [u8]) -> Option<(Ipv6Addr, Ipv6Addr)> {
+    let ip = ipv6::Ipv6Packet::new_checked(pkt).ok()?;
+    if ip.next_header() != ipv6::NH_ICMPV6 || ip.total_len() != pkt.len() {
+        return None;
+    }
+    let (src, dst, tc) = (ip.src(), ip.dst(), ip.traffic_class());
+    let msg = &mut pkt[ipv6::HEADER_LEN..];
+    if msg.len() < HEADER_LEN || msg[TYPE] != TYPE_ECHO_REQUEST || msg[CODE] != 0 || !ipv6::upper_layer_checksum_ok(&src, &dst, ipv6::NH_ICMPV6, msg) {
+        return None;
+    }
+    msg[TYPE] = TYPE_ECHO_REPLY;
+    msg[CHECKSUM..CHECKSUM + 2].copy_from_slice(&[0, 0]);
+    let ck = ipv6::upper_layer_checksum(&dst, &src, ipv6::NH_ICMPV6, msg);
+    msg[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
+    let payload = (pkt.len() - ipv6::HEADER_LEN) as u16;
+    ipv6::write_header(&mut pkt[..ipv6::HEADER_LEN], tc, 0, payload, ipv6::NH_ICMPV6, ECHO_HOP_LIMIT, &dst, &src);
+    Some((dst, src))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::wire::ipv6::tests::{fixture, fixtures};
     use crate::wire::ipv6::Ipv6Packet;
+
+    /// scapy's Echo Request (tests/vectors/ipv6.json) answered: addresses
+    /// swapped, type 129, the rest of the message as it came, a checksum
+    /// that verifies over the swapped pseudo-header.
+    #[test]
+    fn echo_reply_answers_scapys_echo_request() {
+        let req = fixture("echo_request");
+        let mut p = req.clone();
+        let ip = Ipv6Packet::new_checked(&req).unwrap();
+        let (from, to) = echo_reply_in_place(&mut p).unwrap();
+        assert_eq!((from, to), (ip.dst(), ip.src()));
+        let r = Ipv6Packet::new_checked(&p).unwrap();
+        assert_eq!((r.src(), r.dst(), r.next_header(), r.total_len(), p[7]), (ip.dst(), ip.src(), 58, req.len(), ECHO_HOP_LIMIT));
+        assert_eq!((p[40], p[41]), (TYPE_ECHO_REPLY, 0));
+        assert_eq!(&p[44..], &req[44..], "identifier, sequence number and data kept");
+        assert!(ipv6::upper_layer_checksum_ok(&from, &to, ipv6::NH_ICMPV6, &p[40..]));
+        // Not answered: a reply, a bad checksum, a cut message, a payload length that lies, another next header.
+        for (what, edit) in [
+            ("a reply", &(|q: &mut Vec<u8>| q[40] = TYPE_ECHO_REPLY) as &dyn Fn(&mut Vec<u8>)),
+            ("a bad checksum", &|q| *q.last_mut().unwrap() ^= 1),
+            ("code 1", &|q| q[41] = 1),
+            ("cut", &|q| q.truncate(47)),
+            ("a payload length that lies", &|q| q[5] += 1),
+            ("UDP", &|q| q[6] = 17),
+        ] {
+            let mut q = req.clone();
+            edit(&mut q);
+            let before = q.clone();
+            assert!(echo_reply_in_place(&mut q).is_none(), "{what}");
+            assert_eq!(q, before, "{what}: left as it was");
+        }
+    }
 
     #[test]
     fn checksums_of_scapy_icmpv6_messages_verify() {
