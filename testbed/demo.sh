@@ -5,7 +5,7 @@
 #
 # Builds target/release/secgw, brings up hostA — gw0 — wan — gw1 — hostB
 # (testbed/lib.sh), starts both gateways with configs/ep0.toml and ep1.toml,
-# pings hostA→hostB 5 times, streams 1000 numbered UDP datagrams each way,
+# pings hostA→hostB 5 times and gw0 twice, streams 1000 numbered UDP datagrams each way,
 # summarises the capture of the gw0–gw1 link (which must hold ESP only), prints
 # both gateways' counters and tears everything down, also on failure.
 # Exits non-zero on any failure.
@@ -37,13 +37,15 @@ CAP_PID=""
 cleanup() {
     local rc=$?
     trap - EXIT
-    [ -n "$CAP_PID" ] && kill -TERM "$CAP_PID" 2>/dev/null && wait "$CAP_PID" 2>/dev/null
-    testbed_cleanup || true
+    set +e  # tear everything down whatever fails on the way (the capture's own exit status included)
+    if [ -n "$CAP_PID" ]; then kill -TERM "$CAP_PID" 2>/dev/null; wait "$CAP_PID" 2>/dev/null; fi
+    testbed_cleanup
     if [ "$rc" -eq 0 ]; then echo "== demo OK"; else echo "== demo FAILED (status $rc); logs in $SECGW_RUN_DIR" >&2; fi
     exit "$rc"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 for c in "$CONFIG_DIR/ep0.toml" "$CONFIG_DIR/ep1.toml"; do
     echo "== secgw check $c"
@@ -64,12 +66,15 @@ for _ in $(seq 1 100); do grep -q 'listening on' "$SECGW_RUN_DIR/tcpdump.log" &&
 echo "== ping hostA -> hostB"
 nsx hostA ping -n -c 5 -i 0.2 -W 2 198.51.100.10
 
+echo "== ping hostA -> gw0's inside address (answered by secgw: gateway.icmp_echo)"
+nsx hostA ping -n -c 2 -i 0.2 -W 2 192.0.2.1
+
 # stream SRC_NS SRC DST_NS DST PORT
 stream() {
     local sns="$1" src="$2" dns="$3" dst="$4" port="$5" ready="$SECGW_RUN_DIR/sink-$5.ready" out="$SECGW_RUN_DIR/sink-$5.json"
     rm -f "$ready"
     nsx "$dns" "$PY" testbed/udp_stream.py sink --bind "$dst" --port "$port" --count $COUNT \
-        --timeout 30 --ready-file "$ready" >"$out" &
+        --timeout 30 --ready-file "$ready" >"$out" 2>"$SECGW_RUN_DIR/sink-$5.log" &
     local sink=$!
     for _ in $(seq 1 100); do [ -e "$ready" ] && break; sleep 0.05; done
     [ -e "$ready" ] || { echo "sink did not start" >&2; return 1; }
@@ -112,7 +117,7 @@ echo "   all frames on the wan are ESP"
 echo "== counters"
 sleep 1.2
 for g in gw0 gw1; do
-    echo "-- $g (stats file, non-zero drops only):"
+    echo "-- $g (stats file; drop reasons with a non-zero count only):"
     "$PY" - "$SECGW_RUN_DIR/$g/stats.json" <<'EOF'
 import json, sys
 st = json.load(open(sys.argv[1]))
