@@ -472,9 +472,37 @@ fn too_many_connections_get_a_busy_line() {
     h.wait_for("4 connections", |h| h.connections.load(Ordering::Relaxed) == 4);
     let (_w, mut r) = raw_conn(&h.path);
     assert_eq!(error_code(&read_json(&mut r)), "busy");
+    // secgw's own client reports the refusal as the server's busy error,
+    // and so does `secgw ctl`.
+    match client::request(&h.path, &Command::Version) {
+        Err(ClientError::Server { code, .. }) => assert_eq!(code, ErrorCode::Busy),
+        other => panic!("expected the busy error, got {other:?}"),
+    }
+    let (code, out, err) = ctl(&h.path, &["version"], "");
+    assert!(code != 0 && err.contains("busy") && err.contains("too many connections"), "{code} {out} {err}");
     drop(held);
     h.wait_for("connections closed", |h| h.connections.load(Ordering::Relaxed) == 0);
     assert!(client::request(&h.path, &Command::Version).is_ok());
+}
+
+#[test]
+fn idle_connections_are_closed_subscribers_are_not() {
+    let h = Harness::start("idle", Limits { idle: Duration::from_millis(300), ..Limits::default() }, Duration::ZERO);
+    let (_iw, mut idle_r) = raw_conn(&h.path);
+    let mut sub = UnixStream::connect(&h.path).unwrap();
+    sub.write_all(protocol::request_line(None, &Command::Events).as_bytes()).unwrap();
+    h.wait_for("the subscriber", |h| h.subscribers.load(Ordering::Relaxed) == 1);
+    // A client that keeps asking is not idle, however long it stays.
+    let (mut bw, mut br) = raw_conn(&h.path);
+    for i in 0..6 {
+        std::thread::sleep(Duration::from_millis(100));
+        bw.write_all(protocol::request_line(Some(&json!(i)), &Command::Version).as_bytes()).unwrap();
+        assert_eq!(read_json(&mut br)["id"], json!(i));
+    }
+    h.wait_for("the idle one closed", |h| h.connections.load(Ordering::Relaxed) == 2);
+    let mut rest = Vec::new();
+    assert_eq!(idle_r.read_to_end(&mut rest).unwrap(), 0, "closed with EOF, nothing sent");
+    assert_eq!(h.subscribers.load(Ordering::Relaxed), 1, "the subscriber stays");
 }
 
 // ---- the secgw ctl binary ---------------------------------------------------

@@ -103,6 +103,12 @@ impl Client {
     pub fn call(&mut self, cmd: &Command) -> Result<Value, ClientError> {
         let id = self.send(cmd)?;
         let (got, result) = self.recv()?;
+        // An error without an id answers no request: the server refused the
+        // connection (`busy`) or could not read the line; its error is the
+        // answer.
+        if got.is_none() && result.is_err() {
+            return result;
+        }
         if got != Some(id.into()) {
             return Err(ClientError::Protocol(format!("response to request {id} came with id {got:?}")));
         }

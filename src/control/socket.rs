@@ -53,11 +53,15 @@ pub struct Limits {
     /// A connection with output waiting that the socket has taken none of
     /// for this long (default 2 s) is dropped: its client does not read.
     pub stall: Duration,
+    /// A connection that is not an events subscriber, has no output
+    /// waiting and has sent nothing for this long (default 60 s) is
+    /// closed, so idle clients cannot hold all `max_connections` slots.
+    pub idle: Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_connections: 64, batch: 4096, out_high: 1 << 20, out_limit: 4 << 20, stall: Duration::from_secs(2) }
+        Limits { max_connections: 64, batch: 4096, out_high: 1 << 20, out_limit: 4 << 20, stall: Duration::from_secs(2), idle: Duration::from_secs(60) }
     }
 }
 
@@ -85,6 +89,8 @@ struct Conn {
     sent: usize,
     /// Last time the socket took output, or had none waiting.
     progress: Instant,
+    /// Last time the client sent bytes (or connected).
+    last_input: Instant,
     /// Sent `events`.
     subscriber: bool,
     /// Drop it at the end of this poll.
@@ -102,6 +108,7 @@ impl Conn {
             out: Vec::new(),
             sent: 0,
             progress: Instant::now(),
+            last_input: Instant::now(),
             subscriber: false,
             dead: false,
         }
@@ -130,6 +137,7 @@ impl Conn {
                 Ok(0) => self.eof = true,
                 Ok(n) => {
                     budget = budget.saturating_sub(n);
+                    self.last_input = Instant::now();
                     self.take(&chunk[..n]);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
@@ -218,6 +226,9 @@ impl Conn {
         }
         if self.unsent() > 0 && self.progress.elapsed() > limits.stall {
             return Some("client does not read its responses");
+        }
+        if !self.subscriber && self.unsent() == 0 && self.last_input.elapsed() > limits.idle {
+            return Some("idle: no request within the idle limit");
         }
         if self.eof && self.unsent() == 0 && (self.subscriber || (self.pending().is_empty() && !self.skipping)) {
             return Some("");
@@ -415,6 +426,17 @@ impl CtlServer {
                 let e = CtlError::busy(format!("too many connections (limit {})", self.limits.max_connections));
                 let mut s = stream;
                 let _ = s.write(protocol::error_line(None, &e).as_bytes());
+                // What the client already sent is discarded and our side
+                // shut down, so closing sends FIN, not a reset that could
+                // overtake the busy line (unread input makes a close a
+                // reset: unix(7)).
+                let mut sink = [0u8; 4096];
+                for _ in 0..16 {
+                    if !matches!(s.read(&mut sink), Ok(n) if n > 0) {
+                        break;
+                    }
+                }
+                let _ = s.shutdown(std::net::Shutdown::Write);
                 tracing::warn!(path = %self.path.display(), "control socket: connection refused, {} open", self.conns.len());
                 continue;
             }
