@@ -796,7 +796,27 @@ fn a_directory_or_a_device_is_not_read() {
 fn mtu_range_is_checked() {
     let text = BASE.replacen("role = \"protected\"", "role = \"protected\"\nmtu = 100", 1);
     let e = config::parse(&text, Path::new(FILE)).unwrap_err().to_string();
-    assert!(e.contains(".mtu: expected an integer in 576..=9000, found 100"), "{e}");
+    assert!(e.contains(".mtu: expected an integer in 576..=1985, found 100"), "{e}");
+    // Jumbo frames: more than a packet buffer holds, said so, with the line.
+    let text = BASE.replacen("role = \"protected\"", "role = \"protected\"\nmtu = 9000", 1);
+    let e = config::parse(&text, Path::new(FILE)).unwrap_err().to_string();
+    assert!(e.contains(".mtu: expected at most 1985, found 9000: packet buffers hold 2048-byte frames"), "{e}");
+    assert!(e.contains(&format!("{FILE}:")), "{e}");
+    let text = BASE.replacen("role = \"protected\"", "role = \"protected\"\nmtu = 1985", 1);
+    assert_eq!(config::parse(&text, Path::new(FILE)).unwrap().ports[0].mtu, 1985);
+}
+
+#[test]
+fn pad_align_must_leave_room_in_a_packet_buffer() {
+    let big = BASE.replacen("role = \"protected\"", "role = \"protected\"\nmtu = 1985", 1);
+    let sa = "spi = 1001\n";
+    assert!(big.contains(sa));
+    let text = big.replacen(sa, "spi = 1001\npad_align = 256\n", 1);
+    let e = config::parse(&text, Path::new(FILE)).unwrap_err().to_string();
+    assert!(e.contains(".pad_align: pad_align 256 can grow a packet of port") && e.contains("mtu at most 1761"), "{e}");
+    // 256 fits the default 1500; 16 (the algorithm's own) fits 1985.
+    assert!(config::parse(&BASE.replacen(sa, "spi = 1001\npad_align = 256\n", 1), Path::new(FILE)).is_ok());
+    assert!(config::parse(&big.replacen(sa, "spi = 1001\npad_align = 16\n", 1), Path::new(FILE)).is_ok());
 }
 
 /// BASE with SA 1001's algorithm and key lines replaced by `lines`.

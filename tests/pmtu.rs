@@ -567,3 +567,32 @@ fn a_quoted_sequence_number_below_first_seq_was_never_sent() {
     assert_eq!((gw0.drop_count("pmtu_update"), path_mtu(&gw0, 1001)), (1, Some(1300)));
     let _ = std::fs::remove_file(cfg);
 }
+
+/// Ports at the largest `mtu` a packet buffer allows (config
+/// `MAX_PORT_MTU`, 1985): the largest inner packet that fits the tunnel
+/// crosses it whole (encrypted by gw0 to an ESP packet of at most 1985
+/// bytes, decrypted by gw1), one byte more gets "fragmentation needed"
+/// with that size; nothing is dropped as `no_room`.
+#[test]
+fn ports_at_the_largest_mtu_carry_full_size_packets() {
+    let mtu = secgw::config::MAX_PORT_MTU as usize;
+    assert_eq!(mtu, 1985);
+    let wide = |t: String| t.replace("role = \"protected\"", "role = \"protected\"\nmtu = 1985").replace("role = \"unprotected\"", "role = \"unprotected\"\nmtu = 1985");
+    let mut gw0 = Gw::from_config(&edited_config("ep0.toml", "mtu1985", wide));
+    let mut gw1 = Gw::from_config(&edited_config("ep1.toml", "mtu1985", wide));
+    let biggest = fits(mtu, OVERHEAD4);
+    let sent = from_host_a(biggest, 9);
+    let out = gw0.push("inside", std::slice::from_ref(&sent));
+    assert_eq!(out.len(), 1, "{:?}", gw0.stats().drops);
+    let esp = &out[0].1;
+    assert!(esp.len() - 14 <= mtu && esp.len() - 14 > mtu - 4, "ESP packet of {} bytes", esp.len() - 14);
+    let inner = gw1.push("outside", std::slice::from_ref(esp));
+    assert_eq!(inner.len(), 1, "{:?}", gw1.stats().drops);
+    assert_eq!(inner[0].1.len(), sent.len());
+    assert_eq!(&inner[0].1[14 + 20..], &sent[14 + 20..], "UDP header and payload as sent");
+    let over = from_host_a(biggest + 1, 9);
+    assert_eq!(advertised(&gw0.push("inside", std::slice::from_ref(&over)), &over) as usize, biggest);
+    for g in [&gw0, &gw1] {
+        assert_eq!(g.drop_count("no_room"), 0);
+    }
+}

@@ -72,7 +72,7 @@
 //!                           # "a.b.c.d/len" (answers ARP) and IPv6 "x::y/len" addresses
 //!                           # (answers Neighbor Solicitations, RFC 4861 §7.2.4)
 //! queue = 0                 # interface queue for the AF_XDP socket, default 0
-//! mtu = 1500                # largest IP packet sent on this port, 576..=9000, default 1500
+//! mtu = 1500                # largest IP packet sent on this port, 576..=1985, default 1500
 //! xdp_mode = "skb"          # "skb" | "native" | "auto", default "skb"
 //! peer_mac = "02:00:00:00:00:09"  # optional: destination MAC for packets out of this port
 //!                           # whose next hop has no neighbour entry (DPDK's `neigh` / `--eth-dest`)
@@ -1149,8 +1149,25 @@ impl Checker<'_> {
     }
 
     fn sender_sizes_fit_mtu(&mut self, raws: &[Spanned<RawSa>], sas: &[Sa], ports: &[Port], routes: &[Route]) {
+        // The largest frame a port takes in, padded to an SA's `pad_align`
+        // with its ICV, must still fit a packet buffer (see MAX_PORT_MTU).
+        let widest = ports.iter().max_by_key(|p| p.mtu);
         for (i, (r, sa)) in raws.iter().zip(sas).enumerate() {
             let raw = r.get_ref();
+            if let (Some(port), Some(v)) = (widest, raw.pad_align.as_ref().filter(|_| sa.pad_align > 16)) {
+                let room = crate::io::BUF_SIZE - crate::io::HEADROOM - 14;
+                let tail = sa.pad_align - 1 + 2 + sa.icv_len;
+                let grown = port.mtu as usize + tail;
+                if grown > room {
+                    let most = room - tail;
+                    let m = format!(
+                        "pad_align {} can grow a packet of port {:?}'s mtu {} to {grown} bytes, more than a packet buffer's {room}; \
+                         use a smaller pad_align or ports' mtu at most {most}",
+                        sa.pad_align, port.name, port.mtu
+                    );
+                    self.problem(&v.span(), &format!("sa[{i}].pad_align"), m);
+                }
+            }
             // (size, field to blame, what it is)
             let mut sizes = Vec::new();
             if sa.dummy_interval_ms > 0 {
@@ -1542,7 +1559,17 @@ impl Checker<'_> {
                 Some(v) => ck.addresses(v, &tab.field("addresses"), &mut addrs),
             };
             let queue = ck.opt_integer(&p.queue, &tab.field("queue"), 0, i64::from(u32::MAX), 0);
-            let mtu = ck.opt_integer(&p.mtu, &tab.field("mtu"), 576, 9000, 1500);
+            let mtu = match p.mtu.as_ref().map(|v| (v, v.get_ref())) {
+                Some((v, Raw::Int(m))) if *m > i64::from(MAX_PORT_MTU) => {
+                    let why = format!(
+                        "expected at most {MAX_PORT_MTU}, found {m}: packet buffers hold 2048-byte frames, which must take \
+                         the Ethernet header and the ESP trailer's growth (padding, ICV); jumbo frames are not supported"
+                    );
+                    ck.problem(&v.span(), &tab.field("mtu"), why);
+                    None
+                }
+                _ => ck.opt_integer(&p.mtu, &tab.field("mtu"), 576, i64::from(MAX_PORT_MTU), 1500),
+            };
             let modes = &[
                 ("skb", XdpMode::Skb),
                 ("native", XdpMode::Native),

@@ -248,8 +248,9 @@ pub struct Port {
     /// Interface queue the AF_XDP socket binds to (default 0).
     pub queue: u32,
     /// Largest IP packet (bytes, without Ethernet) sent on this port
-    /// (default 1500); larger ones are dropped as `mtu_exceeded` (DF packets
-    /// for a tunnel get ICMP "fragmentation needed" first).
+    /// (default 1500, at most [`MAX_PORT_MTU`]); larger ones are dropped as
+    /// `mtu_exceeded` (DF packets for a tunnel get ICMP "fragmentation
+    /// needed" first).
     pub mtu: u16,
     /// XDP attach mode (default skb).
     pub xdp_mode: XdpMode,
@@ -559,3 +560,12 @@ pub struct Neighbour {
     /// Its MAC.
     pub mac: Mac,
 }
+
+/// Largest port `mtu` (bytes): a frame of that many IP bytes and its
+/// Ethernet header (14) must fit a packet buffer's frame area
+/// (`io::BUF_SIZE - io::HEADROOM` = 2048 bytes) with the ESP trailer's
+/// growth at the end when it is encrypted: at most 15 bytes of padding
+/// (16-byte alignment), Pad Length and Next Header (2) and a 32-byte ICV
+/// (RFC 4303 §2.4–2.8). The outer headers grow into the headroom. Jumbo
+/// frames are not supported.
+pub const MAX_PORT_MTU: u16 = (crate::io::BUF_SIZE - crate::io::HEADROOM - 14 - 15 - 2 - 32) as u16;
