@@ -1694,3 +1694,20 @@ fn buffer_and_ring_depths() {
         assert!(shown.contains("memory: 324.6 MiB in all: buffers 68.0 MiB, handoff rings 640 KiB, AF_XDP UMEMs 256.0 MiB (pinned)"), "{shown}");
     }
 }
+
+#[test]
+fn non_utf8_and_oversized_integers_are_placed() {
+    let dir = std::env::temp_dir().join(format!("secgw-config-test-{}-utf8", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("bad.toml");
+    let mut bytes = b"[gateway]\nname = \"gw\xc3\xa9\"\n# caf".to_vec();
+    bytes.extend_from_slice(&[0xff, b'\n']);
+    std::fs::write(&f, &bytes).unwrap();
+    let e = config::load(&f).unwrap_err().to_string();
+    assert!(e.ends_with("bad.toml:3:6: byte 0xff is not UTF-8: a config file is UTF-8 text"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = BASE.replacen("[gateway]\n", "[gateway]\nstats_interval = 99999999999999999999\n", 1);
+    assert_ne!(text, BASE);
+    let e = config::parse(&text, Path::new(FILE)).unwrap_err().to_string();
+    assert!(e.contains("gateway.stats_interval: integer too large for TOML (at most 9223372036854775807)"), "{e}");
+}

@@ -592,3 +592,18 @@ fn sha384_sha512_imports() {
     let ps = problems(&format!("sa out 5 cipher_algo aes-128-cbc cipher_key {} auth_algo sha512-hmac auth_key {} {ends}\n{TAIL}", k(16, 3), k(32, 2)));
     assert!(ps.iter().any(|p| p.line == 1 && p.field == "auth_key"), "{ps:#?}");
 }
+
+#[test]
+fn secgw_toml_given_to_import_is_told_so_once() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/ep0.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let Err(e) = dpdk::import(&text, &path, &opts()) else { panic!("a TOML file imported") };
+    assert_eq!(e.problems().len(), 1, "{e}");
+    let m = e.to_string();
+    assert!(m.contains("this is secgw's own TOML config, not a DPDK ipsec-secgw .cfg") && m.contains("secgw check"), "{m}");
+    // A .cfg with a bad line still gets its own error, not the hint.
+    let Err(e) = dpdk::import("sp ipv4 out esp protect 5 pri 1 dst 192.168.105.0/24\nbogus 1 2\n", Path::new("x.cfg"), &opts()) else {
+        panic!("a bad line imported")
+    };
+    assert!(e.to_string().contains("x.cfg:2:1: bogus: unknown line type"), "{e}");
+}

@@ -201,14 +201,9 @@ pub fn load(path: &Path, opts: &ImportOptions) -> Result<(Config, Vec<Notice>), 
     Ok((Config { dpdk_import: Some(opts.clone()), ..cfg }, notices))
 }
 
-/// Reads `path` (at most the TOML loader's size limit), wiped when dropped.
+/// Reads `path` as the TOML loader does ([`super::load::read_text`]).
 pub fn read(path: &Path) -> Result<Zeroizing<String>, ConfigError> {
-    let read_err = |source| ConfigError::Read { path: path.to_path_buf(), source };
-    let meta = std::fs::metadata(path).map_err(read_err)?;
-    if meta.len() > super::load::MAX_CONFIG_BYTES {
-        return Err(read_err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "larger than the config file limit")));
-    }
-    Ok(Zeroizing::new(std::fs::read_to_string(path).map_err(read_err)?))
+    super::load::read_text(path)
 }
 
 /// Imports `.cfg` text: the validated [`Config`] and the notices.
@@ -221,13 +216,36 @@ pub fn parse(text: &str, source: &Path, opts: &ImportOptions) -> Result<(Config,
 /// `source`), problems mapped back to the `.cfg` line and keyword.
 /// Returns the TOML with its notices and the config it loads to.
 pub fn import(text: &str, source: &Path, opts: &ImportOptions) -> Result<(Imported, Config), ConfigError> {
-    let imp = convert(text, source, opts)?;
+    let imp = match convert(text, source, opts) {
+        Ok(imp) => imp,
+        Err(e) => return Err(secgw_toml_given(text, source).unwrap_or(e)),
+    };
     match super::parse(&imp.toml, source) {
         Ok(cfg) => Ok((imp, cfg)),
         Err(ConfigError::Syntax(p)) => Err(ConfigError::Syntax(imp.map_problem(p, source))),
         Err(ConfigError::Invalid(ps)) => Err(ConfigError::Invalid(ps.into_iter().map(|p| imp.map_problem(p, source)).collect())),
         Err(e) => Err(e),
     }
+}
+
+/// A file that is not a `.cfg` but secgw's own TOML (it decodes as TOML
+/// with a `[gateway]`, `[[port]]` or `[[sa]]` table): one problem saying
+/// so, instead of one "unknown line type" per line.
+fn secgw_toml_given(text: &str, source: &Path) -> Option<ConfigError> {
+    let t = toml::from_str::<toml::Table>(text).ok()?;
+    if !["gateway", "port", "sa"].iter().any(|k| t.contains_key(*k)) {
+        return None;
+    }
+    Some(ConfigError::Syntax(Problem {
+        file: source.to_path_buf(),
+        line: 0,
+        column: 0,
+        field: String::new(),
+        message: format!(
+            "this is secgw's own TOML config, not a DPDK ipsec-secgw .cfg (sp/sa/rt/neigh lines); `secgw check {}` validates it, `secgw run --config` runs it",
+            source.display()
+        ),
+    }))
 }
 
 impl Imported {

@@ -207,6 +207,17 @@ use super::{ConfigError, Problem};
 /// for TOML syntax or shape errors, [`ConfigError::Invalid`] with every
 /// semantic problem otherwise.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = read_text(path)?;
+    parse(&text, path)
+}
+
+/// Reads a config file of either kind as text, wiped when dropped (it
+/// holds the keys in hex).
+///
+/// Errors: [`ConfigError::Read`] when it cannot be read, is not a regular
+/// file or is larger than [`MAX_CONFIG_BYTES`]; [`ConfigError::Syntax`]
+/// at the line and column of the first byte that is not UTF-8.
+pub fn read_text(path: &Path) -> Result<Zeroizing<String>, ConfigError> {
     let read_err = |source| ConfigError::Read { path: path.to_path_buf(), source };
     let meta = std::fs::metadata(path).map_err(read_err)?;
     if !meta.is_file() {
@@ -218,9 +229,23 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
             format!("{} bytes, more than the {MAX_CONFIG_BYTES}-byte limit for a config file", meta.len()),
         )));
     }
-    // The text holds the keys in hex: wiped once parsed.
-    let text = Zeroizing::new(std::fs::read_to_string(path).map_err(read_err)?);
-    parse(&text, path)
+    let bytes = Zeroizing::new(std::fs::read(path).map_err(read_err)?);
+    match std::str::from_utf8(&bytes) {
+        Ok(s) => Ok(Zeroizing::new(s.to_owned())),
+        Err(e) => {
+            let good = &bytes[..e.valid_up_to()];
+            let line_start = good.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            // Valid UTF-8 up to the bad byte: its column counts characters.
+            let column = std::str::from_utf8(&good[line_start..]).map_or(1, |l| l.chars().count() + 1);
+            Err(ConfigError::Syntax(Problem {
+                file: path.to_path_buf(),
+                line: good.iter().filter(|&&b| b == b'\n').count() + 1,
+                column,
+                field: String::new(),
+                message: format!("byte 0x{:02x} is not UTF-8: a config file is UTF-8 text", bytes[e.valid_up_to()]),
+            }))
+        }
+    }
 }
 
 /// Largest config file `load` reads (16 MiB: room for 100,000 SAs).
@@ -688,6 +713,9 @@ fn decode_problem(text: &str, source: &Path, e: &toml::de::Error) -> Problem {
                 format!("[[{name}]] beside [{name}]: `{name}` is one table, write [{name}] once")
             };
         }
+    } else if message.contains("number too large to fit in target type") {
+        // The TOML integer itself is past i64 (TOML v1.0.0 §Integer).
+        message = format!("integer too large for TOML (at most {})", i64::MAX);
     } else if message.contains("expected a borrowed string") {
         // toml's words for a table given where a value belongs: `action.protect
         // = 1001` (a dotted key) or a `[gateway.name]` header makes one.
