@@ -1711,3 +1711,45 @@ fn non_utf8_and_oversized_integers_are_placed() {
     let e = config::parse(&text, Path::new(FILE)).unwrap_err().to_string();
     assert!(e.contains("gateway.stats_interval: integer too large for TOML (at most 9223372036854775807)"), "{e}");
 }
+
+#[test]
+fn warnings_for_endpoints_addresses_socket_and_shadowed_policies() {
+    let warns = |text: &str| config::warnings(&config::parse(text, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}")));
+    let one = |text: &str, want: &str| {
+        let w = warns(text);
+        assert!(w.len() == 1 && w[0].contains(want), "want one warning with {want:?}: {w:?}");
+    };
+    assert!(warns(BASE).is_empty(), "{:?}", warns(BASE));
+    // Outbound tunnel_dst: our own address; routed out of the protected port.
+    one(
+        &BASE.replacen("tunnel_dst = \"203.0.113.2\"", "tunnel_dst = \"203.0.113.9\"", 1).replacen("[\"203.0.113.1/24\"]", "[\"203.0.113.1/24\", \"203.0.113.9/24\"]", 1),
+        "sa[0].tunnel_dst: 203.0.113.9 is this gateway's own address (port outside): SPI 1001's ESP would be sent to itself",
+    );
+    one(
+        &edit("prefix = \"203.0.113.0/24\"\nport = \"outside\"", "prefix = \"203.0.113.0/24\"\nport = \"inside\""),
+        "sa[0].tunnel_dst: 203.0.113.2 is routed out of protected port inside",
+    );
+    // Port addresses no host can use.
+    for (addr, what) in [
+        ("127.0.0.1/8", "a loopback address"),
+        ("203.0.113.0/24", "its subnet's network address"),
+        ("203.0.113.255/24", "its subnet's broadcast address"),
+        ("169.254.1.1/16", "a link-local address"),
+        ("::1/128", "the loopback address"),
+    ] {
+        let text = edit("addresses = [\"203.0.113.1/24\"]", &format!("addresses = [\"203.0.113.1/24\", \"{addr}\"]"));
+        one(&text, &format!("port[1].addresses[1]: {addr} is {what}"));
+    }
+    // A /31 has no network or broadcast address (RFC 3021).
+    assert!(warns(&edit("addresses = [\"203.0.113.1/24\"]", "addresses = [\"203.0.113.1/24\", \"198.18.0.0/31\"]")).is_empty());
+    one(&edit("ip = \"203.0.113.2\"", "ip = \"::ffff:203.0.113.2\""), "neighbour[0].ip: ::ffff:203.0.113.2 is an IPv4-mapped IPv6 address: an IPv4 next hop is looked up as 203.0.113.2");
+    one(&format!("{BASE}\n[control]\nsocket = \"run/gw.sock\"\n"), "control.socket: run/gw.sock is relative");
+    // An outbound policy behind one covering it: never matches; the same
+    // selectors at a lower priority number come first.
+    let bypass = "\n[[policy]]\ndirection = \"outbound\"\nsrc = \"192.0.2.0/25\"\ndst = \"198.51.100.7/32\"\nprotocol = 17\naction = \"bypass\"\n";
+    one(&format!("{BASE}{bypass}"), "policy[2]: never matches: policy[0] (priority");
+    assert!(warns(&format!("{BASE}{}", bypass.replace("action", "priority = 0\naction"))).is_empty());
+    // Not covered (a wider source) and inbound PROTECT entries (their SA's
+    // selectors): no warning.
+    assert!(warns(&format!("{BASE}{}", bypass.replace("192.0.2.0/25", "192.0.0.0/16"))).is_empty());
+}

@@ -31,7 +31,15 @@ fn covers((p, len): (IpAddr, u8), a: IpAddr) -> bool {
 /// may not fit its tx ring); `gateway.handoff_depth` set with one worker
 /// (there are no handoff rings) and `gateway.idle_spin_us` set with
 /// `idle_sleep_us = 0` (a worker that never sleeps has no spin before
-/// sleeping): keys the file sets that change nothing.
+/// sleeping): keys the file sets that change nothing. Also: an outbound
+/// tunnel SA whose `tunnel_dst` is the gateway's own address, or is routed
+/// out of a protected port; a port address no router forwards to or from
+/// (loopback, IPv4 link-local: its packets are `martian`) or that is its
+/// IPv4 subnet's network or broadcast address; an IPv4-mapped IPv6 neighbour; a relative control socket path;
+/// an outbound policy, or an inbound BYPASS / DISCARD one, that never
+/// matches because an earlier one (lower priority number, or the same one
+/// earlier in the file) covers all its selectors (RFC 4301 §4.4.1: the
+/// first match decides).
 pub fn warnings(cfg: &Config) -> Vec<String> {
     let mut out = Vec::new();
     // Placed by reading the file again, once: only if there is a warning or
@@ -88,6 +96,10 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
         }
     }
 
+    // Which port has `ip` as one of its addresses.
+    let owner = |ip: IpAddr| cfg.ports.iter().find(|p| p.addresses.iter().any(|a| a.0 == ip)).map(|p| p.name.as_str());
+    // The port of the longest route covering `ip`.
+    let route_port = |ip: IpAddr| cfg.routes.iter().filter(|r| covers(r.prefix, ip)).max_by_key(|r| r.prefix.1).and_then(|r| cfg.ports.get(r.port));
     let own: Vec<IpAddr> = cfg
         .ports
         .iter()
@@ -155,6 +167,19 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
                 format!("no [[route]] covers {}: packets of SPI {} are dropped as no_route (ESP is routed on its outer destination)", sa.tunnel_dst, sa.spi),
             );
         }
+        if sa.direction == Direction::Outbound && sa.mode == SaMode::Tunnel {
+            if let Some(name) = owner(sa.tunnel_dst) {
+                warn(
+                    format!("sa[{i}].tunnel_dst"),
+                    format!("{} is this gateway's own address (port {name}): SPI {}'s ESP would be sent to itself", sa.tunnel_dst, sa.spi),
+                );
+            } else if let Some(port) = route_port(sa.tunnel_dst).filter(|p| p.role == PortRole::Protected) {
+                warn(
+                    format!("sa[{i}].tunnel_dst"),
+                    format!("{} is routed out of protected port {}: SPI {}'s ESP would leave on the protected side", sa.tunnel_dst, port.name, sa.spi),
+                );
+            }
+        }
         let (key, ours) = match sa.direction {
             Direction::Outbound => ("tunnel_src", sa.tunnel_src),
             Direction::Inbound => ("tunnel_dst", sa.tunnel_dst),
@@ -174,8 +199,28 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             );
         }
     }
-    // Which port has `ip` as one of its addresses.
-    let owner = |ip: IpAddr| cfg.ports.iter().find(|p| p.addresses.iter().any(|a| a.0 == ip)).map(|p| p.name.as_str());
+    for (i, p) in cfg.ports.iter().enumerate() {
+        for (j, &(a, len)) in p.addresses.iter().enumerate() {
+            // (Unspecified, multicast and broadcast ones the loader refuses.)
+            let what = match a {
+                IpAddr::V4(v) if v.is_loopback() => Some("a loopback address"),
+                IpAddr::V4(v) if v.is_link_local() => Some("a link-local address (169.254.0.0/16)"),
+                IpAddr::V4(v) if len <= 30 => {
+                    let host = u32::MAX >> len;
+                    let bits = u32::from(v) & host;
+                    (bits == 0).then_some("its subnet's network address").or((bits == host).then_some("its subnet's broadcast address"))
+                }
+                IpAddr::V6(v) if v.is_loopback() => Some("the loopback address"),
+                _ => None,
+            };
+            if let Some(what) = what {
+                warn(
+                    format!("port[{i}].addresses[{j}]"),
+                    format!("{a}/{len} is {what}: no host can use it as port {}'s address (packets to or from such addresses are dropped as martian)", p.name),
+                );
+            }
+        }
+    }
     for (i, r) in cfg.routes.iter().enumerate() {
         let (Some(port), Some(nh)) = (cfg.ports.get(r.port), r.via) else { continue };
         if let Some(name) = owner(nh) {
@@ -196,6 +241,14 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
         }
     }
     for (i, n) in cfg.neighbours.iter().enumerate() {
+        if let IpAddr::V6(v) = n.ip {
+            if let Some(v4) = v.to_ipv4_mapped() {
+                warn(
+                    format!("neighbour[{i}].ip"),
+                    format!("{} is an IPv4-mapped IPv6 address: an IPv4 next hop is looked up as {v4}, write that", n.ip),
+                );
+            }
+        }
         if let Some(name) = owner(n.ip) {
             warn(
                 format!("neighbour[{i}].ip"),
@@ -222,6 +275,39 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             format!("route[{i}].via"),
             format!("next hop {nh} has no [[neighbour]] entry, port {} has no peer_mac and no address of its family: {what}", port.name),
         );
+    }
+    if cfg.control.socket.is_relative() {
+        warn(
+            "control.socket".into(),
+            format!("{} is relative: it is taken from the directory secgw run starts in, and secgw ctl must be given the same path from there", cfg.control.socket.display()),
+        );
+    }
+    // RFC 4301 §4.4.1: the first matching entry decides; one whose every
+    // selector an earlier entry covers is never reached. Not so an inbound
+    // PROTECT entry: it also gives its SA's selectors, checked on what the
+    // SA decrypts (RFC 4301 §5.2), whatever comes first for cleartext.
+    let order = |i: usize| (cfg.policies[i].priority, i);
+    for (j, q) in cfg.policies.iter().enumerate() {
+        if q.direction == Direction::Inbound && matches!(q.action, Action::Protect(_)) {
+            continue;
+        }
+        let shadow = (0..cfg.policies.len()).filter(|&i| i != j && order(i) < order(j)).find(|&i| {
+            let p = &cfg.policies[i];
+            let prefix = |a: (IpAddr, u8), b: (IpAddr, u8)| a.1 <= b.1 && covers(a, b.0);
+            let ports = |a: (u16, u16), b: (u16, u16)| a.0 <= b.0 && b.1 <= a.1;
+            p.direction == q.direction
+                && prefix(p.src, q.src)
+                && prefix(p.dst, q.dst)
+                && (p.protocol == Protocol::Any || p.protocol == q.protocol)
+                && ports(p.src_ports, q.src_ports)
+                && ports(p.dst_ports, q.dst_ports)
+        });
+        if let Some(i) = shadow {
+            warn(
+                format!("policy[{j}]"),
+                format!("never matches: policy[{i}] (priority {}) comes first and covers all its selectors", cfg.policies[i].priority),
+            );
+        }
     }
     out
 }
