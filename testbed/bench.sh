@@ -159,12 +159,16 @@ num_pos() { # option value [0ok: zero allowed]
 }
 num_pos --trial-secs "$TRIAL_SECS"
 num_pos --warmup "$WARMUP" 0ok
+# (secgw-pktgen's --warmup and --duration limits)
+awk -v v="$WARMUP" 'BEGIN { exit !(v <= 3600) }' || die "--warmup must be at most 3600 s, got $WARMUP"
+awk -v v="$TRIAL_SECS" 'BEGIN { exit !(v >= 0.001 && v <= 604800) }' || die "--trial-secs must be in 0.001..=604800 s, got $TRIAL_SECS"
 num_pos --loss-tolerance "$LOSS_TOL" 0ok
 int_in --steps "$STEPS" 0 30
 int_in --flows "$FLOWS" 1 65536
 int_in --burst "$BURST" 1 256
-int_in --idle-sleep "$IDLE_SLEEP" 0 1000000
-int_in --sink-idle-sleep "$SINK_IDLE_SLEEP" 0 1000000
+# (the ranges of gateway.idle_sleep_us and secgw-pktgen's --idle-sleep-us)
+int_in --idle-sleep "$IDLE_SLEEP" 0 10000
+int_in --sink-idle-sleep "$SINK_IDLE_SLEEP" 0 10000
 int_in --xcheck-rate "$XCHECK_RATE" 0 100000000
 [ -z "$XCHECK_SIZE" ] || int_in --xcheck-size "$XCHECK_SIZE" 64 1500
 

@@ -378,6 +378,41 @@ fn command_line_mistakes_are_refused_up_front_with_the_option_named() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[test]
+fn numbers_that_would_hang_abort_or_send_nothing_are_refused_naming_the_option() {
+    // Each of these used to be accepted (and then sleep for ages deaf to
+    // SIGTERM, abort allocating flow state, or send nothing and exit 0);
+    // now refused before anything runs (the interface does not exist, so a
+    // run would fail on it instead: the message must name the option).
+    let sink = |extra: &[&str]| {
+        let mut a = vec!["sink", "--iface", "no-such-if0", "--duration", "1"];
+        a.extend_from_slice(extra);
+        cli(&a)
+    };
+    let gen = |extra: &[&str]| {
+        let mut a = vec!["gen", "--iface", "no-such-if0", "--src-mac", "02:00:00:00:0a:01", "--dst-mac", "02:00:00:00:00:01", "--src", "192.0.2.10", "--dst", "198.51.100.10", "--size", "64"];
+        a.extend_from_slice(extra);
+        cli(&a)
+    };
+    let refused = |(ok, e): (bool, String), opt: &str, range: &str| {
+        assert!(!ok && e.contains(&format!("'{opt} <")) && e.contains(range) && !e.contains("no-such-if0"), "{opt}: {e}");
+    };
+    refused(sink(&["--idle-sleep-us", "4294967295"]), "--idle-sleep-us", "is not in 0..=10000");
+    refused(sink(&["--gen-json-wait", "1e300"]), "--gen-json-wait", "must be 0..=3600 seconds");
+    refused(sink(&["--max-flows", "4294967295"]), "--max-flows", "is not in 1..=65536");
+    refused(sink(&["--grace-ms", "18446744073709551615"]), "--grace-ms", "is not in 0..=60000");
+    refused(cli(&["forward", "--in", "no-such-if0", "--out", "no-such-if1", "--dst-mac", "02:00:00:00:00:01", "--idle-sleep-us", "99999999"]), "--idle-sleep-us", "is not in 0..=10000");
+    refused(gen(&["--duration", "1e-9"]), "--duration", "must be 0.001..=604800 seconds (1 ms to 7 days");
+    refused(gen(&["--duration", "1", "--warmup", "1e12"]), "--warmup", "must be 0..=3600 seconds");
+    refused(gen(&["--duration", "1", "--flows", "100000"]), "--flows", "is not in 1..=65536");
+    // A paced run with no packet due after the warm-up.
+    let (ok, e) = gen(&["--duration", "0.5", "--rate", "1"]);
+    assert!(!ok && e.contains("--rate 1 --duration 0.5: no packet is due in the measured part") && !e.contains("no-such-if0"), "{e}");
+    // Within range: the run gets as far as the missing interface.
+    let (ok, e) = gen(&["--duration", "0.001", "--warmup", "0", "--rate", "1000"]);
+    assert!(!ok && e.contains("\"no-such-if0\" not found"), "{e}");
+}
+
 /// `text` (a config) with SA `spi` switched to transport mode (its
 /// `tunnel_src`/`tunnel_dst` lines dropped), written to `dir/name`.
 fn with_transport_sa(dir: &Path, name: &str, spi: u32) -> std::path::PathBuf {

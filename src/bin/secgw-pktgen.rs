@@ -11,13 +11,14 @@ use secgw::pktgen::build::{FlowSpec, PacketBuilder, Size};
 use secgw::pktgen::gen::{self, GenConfig, GenReport};
 use secgw::pktgen::sa::{EspRx, EspTx};
 use secgw::pktgen::sink::{self, SinkConfig, SinkReport};
-use secgw::pktgen::{forward, ports, report};
+use secgw::pktgen::{forward, ports, report, sleep_unless_stopped, DURATION_S, GEN_JSON_WAIT_S, GRACE_MS_MAX, IDLE_SLEEP_US_MAX, MAX_FLOWS, MAX_QUEUES, STOP_POLL, WARMUP_S};
 use std::net::IpAddr;
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 #[derive(Parser)]
 #[command(name = "secgw-pktgen", version, about = "AF_XDP traffic generator, sink and forwarder for the secgw testbed")]
@@ -29,8 +30,9 @@ struct Cli {
 /// AF_XDP options shared by every command.
 #[derive(clap::Args, Clone)]
 struct Xdp {
-    /// AF_XDP sockets on queues 0..N of each interface.
-    #[arg(long, default_value_t = 1)]
+    /// AF_XDP sockets on queues 0..N of each interface (1..=256, and at
+    /// most the interface's queue count).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=MAX_QUEUES as i64))]
     queues: u32,
     /// Pin the thread to this CPU core.
     #[arg(long)]
@@ -77,8 +79,9 @@ enum Cmd {
         /// UDP destination port.
         #[arg(long, default_value_t = 5001)]
         dport: u16,
-        /// Number of flows.
-        #[arg(long, default_value_t = 1)]
+        /// Number of flows (1..=65536; flow i is sent from --sport + i,
+        /// which must stay within 65535).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=MAX_FLOWS as i64))]
         flows: u32,
         /// Plaintext IP packet bytes (IPv4 64..=1500, IPv6 76..=1500) or `imix`
         /// (7:4:1 of 64/576/1500; IPv4 only: 64 bytes cannot hold IPv6 + UDP + the payload header).
@@ -87,12 +90,13 @@ enum Cmd {
         /// Packets per second over all queues (0 = as fast as possible).
         #[arg(long, default_value_t = 0)]
         rate: u64,
-        /// Seconds of measured traffic.
-        #[arg(long)]
-        duration: f64,
-        /// Seconds of warm-up before it (packets not measured).
-        #[arg(long, default_value_t = 1.0)]
-        warmup: f64,
+        /// Seconds of measured traffic (0.001..=604800: 1 ms to 7 days;
+        /// with --rate, at least one packet's worth: rate × duration >= 1).
+        #[arg(long, value_name = "SECS", value_parser = run_secs)]
+        duration: Duration,
+        /// Seconds of warm-up before it, packets not measured (0..=3600).
+        #[arg(long, value_name = "SECS", default_value = "1", value_parser = warmup_secs)]
+        warmup: Duration,
         /// ESP mode: a secgw TOML config holding the outbound SA to encapsulate with.
         #[arg(long, requires = "esp_spi")]
         esp_config: Option<PathBuf>,
@@ -113,17 +117,20 @@ enum Cmd {
         iface: String,
         #[command(flatten)]
         xdp: Xdp,
-        /// Seconds to listen (then a grace period for stragglers).
-        #[arg(long)]
-        duration: f64,
-        /// Milliseconds of grace after the duration.
-        #[arg(long, default_value_t = 200)]
+        /// Seconds to listen, then a grace period for stragglers
+        /// (0.001..=604800: 1 ms to 7 days).
+        #[arg(long, value_name = "SECS", value_parser = run_secs)]
+        duration: Duration,
+        /// Milliseconds of grace after the duration (0..=60000).
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=GRACE_MS_MAX))]
         grace_ms: u64,
-        /// Flows 0..N are tracked (others are counted as out of range); at least 1.
-        #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+        /// Flows 0..N are tracked, others counted as out of range (1..=65536,
+        /// as gen's --flows; about 10 KB of memory per flow).
+        #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=MAX_FLOWS as i64))]
         max_flows: u32,
-        /// Microseconds to sleep after an empty poll (0 = busy poll).
-        #[arg(long, default_value_t = 0)]
+        /// Microseconds to sleep after an empty poll (0 = busy poll; 0..=10000,
+        /// as the gateway's gateway.idle_sleep_us).
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=IDLE_SLEEP_US_MAX))]
         idle_sleep_us: u64,
         /// ESP mode: decrypt ESP for any inbound SA of this secgw TOML config.
         #[arg(long)]
@@ -134,9 +141,10 @@ enum Cmd {
         #[arg(long)]
         gen_json: Option<PathBuf>,
         /// Wait for the generator's JSON report (--gen-json) up to this many
-        /// seconds after listening ends (it is written when the generator exits).
-        #[arg(long, default_value_t = 5.0)]
-        gen_json_wait: f64,
+        /// seconds after listening ends (it is written when the generator
+        /// exits); 0..=3600, cut short by SIGINT/SIGTERM.
+        #[arg(long, value_name = "SECS", default_value = "5", value_parser = wait_secs)]
+        gen_json_wait: Duration,
         /// Write the report as JSON to FILE.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -157,11 +165,12 @@ enum Cmd {
         src_mac: Option<[u8; 6]>,
         #[command(flatten)]
         xdp: Xdp,
-        /// Seconds to run [default: until SIGINT/SIGTERM].
-        #[arg(long)]
-        duration: Option<f64>,
-        /// Microseconds to sleep after an empty poll (0 = busy poll).
-        #[arg(long, default_value_t = 0)]
+        /// Seconds to run (0.001..=604800: 1 ms to 7 days) [default: until SIGINT/SIGTERM].
+        #[arg(long, value_name = "SECS", value_parser = run_secs)]
+        duration: Option<Duration>,
+        /// Microseconds to sleep after an empty poll (0 = busy poll; 0..=10000,
+        /// as the gateway's gateway.idle_sleep_us).
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=IDLE_SLEEP_US_MAX))]
         idle_sleep_us: u64,
         /// Write the counts as JSON to FILE.
         #[arg(long)]
@@ -243,21 +252,53 @@ fn check_out(opt: &str, path: Option<&Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn secs(what: &str, s: f64) -> anyhow::Result<Duration> {
-    Duration::try_from_secs_f64(s).map_err(|_| anyhow::anyhow!("--{what} {s}: not a number of seconds"))
-}
-
-/// A run length: seconds as [`secs`], and more than 0.
-fn run_secs(what: &str, s: f64) -> anyhow::Result<Duration> {
-    let d = secs(what, s)?;
-    if d.is_zero() {
-        bail!("--{what} {s}: must be more than 0 seconds");
+/// Seconds given to an option: a finite decimal number (`2`, `0.5`,
+/// `1e-3`) within `range`, as a [`Duration`]; `what` says what the bounds
+/// are. Errors (clap puts the option and the value before them): not a
+/// number, or not finite, or out of `range`, saying the range.
+fn secs(s: &str, range: RangeInclusive<f64>, what: &str) -> Result<Duration, String> {
+    let v: f64 = s.trim().parse().map_err(|_| "not a number of seconds (a decimal number such as 2 or 0.5)".to_string())?;
+    if !v.is_finite() || !range.contains(&v) {
+        return Err(format!("must be {}..={} seconds ({what})", range.start(), range.end()));
     }
-    Ok(d)
+    // -0 is in a range from 0: it is 0.
+    Duration::try_from_secs_f64(v.abs()).map_err(|_| "not a number of seconds".to_string())
 }
 
-/// Opens AF_XDP ports on queues 0..xdp.queues of `iface` (busy binds retried).
-fn open(iface: &str, xdp: &Xdp, first_id: u16) -> anyhow::Result<Vec<AfXdpPort>> {
+/// `--duration` of every command: [`secs`] in [`DURATION_S`].
+fn run_secs(s: &str) -> Result<Duration, String> {
+    secs(s, DURATION_S, "1 ms to 7 days: a shorter run sends or hears nothing")
+}
+
+/// `gen --warmup`: [`secs`] in [`WARMUP_S`].
+fn warmup_secs(s: &str) -> Result<Duration, String> {
+    secs(s, WARMUP_S, "0 to 1 hour")
+}
+
+/// `sink --gen-json-wait`: [`secs`] in [`GEN_JSON_WAIT_S`].
+fn wait_secs(s: &str) -> Result<Duration, String> {
+    secs(s, GEN_JSON_WAIT_S, "0 to 1 hour")
+}
+
+/// Waits up to `wait` for `path` to be modified at or after `since`,
+/// looking every [`STOP_POLL`] and giving up as soon as `stop` is set
+/// (SIGINT/SIGTERM: the file is then looked at once, not waited for).
+/// True when such a file is there.
+fn wait_fresh(path: &Path, since: SystemTime, wait: Duration, stop: &AtomicBool) -> bool {
+    let fresh = || std::fs::metadata(path).and_then(|m| m.modified()).is_ok_and(|t| t >= since);
+    let start = Instant::now();
+    while !fresh() {
+        let left = wait.saturating_sub(start.elapsed());
+        if left.is_zero() || !sleep_unless_stopped(left.min(STOP_POLL), stop) {
+            return fresh();
+        }
+    }
+    true
+}
+
+/// Opens AF_XDP ports on queues 0..xdp.queues of `iface` (busy binds
+/// retried until `stop`).
+fn open(iface: &str, xdp: &Xdp, first_id: u16, stop: &AtomicBool) -> anyhow::Result<Vec<AfXdpPort>> {
     let mut c = AfXdpConfig::new(iface, 0);
     c.mode = match xdp.xdp_mode {
         Mode::Skb => AttachMode::Skb,
@@ -266,7 +307,7 @@ fn open(iface: &str, xdp: &Xdp, first_id: u16) -> anyhow::Result<Vec<AfXdpPort>>
     };
     c.ring_size = xdp.ring_size;
     c.frame_count = xdp.ring_size.saturating_mul(2);
-    Ok(ports::open(iface, xdp.queues, &c, first_id)?)
+    Ok(ports::open(iface, xdp.queues, &c, first_id, stop)?)
 }
 
 fn pin(core: Option<usize>) -> anyhow::Result<()> {
@@ -318,7 +359,8 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
             check_out("--json", json.as_deref())?;
             let spec = FlowSpec { src_mac, dst_mac, src, dst, sport, dport, flows };
             let builder = PacketBuilder::new(spec, size)?;
-            let cfg = GenConfig { builder, rate_pps: rate, duration: run_secs("duration", duration)?, warmup: secs("warmup", warmup)?, drain: Duration::from_millis(500) };
+            let cfg = GenConfig { builder, rate_pps: rate, duration, warmup, drain: Duration::from_millis(500) };
+            cfg.check()?;
             let mut esp = match (esp_config, esp_spi) {
                 (Some(path), Some(spi)) => {
                     let e = EspTx::from_config(&path, spi, esp_seq_start)?;
@@ -350,7 +392,7 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
             }
             let stop = stop_flag()?;
             pin(xdp.core)?;
-            let mut ports = open(&iface, &xdp, 0)?;
+            let mut ports = open(&iface, &xdp, 0, &stop)?;
             tracing::info!(%iface, queues = xdp.queues, %size, rate, flows, esp = esp.is_some(), "generating");
             let r = gen::run(&mut ports, &cfg, esp.as_mut(), &stop);
             drop(ports);
@@ -375,14 +417,13 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
         }
         Cmd::Sink { iface, xdp, duration, grace_ms, max_flows, idle_sleep_us, esp_config, gen_json, gen_json_wait, json } => {
             check_out("--json", json.as_deref())?;
-            let cfg = SinkConfig { duration: run_secs("duration", duration)?, grace: Duration::from_millis(grace_ms), max_flows, idle_sleep: Duration::from_micros(idle_sleep_us) };
+            let cfg = SinkConfig { duration, grace: Duration::from_millis(grace_ms), max_flows, idle_sleep: Duration::from_micros(idle_sleep_us) };
             let mut esp = esp_config.map(|p| EspRx::from_config(&p)).transpose()?;
             let stop = stop_flag()?;
             pin(xdp.core)?;
-            let mut ports = open(&iface, &xdp, 0)?;
+            let mut ports = open(&iface, &xdp, 0, &stop)?;
             tracing::info!(%iface, queues = xdp.queues, esp = esp.is_some(), "listening");
-            let wait = secs("gen-json-wait", gen_json_wait)?;
-            let started = std::time::SystemTime::now();
+            let started = SystemTime::now();
             let s = sink::run(&mut ports, &cfg, esp.as_mut(), &stop);
             let rx_dropped = port_rx_dropped(&ports);
             drop(ports);
@@ -392,12 +433,7 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
             // losing the measurement.
             let gen: Option<GenReport> = match gen_json {
                 Some(p) => {
-                    let deadline = std::time::Instant::now() + wait;
-                    let fresh = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).is_ok_and(|t| t >= started);
-                    while !fresh(&p) && std::time::Instant::now() < deadline {
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                    if !fresh(&p) {
+                    if !wait_fresh(&p, started, gen_json_wait, &stop) {
                         tracing::warn!(path = %p.display(), "no generator report written since the sink started: loss counted from sequence numbers");
                         None
                     } else {
@@ -426,11 +462,10 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
                 Some(m) => m,
                 None => af_xdp::interface_mac(&output).with_context(|| format!("MAC of {output}"))?,
             };
-            let duration = duration.map(|d| run_secs("duration", d)).transpose()?;
             let stop = stop_flag()?;
             pin(xdp.core)?;
-            let mut ins = open(&input, &xdp, 0)?;
-            let mut outs = open(&output, &xdp, xdp.queues as u16)?;
+            let mut ins = open(&input, &xdp, 0, &stop)?;
+            let mut outs = open(&output, &xdp, xdp.queues as u16, &stop)?;
             tracing::info!(%input, %output, queues = xdp.queues, "forwarding");
             let mut r = forward::run(&mut ins, &mut outs, dst_mac, src_mac, duration, Duration::from_micros(idle_sleep_us), &stop);
             r.rx_dropped = port_rx_dropped(&ins);
@@ -466,5 +501,115 @@ fn main() -> ExitCode {
             eprintln!("secgw-pktgen: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    const GEN: [&str; 14] = ["secgw-pktgen", "gen", "--iface", "x", "--src-mac", "02:00:00:00:0a:01", "--dst-mac", "02:00:00:00:00:01", "--src", "192.0.2.10", "--dst", "198.51.100.10", "--size", "64"];
+    const SINK: [&str; 4] = ["secgw-pktgen", "sink", "--iface", "x"];
+    const FORWARD: [&str; 8] = ["secgw-pktgen", "forward", "--in", "a", "--out", "b", "--dst-mac", "02:00:00:00:00:01"];
+
+    /// `base` + `extra` parsed: the command, or clap's error text.
+    fn parse(base: &[&str], extra: &[&str]) -> Result<Cmd, String> {
+        Cli::try_parse_from(base.iter().chain(extra)).map(|c| c.cmd).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn numeric_options_out_of_range_are_refused_naming_the_option() {
+        // (command, options, the option named, the range said)
+        let cases: &[(&[&str], &[&str], &str, &str)] = &[
+            // Hangs: a sleep or wait of ages.
+            (&SINK, &["--duration", "1", "--idle-sleep-us", "4294967295"], "--idle-sleep-us", "0..=10000"),
+            (&SINK, &["--duration", "1", "--idle-sleep-us", "10001"], "--idle-sleep-us", "0..=10000"),
+            (&FORWARD, &["--idle-sleep-us", "18446744073709551615"], "--idle-sleep-us", "0..=10000"),
+            (&SINK, &["--duration", "1", "--gen-json-wait", "1e300"], "--gen-json-wait", "0..=3600 seconds"),
+            (&SINK, &["--duration", "1", "--gen-json-wait", "3600.5"], "--gen-json-wait", "0..=3600 seconds"),
+            (&SINK, &["--duration", "1", "--gen-json-wait", "inf"], "--gen-json-wait", "0..=3600 seconds"),
+            (&SINK, &["--duration", "1", "--gen-json-wait", "NaN"], "--gen-json-wait", "0..=3600 seconds"),
+            (&SINK, &["--duration", "1", "--gen-json-wait=-1"], "--gen-json-wait", "0..=3600 seconds"),
+            (&SINK, &["--duration", "1", "--grace-ms", "60001"], "--grace-ms", "0..=60000"),
+            (&SINK, &["--duration", "604801"], "--duration", "0.001..=604800 seconds"),
+            (&FORWARD, &["--duration", "1e12"], "--duration", "0.001..=604800 seconds"),
+            (&GEN, &["--duration", "1", "--warmup", "1e9"], "--warmup", "0..=3600 seconds"),
+            (&GEN, &["--duration", "1", "--warmup=-1"], "--warmup", "0..=3600 seconds"),
+            // Aborts: per-flow state for billions of flows.
+            (&SINK, &["--duration", "1", "--max-flows", "4294967295"], "--max-flows", "1..=65536"),
+            (&SINK, &["--duration", "1", "--max-flows", "65537"], "--max-flows", "1..=65536"),
+            (&SINK, &["--duration", "1", "--max-flows", "0"], "--max-flows", "1..=65536"),
+            (&SINK, &["--duration", "1", "--max-flows", "1e8"], "--max-flows", ""),
+            (&GEN, &["--duration", "1", "--flows", "65537"], "--flows", "1..=65536"),
+            (&GEN, &["--duration", "1", "--flows", "0"], "--flows", "1..=65536"),
+            (&SINK, &["--duration", "1", "--queues", "0"], "--queues", "1..=256"),
+            (&FORWARD, &["--queues", "65536"], "--queues", "1..=256"),
+            // Silent no-ops: runs too short to send or hear anything.
+            (&GEN, &["--duration", "1e-9"], "--duration", "0.001..=604800 seconds (1 ms to 7 days"),
+            (&GEN, &["--duration", "0"], "--duration", "0.001..=604800 seconds"),
+            (&GEN, &["--duration", "0.0009"], "--duration", "0.001..=604800 seconds"),
+            (&SINK, &["--duration", "1e-9"], "--duration", "0.001..=604800 seconds"),
+            (&FORWARD, &["--duration", "0"], "--duration", "0.001..=604800 seconds"),
+            (&GEN, &["--duration", "one"], "--duration", "not a number of seconds"),
+        ];
+        for (base, extra, opt, range) in cases {
+            let e = parse(base, extra).err().unwrap_or_else(|| panic!("{extra:?} accepted"));
+            assert!(e.contains(&format!("for '{opt} <")) && e.contains(range), "{extra:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn numeric_options_at_their_limits_are_accepted() {
+        let Ok(Cmd::Gen { duration, warmup, flows, .. }) = parse(&GEN, &["--duration", "0.001", "--warmup", "3600", "--flows", "65536"]) else { panic!() };
+        assert_eq!((duration, warmup, flows), (Duration::from_millis(1), Duration::from_secs(3600), 65536));
+        let Ok(Cmd::Gen { duration, warmup, .. }) = parse(&GEN, &["--duration", "604800", "--warmup=-0"]) else { panic!() };
+        assert_eq!((duration, warmup), (Duration::from_secs(604_800), Duration::ZERO));
+        // Defaults: 1 s of warm-up, a 5 s wait for the generator's report.
+        let Ok(Cmd::Gen { warmup, .. }) = parse(&GEN, &["--duration", "2.5"]) else { panic!() };
+        assert_eq!(warmup, Duration::from_secs(1));
+        let Ok(Cmd::Sink { gen_json_wait, max_flows, idle_sleep_us, grace_ms, xdp, .. }) = parse(&SINK, &["--duration", "1"]) else { panic!() };
+        assert_eq!((gen_json_wait, max_flows, idle_sleep_us, grace_ms, xdp.queues), (Duration::from_secs(5), 1024, 0, 200, 1));
+        let args = ["--duration", "1", "--max-flows", "65536", "--idle-sleep-us", "10000", "--gen-json-wait", "3600", "--grace-ms", "60000", "--queues", "256"];
+        let Ok(Cmd::Sink { gen_json_wait, max_flows, idle_sleep_us, grace_ms, xdp, .. }) = parse(&SINK, &args) else { panic!() };
+        assert_eq!((gen_json_wait, max_flows, idle_sleep_us, grace_ms, xdp.queues), (Duration::from_secs(3600), 65536, 10_000, 60_000, 256));
+        let Ok(Cmd::Forward { duration, idle_sleep_us, .. }) = parse(&FORWARD, &["--idle-sleep-us", "10000"]) else { panic!() };
+        assert_eq!((duration, idle_sleep_us), (None, 10_000));
+    }
+
+    #[test]
+    fn the_wait_for_the_generators_report_ends_at_a_stop() {
+        let dir = std::env::temp_dir().join(format!("pktgen-wait-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("gen.json");
+        // Nothing written: an hour's wait ends within a few polls of the stop.
+        let stop = AtomicBool::new(false);
+        let t = Instant::now();
+        let fresh = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(30));
+                stop.store(true, Ordering::Relaxed);
+            });
+            wait_fresh(&p, SystemTime::now(), Duration::from_secs(3600), &stop)
+        });
+        assert!(!fresh && t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        // Stopped already: not waited for, but a file already there counts.
+        let since = SystemTime::now() - Duration::from_secs(1);
+        std::fs::write(&p, "{}").unwrap();
+        assert!(wait_fresh(&p, since, Duration::from_secs(3600), &stop));
+        // Written during the wait: found.
+        let stop = AtomicBool::new(false);
+        let since = SystemTime::now() + Duration::from_millis(20);
+        let fresh = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                std::fs::write(&p, "{}").unwrap();
+            });
+            wait_fresh(&p, since, Duration::from_secs(5), &stop)
+        });
+        assert!(fresh);
+        // An old file and no wait: looked at once.
+        assert!(!wait_fresh(&p, SystemTime::now() + Duration::from_secs(60), Duration::ZERO, &stop));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -5,7 +5,7 @@
 //! the gateway uses). A frame the out port does not take after one poll
 //! and retry is dropped and counted (`tx_dropped`), as a gateway would.
 
-use super::{now_ns, BURST};
+use super::{nanos, now_ns, sleep_unless_stopped, BURST};
 use crate::io::{PktBuf, Port};
 use crate::wire::ethernet;
 use serde::{Deserialize, Serialize};
@@ -35,13 +35,15 @@ pub struct ForwardReport {
 
 /// Forwards from `ins[q]` to `outs[q]` (same queue) with destination
 /// `dst_mac` and source `src_mac`, until `duration` passes (`None`: until
-/// `stop`) or `stop` is set; busy-polls, or sleeps `idle_sleep` after an
-/// empty round when it is not zero.
+/// `stop`) or `stop` is set (seen within [`super::STOP_POLL`] whatever
+/// `idle_sleep`); busy-polls, or sleeps `idle_sleep` after an empty round
+/// when it is not zero (the command line allows up to
+/// [`super::IDLE_SLEEP_US_MAX`] µs).
 pub fn run<P: Port>(ins: &mut [P], outs: &mut [P], dst_mac: [u8; 6], src_mac: [u8; 6], duration: Option<Duration>, idle_sleep: Duration, stop: &AtomicBool) -> ForwardReport {
     let mut r = ForwardReport::default();
     let mut bufs: Vec<PktBuf> = (0..BURST).map(|_| PktBuf::new()).collect();
     let t0 = now_ns();
-    let end = duration.map(|d| t0 + d.as_nanos() as u64);
+    let end = duration.map(|d| t0.saturating_add(nanos(d)));
     let mut iter = 0u32;
     loop {
         let mut got = 0;
@@ -82,7 +84,7 @@ pub fn run<P: Port>(ins: &mut [P], outs: &mut [P], dst_mac: [u8; 6], src_mac: [u
                 break;
             }
             if got == 0 && !idle_sleep.is_zero() {
-                std::thread::sleep(idle_sleep);
+                sleep_unless_stopped(idle_sleep, stop);
             }
         }
     }
@@ -116,5 +118,24 @@ mod tests {
             assert_eq!(&s[..12], &[2, 0, 0, 0, 0, 9, 2, 0, 0, 0, 0, 8], "frame {i}");
             assert_eq!(&s[12..], &f[12..], "frame {i} unchanged past the MACs");
         }
+    }
+
+    #[test]
+    fn a_long_idle_sleep_or_duration_does_not_outlast_the_stop() {
+        // An idle sleep of an hour and no end: a stop 30 ms in ends the run
+        // within a few STOP_POLLs, not an hour later.
+        let (pin, _win) = mem::pair(0);
+        let (pout, _wout) = mem::pair(1);
+        let stop = AtomicBool::new(false);
+        let t = std::time::Instant::now();
+        let r = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(30));
+                stop.store(true, Ordering::Relaxed);
+            });
+            run(&mut [pin], &mut [pout], [2, 0, 0, 0, 0, 9], [2, 0, 0, 0, 0, 8], Some(Duration::MAX), Duration::from_secs(3600), &stop)
+        });
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert_eq!(r.rx_packets, 0);
     }
 }

@@ -23,7 +23,7 @@ use super::build::PacketBuilder;
 use super::pace::{TokenBucket, SLEEP_MIN_NS};
 use super::payload::{Payload, FLAG_MEASURED};
 use super::sa::EspTx;
-use super::{now_ns, unix_now_s, TxRoom, BURST};
+use super::{nanos, now_ns, unix_now_s, PktgenError, TxRoom, BURST, STOP_POLL};
 use crate::crypto::QueuePair;
 use crate::esp;
 use crate::io::PktBuf;
@@ -49,6 +49,25 @@ pub struct GenConfig {
     pub warmup: Duration,
     /// Longest wait for the last frames to leave after the run.
     pub drain: Duration,
+}
+
+impl GenConfig {
+    /// Refuses a paced run (`rate_pps` > 0) with no packet due in its
+    /// measured part: `rate_pps` × `duration` below 1 (from 1 up, at least
+    /// one packet of the schedule falls after the warm-up, whatever its
+    /// length). Errors: [`PktgenError::Invalid`] naming `--rate` and
+    /// `--duration`.
+    pub fn check(&self) -> Result<(), PktgenError> {
+        if self.rate_pps > 0 && u128::from(self.rate_pps) * self.duration.as_nanos() < 1_000_000_000 {
+            return Err(PktgenError::Invalid(format!(
+                "--rate {} --duration {}: no packet is due in the measured part (rate × duration = {} packets, less than 1): give a longer --duration or a higher --rate",
+                self.rate_pps,
+                self.duration.as_secs_f64(),
+                self.rate_pps as f64 * self.duration.as_secs_f64()
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Packets of one flow.
@@ -113,7 +132,8 @@ struct Meta {
 }
 
 /// Runs the generator on `ports` (port *q* = tx queue *q*) until the
-/// warm-up and duration are over or `stop` is set; `esp` seals each packet
+/// warm-up and duration are over or `stop` is set (seen within
+/// [`super::STOP_POLL`], however slow the rate); `esp` seals each packet
 /// with that SA. Nothing in the loop allocates. Returns the counts.
 pub fn run<P: TxRoom>(ports: &mut [P], cfg: &GenConfig, mut esp: Option<&mut EspTx>, stop: &AtomicBool) -> GenReport {
     let flows = cfg.builder.spec().flows;
@@ -144,8 +164,9 @@ pub fn run<P: TxRoom>(ports: &mut [P], cfg: &GenConfig, mut esp: Option<&mut Esp
 
     let t0 = now_ns();
     report.started_unix_s = unix_now_s();
-    let m0 = t0 + cfg.warmup.as_nanos() as u64;
-    let end = m0 + cfg.duration.as_nanos() as u64;
+    let m0 = t0.saturating_add(nanos(cfg.warmup));
+    let end = m0.saturating_add(nanos(cfg.duration));
+    let overrun_end = end.saturating_add(OVERRUN_NS);
     let mut bucket = TokenBucket::new(cfg.rate_pps, t0, end);
     // Paced: packets are measured by their slot in the schedule, so a run
     // that keeps up sends exactly rate × duration measured packets.
@@ -162,7 +183,7 @@ pub fn run<P: TxRoom>(ports: &mut [P], cfg: &GenConfig, mut esp: Option<&mut Esp
         }
         // Past the end: what the bucket still holds (due before the end)
         // is sent, for up to OVERRUN_NS of retries on a full ring.
-        if bucket.done(now) || now >= end + OVERRUN_NS {
+        if bucket.done(now) || now >= overrun_end {
             break;
         }
         let want = bucket.take(now, BURST);
@@ -173,9 +194,11 @@ pub fn run<P: TxRoom>(ports: &mut [P], cfg: &GenConfig, mut esp: Option<&mut Esp
             for p in ports.iter_mut() {
                 p.poll();
             }
+            // At most STOP_POLL at a time (a slow --rate waits up to a
+            // second between batches): the stop flag is read at the top.
             let wait = bucket.wait_ns(now).min(end - now);
             if wait > SLEEP_MIN_NS {
-                std::thread::sleep(Duration::from_nanos(wait - SLEEP_MIN_NS / 2));
+                std::thread::sleep(Duration::from_nanos(wait - SLEEP_MIN_NS / 2).min(STOP_POLL));
             } else {
                 std::hint::spin_loop();
             }
@@ -254,7 +277,7 @@ pub fn run<P: TxRoom>(ports: &mut [P], cfg: &GenConfig, mut esp: Option<&mut Esp
         let mut sent = port.tx_burst(&out);
         while sent < out.len() {
             report.tx_ring_full += 1;
-            if stop.load(Ordering::Relaxed) || now_ns() >= end + OVERRUN_NS {
+            if stop.load(Ordering::Relaxed) || now_ns() >= overrun_end {
                 break;
             }
             port.poll();
@@ -281,7 +304,7 @@ pub fn run<P: TxRoom>(ports: &mut [P], cfg: &GenConfig, mut esp: Option<&mut Esp
 
     report.ended_unix_s = unix_now_s();
     // Let the last frames leave (copy mode sends only when kicked).
-    let deadline = now_ns() + cfg.drain.as_nanos() as u64;
+    let deadline = now_ns().saturating_add(nanos(cfg.drain));
     while now_ns() < deadline {
         let mut pending = false;
         for (p, r0) in ports.iter_mut().zip(&room0) {
@@ -301,4 +324,67 @@ pub fn run<P: TxRoom>(ports: &mut [P], cfg: &GenConfig, mut esp: Option<&mut Esp
         report.rate_pps = report.measured_tx_packets as f64 / report.duration_s;
     }
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::mem;
+    use crate::pktgen::build::{FlowSpec, Size};
+
+    fn config(rate_pps: u64, duration: Duration, warmup: Duration) -> GenConfig {
+        let spec = FlowSpec {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src: "192.0.2.1".parse().unwrap(),
+            dst: "198.51.100.1".parse().unwrap(),
+            sport: 40000,
+            dport: 5001,
+            flows: 1,
+        };
+        GenConfig { builder: PacketBuilder::new(spec, Size::Fixed(64)).unwrap(), rate_pps, duration, warmup, drain: Duration::ZERO }
+    }
+
+    #[test]
+    fn a_paced_run_with_no_measured_packet_due_is_refused() {
+        // 1 pps for 0.5 s: no packet need fall in the measured half second.
+        let e = config(1, Duration::from_millis(500), Duration::ZERO).check().unwrap_err().to_string();
+        assert!(e.contains("--rate 1 --duration 0.5: no packet is due in the measured part"), "{e}");
+        let e = config(999, Duration::from_millis(1), Duration::ZERO).check().unwrap_err().to_string();
+        assert!(e.contains("rate × duration = 0.999 packets"), "{e}");
+        // One packet's worth, and full speed, are runs.
+        assert!(config(1, Duration::from_secs(1), Duration::ZERO).check().is_ok());
+        assert!(config(1000, Duration::from_millis(1), Duration::ZERO).check().is_ok());
+        assert!(config(0, Duration::from_millis(1), Duration::ZERO).check().is_ok());
+        // rate × duration = 1 after a warm-up of 0.9 packets: one measured packet.
+        let (port, wire) = mem::pair(0);
+        let r = run(&mut [port], &config(10, Duration::from_millis(100), Duration::from_millis(90)), None, &AtomicBool::new(false));
+        assert_eq!((r.tx_packets, r.measured_tx_packets), (2, 1), "{r:?}");
+        assert_eq!(wire.take_sent().len(), 2);
+    }
+
+    #[test]
+    fn a_slow_rate_or_a_long_run_does_not_outlast_the_stop() {
+        // 1 pps (a second between packets) for an hour after an hour of
+        // warm-up, stopped 30 ms in: over within a few STOP_POLLs.
+        let (port, _wire) = mem::pair(0);
+        let cfg = config(1, Duration::from_secs(3600), Duration::from_secs(3600));
+        let stop = AtomicBool::new(false);
+        let t = std::time::Instant::now();
+        let r = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(30));
+                stop.store(true, Ordering::Relaxed);
+            });
+            run(&mut [port], &cfg, None, &stop)
+        });
+        assert!(t.elapsed() < Duration::from_millis(500), "{:?}", t.elapsed());
+        assert_eq!((r.tx_packets, r.measured_tx_packets), (1, 0), "the first packet, then the stop");
+        // Durations past what u64 nanoseconds hold end at once when
+        // stopped too (no overflow of the schedule).
+        let (port, _wire) = mem::pair(0);
+        let stop = AtomicBool::new(true);
+        let r = run(&mut [port], &config(1, Duration::MAX, Duration::MAX), None, &stop);
+        assert_eq!(r.tx_packets, 0);
+    }
 }

@@ -16,7 +16,11 @@
 //!
 //! Contracts: nothing per packet allocates, locks or panics on input;
 //! buffers, per-flow state and histograms are allocated at start-up. Frames
-//! that are not ours are counted, never trusted (`wire` views only).
+//! that are not ours are counted, never trusted (`wire` views only). Every
+//! loop, sleep and wait looks at its stop flag (SIGINT/SIGTERM) at least
+//! every [`STOP_POLL`]; the command line's numbers are bounded by the
+//! constants below ([`DURATION_S`], [`MAX_FLOWS`], …), so no value makes
+//! a run sleep for ages, allocate without bound or do nothing.
 //!
 //! The clock is [`now_ns`], `CLOCK_MONOTONIC` in nanoseconds: one clock for
 //! every network namespace of the host (Linux time namespaces aside), so a
@@ -38,9 +42,64 @@ pub mod sink;
 use crate::io::af_xdp::AfXdpPort;
 use crate::io::mem::MemPort;
 use crate::io::Port;
+use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// Packets per tx/rx burst (and the largest burst the token bucket releases).
 pub const BURST: usize = 32;
+
+/// `--duration` of `gen`, `sink` and `forward`, in seconds: 1 ms (a
+/// shorter run sends or hears nothing) to 7 days (604800 s).
+pub const DURATION_S: RangeInclusive<f64> = 0.001..=604_800.0;
+/// `gen --warmup`, in seconds: 0 (none) to 1 hour.
+pub const WARMUP_S: RangeInclusive<f64> = 0.0..=3600.0;
+/// `sink --gen-json-wait`, in seconds: 0 (look once) to 1 hour.
+pub const GEN_JSON_WAIT_S: RangeInclusive<f64> = 0.0..=3600.0;
+/// Largest `--idle-sleep-us` of `sink` and `forward`, in µs (10 ms, as the
+/// gateway's `gateway.idle_sleep_us`).
+pub const IDLE_SLEEP_US_MAX: u64 = 10_000;
+/// Largest `sink --grace-ms`, in ms (1 minute).
+pub const GRACE_MS_MAX: u64 = 60_000;
+/// Largest `gen --flows` and `sink --max-flows`: one flow per UDP source
+/// port (flow *i* is sent from `--sport` + *i*, at most 65535). The sink
+/// allocates about 10 KB of state per tracked flow (a latency histogram
+/// of [`hist::BUCKETS`] counters): 1024 flows ≈ 10 MB, 65536 ≈ 640 MB.
+pub const MAX_FLOWS: u32 = 65_536;
+/// Largest `--queues` (AF_XDP sockets per interface, all driven by one
+/// thread; each has its own UMEM of twice `--ring-size` 4-KiB frames).
+pub const MAX_QUEUES: u32 = 256;
+/// Longest a loop or wait of the generator, sink or forwarder goes without
+/// looking at its stop flag (set by SIGINT/SIGTERM): 10 ms.
+pub const STOP_POLL: Duration = Duration::from_millis(10);
+
+/// Sleeps `d` in slices of at most [`STOP_POLL`], returning early once
+/// `stop` is set. Returns false when it was stopped (then it slept less
+/// than `d`, maybe not at all), true when it slept all of `d`.
+pub fn sleep_unless_stopped(d: Duration, stop: &AtomicBool) -> bool {
+    let Some(end) = Instant::now().checked_add(d) else {
+        // Longer than the clock can count: sleep until stopped.
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(STOP_POLL);
+        }
+        return false;
+    };
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= end {
+            return true;
+        }
+        std::thread::sleep((end - now).min(STOP_POLL));
+    }
+}
+
+/// `d` in nanoseconds, [`u64::MAX`] (about 584 years) if longer.
+pub fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// `CLOCK_MONOTONIC` now, in nanoseconds since an unspecified start (boot).
 /// Never fails on Linux; 0 if the kernel refused (then latencies read 0).
@@ -90,5 +149,39 @@ impl TxRoom for MemPort {
     /// Unbounded (an in-memory port never refuses).
     fn tx_room(&self) -> usize {
         usize::MAX
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_sleep_ends_within_a_stop_poll_of_the_stop() {
+        let stop = AtomicBool::new(false);
+        let t = Instant::now();
+        assert!(sleep_unless_stopped(Duration::from_millis(25), &stop), "slept it all");
+        assert!(t.elapsed() >= Duration::from_millis(25));
+        // An hour, or more than the clock can count, stopped after 30 ms:
+        // over within a few STOP_POLLs of the stop, not after the hour.
+        for d in [Duration::from_secs(3600), Duration::MAX] {
+            let stop = AtomicBool::new(false);
+            let t = Instant::now();
+            let slept = std::thread::scope(|s| {
+                s.spawn(|| {
+                    std::thread::sleep(Duration::from_millis(30));
+                    stop.store(true, Ordering::Relaxed);
+                });
+                sleep_unless_stopped(d, &stop)
+            });
+            assert!(!slept);
+            assert!(t.elapsed() < Duration::from_millis(30) + 20 * STOP_POLL, "{:?}", t.elapsed());
+        }
+        // Already stopped: no sleep at all.
+        stop.store(true, Ordering::Relaxed);
+        let t = Instant::now();
+        assert!(!sleep_unless_stopped(Duration::from_secs(3600), &stop));
+        assert!(t.elapsed() < STOP_POLL);
+        assert_eq!((nanos(Duration::from_millis(3)), nanos(Duration::MAX)), (3_000_000, u64::MAX));
     }
 }

@@ -13,9 +13,11 @@
 //! running, not exiting. `--queues` past the interface's queue count is
 //! refused before any bind ([`check_queues`]).
 
-use super::PktgenError;
+use super::{sleep_unless_stopped, PktgenError, MAX_QUEUES};
 use crate::io::af_xdp::{AfXdpConfig, AfXdpPort};
 use crate::io::IoError;
+use std::cell::Cell;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// Waits between bind attempts while the queue is busy: 10 ms doubling to
@@ -109,11 +111,15 @@ pub fn check_queues(iface: &str, queues: u32, have: Result<u32, String>) -> Resu
 
 /// Opens AF_XDP ports on queues `0..queues` of `iface` with the settings of
 /// `template` (its queue is replaced), port ids from `first_id`, each bind
-/// retried over [`BIND_BACKOFF`] while busy. Errors: `queues` is 0 or more
-/// than the interface has ([`check_queues`]), or as [`retry_busy`].
-pub fn open(iface: &str, queues: u32, template: &AfXdpConfig, first_id: u16) -> Result<Vec<AfXdpPort>, PktgenError> {
-    if queues == 0 {
-        return Err(PktgenError::Invalid("--queues must be at least 1".into()));
+/// retried over [`BIND_BACKOFF`] while busy; the waits between retries end
+/// within [`super::STOP_POLL`] of `stop` being set (SIGINT/SIGTERM), and
+/// then no more binds are tried. Errors: `queues` is not in
+/// 1..=[`MAX_QUEUES`] or more than the interface has ([`check_queues`]);
+/// stopped while a queue was busy ([`IoError::Setup`] saying so); or as
+/// [`retry_busy`].
+pub fn open(iface: &str, queues: u32, template: &AfXdpConfig, first_id: u16, stop: &AtomicBool) -> Result<Vec<AfXdpPort>, PktgenError> {
+    if !(1..=MAX_QUEUES).contains(&queues) {
+        return Err(PktgenError::Invalid(format!("--queues {queues}: must be 1..={MAX_QUEUES}")));
     }
     check_queues(iface, queues, queue_count(iface))?;
     (0..queues)
@@ -122,7 +128,14 @@ pub fn open(iface: &str, queues: u32, template: &AfXdpConfig, first_id: u16) -> 
             c.interface = iface.to_string();
             c.queue = q;
             let id = first_id.saturating_add(q as u16);
-            retry_busy(iface, q, &BIND_BACKOFF, std::thread::sleep, || AfXdpPort::open(id, &c))
+            let stopped = Cell::new(false);
+            let sleep = |d| stopped.set(!sleep_unless_stopped(d, stop));
+            retry_busy(iface, q, &BIND_BACKOFF, sleep, || {
+                if stopped.get() {
+                    return Err(IoError::Setup { interface: iface.to_string(), queue: q, what: "stopped (SIGINT/SIGTERM) while waiting for the busy queue".into() });
+                }
+                AfXdpPort::open(id, &c)
+            })
         })
         .collect()
 }

@@ -25,7 +25,7 @@ use super::gen::GenReport;
 use super::hist::Histogram;
 use super::payload::Payload;
 use super::sa::EspRx;
-use super::{now_ns, unix_now_s, BURST};
+use super::{nanos, now_ns, sleep_unless_stopped, unix_now_s, BURST};
 use crate::crypto::QueuePair;
 use crate::dataplane::counters::DropReason;
 use crate::esp;
@@ -45,10 +45,13 @@ pub struct SinkConfig {
     pub duration: Duration,
     /// Extra listening after `duration` (default 200 ms).
     pub grace: Duration,
-    /// Flows 0..max_flows are tracked (state allocated at start); higher
-    /// flow numbers are counted in `flow_out_of_range`.
+    /// Flows 0..max_flows are tracked (state allocated at start, about
+    /// 10 KB a flow); higher flow numbers are counted in
+    /// `flow_out_of_range`. The command line allows 1..=[`super::MAX_FLOWS`].
     pub max_flows: u32,
-    /// Sleep after an empty poll of every port (0 = busy poll).
+    /// Sleep after an empty poll of every port (0 = busy poll). The command
+    /// line allows up to [`super::IDLE_SLEEP_US_MAX`] µs; a longer one is
+    /// still cut short by the stop flag (checked every [`super::STOP_POLL`]).
     pub idle_sleep: Duration,
 }
 
@@ -130,7 +133,8 @@ pub struct Sink {
 }
 
 impl Sink {
-    /// A sink tracking flows `0..max_flows` (allocates their state).
+    /// A sink tracking flows `0..max_flows` (allocates their state, about
+    /// 10 KB a flow: keep `max_flows` within [`super::MAX_FLOWS`]).
     pub fn new(max_flows: u32) -> Sink {
         Sink {
             flows: (0..max_flows).map(|_| FlowRx::new()).collect(),
@@ -287,9 +291,20 @@ impl Sink {
             loss_from: if gen.is_some() { "generator".into() } else { "sequence numbers".into() },
             ..Default::default()
         };
+        // The generator's measured count per tracked flow, looked up once
+        // (not a search of its flows for each of ours: 65536 × 65536).
+        let gen_counts: Option<Vec<u64>> = gen.map(|g| {
+            let mut c = vec![0u64; self.flows.len()];
+            for x in &g.flows {
+                if let Some(n) = c.get_mut(x.flow as usize) {
+                    *n = x.measured_tx_packets;
+                }
+            }
+            c
+        });
         let mut all = Histogram::new();
         for (i, f) in self.flows.iter().enumerate() {
-            let gen_measured = gen.map(|g| g.flows.iter().find(|x| x.flow as usize == i).map_or(0, |x| x.measured_tx_packets));
+            let gen_measured = gen_counts.as_ref().map(|c| c[i]);
             let (expected, lost) = f.finish(gen_measured);
             if f.packets == 0 && f.warmup == 0 && expected == 0 {
                 continue;
@@ -566,14 +581,15 @@ impl SinkReport {
 }
 
 /// Runs the sink on `ports` for `cfg.duration + cfg.grace` (or until
-/// `stop`), then returns its state ([`Sink::report`]).
+/// `stop`, seen within [`super::STOP_POLL`] whatever `cfg.idle_sleep`),
+/// then returns its state ([`Sink::report`]).
 pub fn run<P: Port>(ports: &mut [P], cfg: &SinkConfig, mut esp: Option<&mut EspRx>, stop: &AtomicBool) -> Sink {
     let mut sink = Sink::new(cfg.max_flows);
     sink.esp = esp.is_some();
     let mut bufs: Vec<PktBuf> = (0..BURST).map(|_| PktBuf::new()).collect();
     let mut spare: Vec<PktBuf> = (0..BURST).map(|_| PktBuf::new()).collect();
     let mut work = Work::default();
-    let end = sink.started_ns.saturating_add(u64::try_from(cfg.duration.saturating_add(cfg.grace).as_nanos()).unwrap_or(u64::MAX));
+    let end = sink.started_ns.saturating_add(nanos(cfg.duration.saturating_add(cfg.grace)));
     let mut iter = 0u32;
     loop {
         let mut got = 0;
@@ -592,11 +608,56 @@ pub fn run<P: Port>(ports: &mut [P], cfg: &SinkConfig, mut esp: Option<&mut EspR
                 break;
             }
             if got == 0 && !cfg.idle_sleep.is_zero() {
-                std::thread::sleep(cfg.idle_sleep);
+                sleep_unless_stopped(cfg.idle_sleep, stop);
             }
         }
     }
     sink.stopped_ns = now_ns();
     sink.stopped_unix_s = unix_now_s();
     sink
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::mem;
+
+    #[test]
+    fn a_long_idle_sleep_or_duration_does_not_outlast_the_stop() {
+        // An hour's idle sleep in a day's listening: a stop 30 ms in ends
+        // it within a few STOP_POLLs.
+        let (port, _wire) = mem::pair(0);
+        let cfg = SinkConfig { duration: Duration::from_secs(86_400), grace: Duration::MAX, max_flows: 1, idle_sleep: Duration::from_secs(3600) };
+        let stop = AtomicBool::new(false);
+        let t = std::time::Instant::now();
+        let s = std::thread::scope(|sc| {
+            sc.spawn(|| {
+                std::thread::sleep(Duration::from_millis(30));
+                stop.store(true, Ordering::Relaxed);
+            });
+            run(&mut [port], &cfg, None, &stop)
+        });
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert_eq!(s.rx_frames, 0);
+    }
+
+    #[test]
+    fn the_generators_counts_are_matched_to_flows_by_number() {
+        // Flows in any order, some beyond the sink's: each tracked flow
+        // gets its own count (65536 of each side are looked up in one pass).
+        let mut s = Sink::new(super::super::MAX_FLOWS);
+        let gen = GenReport {
+            flows: [(70_000u32, 9u64), (2, 5), (0, 7)].iter().map(|&(flow, n)| super::super::gen::FlowTx { flow, tx_packets: n, measured_tx_packets: n }).collect(),
+            ..Default::default()
+        };
+        let r = s.report(Some(&gen));
+        assert_eq!(r.flows.iter().map(|f| (f.flow, f.expected, f.lost)).collect::<Vec<_>>(), vec![(0, 7, 7), (2, 5, 5)]);
+        let mut all = gen.clone();
+        all.flows = (0..super::super::MAX_FLOWS).map(|flow| super::super::gen::FlowTx { flow, tx_packets: 1, measured_tx_packets: 1 }).collect();
+        s.stopped_ns = s.started_ns;
+        let t = std::time::Instant::now();
+        let r = s.report(Some(&all));
+        assert_eq!((r.expected, r.lost, r.flows.len()), (65_536, 65_536, 65_536));
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
 }
