@@ -195,11 +195,18 @@ enum SaCmd {
 
 #[derive(Subcommand)]
 enum PolicyCmd {
-    /// The SPD entries.
+    /// The SPD entries, numbered from 0 in the order they were installed
+    /// (lookup goes by priority, then that order).
     List {
         /// The JSON result as it is (pretty-printed).
         #[arg(long)]
         json: bool,
+    },
+    /// Remove SPD entry INDEX (as `policy list` numbers it): sends that
+    /// entry as listed, so a list changed meanwhile removes nothing.
+    Del {
+        /// The entry's number in `policy list`.
+        index: usize,
     },
 }
 
@@ -375,6 +382,13 @@ fn ctl(socket: PathBuf, cmd: CtlCmd) -> ExitCode {
         CtlCmd::Policy { cmd: PolicyCmd::List { json } } => {
             request(&Command::PolicyList).map(|v| if json { Ok(pretty(&v) + "\n") } else { client::render_policy_table(&v) })
         }
+        CtlCmd::Policy { cmd: PolicyCmd::Del { index } } => request(&Command::PolicyList).and_then(|v| {
+            let n = v.get("policies").and_then(|p| p.as_array()).map_or(0, Vec::len);
+            match v.get("policies").and_then(|p| p.get(index)) {
+                Some(entry) => request(&Command::PolicyDel { policy: entry.clone() }).map(|v| Ok(client::render_compact(&v) + "\n")),
+                None => Ok(Err(format!("no policy {index}: the SPD has {n} (policy list numbers them from 0)"))),
+            }
+        }),
         CtlCmd::Neigh { cmd: NeighCmd::List { json } } => {
             request(&Command::NeighList).map(|v| if json { Ok(pretty(&v) + "\n") } else { client::render_neigh_table(&v) })
         }

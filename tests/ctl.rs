@@ -93,6 +93,7 @@ impl CtlHandler for Mock {
             Command::Version => Ok(json!({"version": "test", "protocol": protocol::VERSION})),
             Command::Reload => Ok(json!({"big": "x".repeat(16 * 1024)})),
             Command::Events => Err(CtlError::internal("events reached the handler")),
+            Command::PolicyDel { policy } => Ok(json!({"deleted": policy, "index": 0})),
         }
     }
     fn commit(&mut self) {
@@ -544,7 +545,15 @@ fn secgw_ctl_prints_tables_results_and_exit_codes() {
     assert_eq!((code, serde_json::from_str::<Value>(&out).unwrap()["sas"][0]["bytes"].clone()), (0, json!(700)));
     let (code, out, _) = ctl(&h.path, &["policy", "list"], "");
     assert_eq!(code, 0);
-    assert!(out.lines().nth(1).unwrap().split_whitespace().eq(["outbound", "192.0.2.0/24", "198.51.100.0/24", "any", "0-65535", "0-65535", "10", "protect", "1000"]), "{out}");
+    assert!(out.lines().nth(1).unwrap().split_whitespace().eq(["0", "outbound", "192.0.2.0/24", "198.51.100.0/24", "any", "0-65535", "0-65535", "10", "protect", "1000"]), "{out}");
+    // `policy del N` sends entry N as listed; past the end, nothing is sent.
+    let (code, out, err) = ctl(&h.path, &["policy", "del", "0"], "");
+    assert_eq!(code, 0, "{err}");
+    let sent = out.trim().strip_prefix("deleted=").and_then(|r| r.strip_suffix(" index=0")).unwrap_or_else(|| panic!("{out}"));
+    let v: Value = serde_json::from_str(sent).unwrap();
+    assert_eq!((v["action"].clone(), v["priority"].clone(), v["src_ports"].clone()), (json!("protect 1000"), json!(10), json!("0-65535")), "{out}");
+    let (code, _, err) = ctl(&h.path, &["policy", "del", "1"], "");
+    assert_eq!((code, err.trim()), (1, "secgw ctl: no policy 1: the SPD has 1 (policy list numbers them from 0)"));
     let (code, out, _) = ctl(&h.path, &["neigh", "list"], "");
     assert_eq!(code, 0);
     let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();

@@ -271,8 +271,10 @@ pub fn render_policy_table(result: &Value) -> Result<String, String> {
     let ps = result.get("policies").and_then(Value::as_array).ok_or("policy.list result without a \"policies\" array")?;
     let rows: Vec<Vec<String>> = ps
         .iter()
-        .map(|p| {
+        .enumerate()
+        .map(|(i, p)| {
             vec![
+                i.to_string(),
                 str_of(p, "direction").into(),
                 str_of(p, "src").into(),
                 str_of(p, "dst").into(),
@@ -284,7 +286,7 @@ pub fn render_policy_table(result: &Value) -> Result<String, String> {
             ]
         })
         .collect();
-    Ok(table(&["direction", "src", "dst", "protocol", "src_ports", "dst_ports", "priority", "action"], &rows, &[6]))
+    Ok(table(&["#", "direction", "src", "dst", "protocol", "src_ports", "dst_ports", "priority", "action"], &rows, &[0, 7]))
 }
 
 /// `stats` as text: the JSON result read back into a snapshot and shown as
@@ -396,8 +398,9 @@ mod tests {
             {"direction":"inbound","src":"0.0.0.0/0","dst":"0.0.0.0/0","protocol":17,"priority":100,"action":"discard"}]});
         let t = render_policy_table(&r).unwrap();
         let l: Vec<Vec<&str>> = t.lines().map(|l| l.split_whitespace().collect()).collect();
-        assert_eq!(l[1], ["outbound", "192.0.2.0/24", "198.51.100.0/24", "udp", "0-65535", "5000-5001", "10", "protect", "1000"]);
-        assert_eq!(l[2], ["inbound", "0.0.0.0/0", "0.0.0.0/0", "17", "-", "-", "100", "discard"]);
+        assert_eq!(l[0][0], "#");
+        assert_eq!(l[1], ["0", "outbound", "192.0.2.0/24", "198.51.100.0/24", "udp", "0-65535", "5000-5001", "10", "protect", "1000"]);
+        assert_eq!(l[2], ["1", "inbound", "0.0.0.0/0", "0.0.0.0/0", "17", "-", "-", "100", "discard"]);
     }
 
     #[test]

@@ -1433,25 +1433,37 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
 
     /// `policy list`: the SPD in config order.
     pub fn list_policies(&self) -> Value {
-        let pfx = |p: (std::net::IpAddr, u8)| format!("{}/{}", p.0, p.1);
-        let ports = |r: (u16, u16)| format!("{}-{}", r.0, r.1);
-        let v: Vec<Value> = self
-            .policies
-            .iter()
-            .map(|p| {
-                json!({
-                    "direction": dir_name(p.direction),
-                    "src": pfx(p.src),
-                    "dst": pfx(p.dst),
-                    "protocol": match p.protocol { model::Protocol::Any => "any".to_string(), model::Protocol::Number(n) => n.to_string() },
-                    "src_ports": ports(p.src_ports),
-                    "dst_ports": ports(p.dst_ports),
-                    "priority": p.priority,
-                    "action": match p.action { Action::Protect(s) => format!("protect {s}"), Action::Bypass => "bypass".into(), Action::Discard => "discard".into() },
-                })
-            })
-            .collect();
+        let v: Vec<Value> = self.policies.iter().map(policy_json).collect();
         json!({ "policies": v })
+    }
+
+    /// `policy del`: removes the first SPD entry whose `policy.list` form
+    /// is `entry` (every field equal). An inbound PROTECT entry also gave
+    /// its SA's selectors (RFC 4301 §5.2): that SA admits what its other
+    /// entries select, none left = nothing (its packets are
+    /// `inner_policy_mismatch`). Errors: `NotFound` when no entry is equal
+    /// (a listing taken before another change finds nothing rather than
+    /// the wrong entry).
+    pub fn del_policy(&mut self, entry: &Value) -> Result<Value, MgrError> {
+        let Some(i) = self.policies.iter().position(|p| policy_json(p) == *entry) else {
+            return Err(err(MgrErrorKind::NotFound, format!("no policy equal to {entry} (see policy.list)")));
+        };
+        let p = self.policies.remove(i);
+        if let (Direction::Inbound, Action::Protect(spi)) = (p.direction, p.action) {
+            let sel: Vec<Selector> = self
+                .policies
+                .iter()
+                .filter(|q| q.direction == Direction::Inbound && q.action == Action::Protect(spi))
+                .map(tables::selector)
+                .collect();
+            self.in_selectors.insert(spi, sel);
+            for k in self.keys(spi, Direction::Inbound).collect::<Vec<_>>() {
+                self.refresh_inbound(k);
+            }
+        }
+        self.spd = None;
+        self.dirty = true;
+        Ok(json!({ "deleted": policy_json(&p), "index": i }))
     }
 
     /// SAs installed (not counting those on their way out).
@@ -1546,6 +1558,7 @@ impl<D: CryptoDevice> CtlHandler for Manager<'_, D> {
                 self.rekey(*spi, *direction, *dst, *new_spi, key.to_vec(), auth.map(|a| a.to_vec()), now).map_err(ctl_error)
             }
             Command::PolicyList => Ok(self.list_policies()),
+            Command::PolicyDel { policy } => self.del_policy(policy).map_err(ctl_error),
             Command::NeighList => Ok(self.list_neighbours(now)),
             Command::Reload => self.reload(now).map_err(ctl_error),
             Command::Version => Ok(json!({ "version": env!("CARGO_PKG_VERSION"), "protocol": super::protocol::VERSION })),
@@ -1558,6 +1571,22 @@ impl<D: CryptoDevice> CtlHandler for Manager<'_, D> {
     }
 }
 
+
+/// An SPD entry as `policy.list` shows it (and `policy.del` takes it).
+fn policy_json(p: &model::Policy) -> Value {
+    let pfx = |p: (std::net::IpAddr, u8)| format!("{}/{}", p.0, p.1);
+    let ports = |r: (u16, u16)| format!("{}-{}", r.0, r.1);
+    json!({
+        "direction": dir_name(p.direction),
+        "src": pfx(p.src),
+        "dst": pfx(p.dst),
+        "protocol": match p.protocol { model::Protocol::Any => "any".to_string(), model::Protocol::Number(n) => n.to_string() },
+        "src_ports": ports(p.src_ports),
+        "dst_ports": ports(p.dst_ports),
+        "priority": p.priority,
+        "action": match p.action { Action::Protect(s) => format!("protect {s}"), Action::Bypass => "bypass".into(), Action::Discard => "discard".into() },
+    })
+}
 #[cfg(test)]
 #[path = "manager_tests.rs"]
 mod tests;

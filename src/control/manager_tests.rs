@@ -913,3 +913,41 @@ fn limit_one_rekey_refuses_a_gone_sas_key_before_stopping_the_queue_pair() {
     fx.m.publish();
     assert!(fx.out_slot(1101).is_some() && fx.out_slot(1201).is_none());
 }
+
+#[test]
+fn policy_del_removes_the_listed_entry_and_narrows_its_inbound_sa() {
+    let extra = format!(
+        "{}[[policy]]\ndirection = \"outbound\"\nsrc = \"192.0.2.0/24\"\ndst = \"198.51.100.0/24\"\nprotocol = 17\npriority = 1\naction = \"bypass\"\n",
+        policy("inbound", "198.51.100.0/24", "10.0.0.0/8", 1002)
+    );
+    let cfg = load("pdel", &config_text("backend = \"software\"", &extra));
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let listed = |fx: &Fixture<'_, SoftDevice>| fx.m.list_policies()["policies"].as_array().unwrap().clone();
+    let inbound_admits = |fx: &Fixture<'_, SoftDevice>, dst: &str| {
+        let t = fx.snap();
+        let e = t.sad.inbound_lookup(1002, OURS).and_then(|s| t.sad.inbound_at(s)).unwrap();
+        e.admits(&crate::policy::spd::FlowKey { src: "198.51.100.10".parse().unwrap(), dst: dst.parse().unwrap(), protocol: 17, ports: Some((1, 2)) })
+    };
+    assert_eq!(listed(&fx).len(), 4);
+    // The UDP bypass comes first: the protect entry does not get UDP.
+    assert!(protect_slots(&fx.snap().spd_out).is_empty());
+    let bypass = listed(&fx).into_iter().find(|p| p["action"] == "bypass").unwrap();
+    let r = fx.m.del_policy(&bypass).unwrap();
+    assert_eq!((r["deleted"].clone(), r["index"].clone()), (bypass.clone(), json!(3)));
+    fx.m.publish();
+    assert_eq!(protect_slots(&fx.snap().spd_out), vec![fx.out_slot(1001).unwrap()], "UDP now protected");
+    // Gone: the same listing removes nothing the second time.
+    assert_eq!(fx.m.del_policy(&bypass).unwrap_err().kind, MgrErrorKind::NotFound);
+    // One of SA 1002's two inbound entries: the SA admits only the other's.
+    assert!(inbound_admits(&fx, "10.1.2.3") && inbound_admits(&fx, "192.0.2.10"));
+    let second = listed(&fx).into_iter().find(|p| p["dst"] == "10.0.0.0/8").unwrap();
+    fx.m.del_policy(&second).unwrap();
+    fx.m.publish();
+    assert!(!inbound_admits(&fx, "10.1.2.3") && inbound_admits(&fx, "192.0.2.10"));
+    // An entry differing in one field is not a match.
+    let mut other = listed(&fx)[0].clone();
+    other["priority"] = json!(11);
+    assert_eq!(fx.m.del_policy(&other).unwrap_err().kind, MgrErrorKind::NotFound);
+    assert_eq!(listed(&fx).len(), 2);
+}

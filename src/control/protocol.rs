@@ -103,6 +103,15 @@ pub enum Command {
     /// `policy.list`: the SPD.
     #[serde(rename = "policy.list")]
     PolicyList,
+    /// `policy.del`, args `{"policy": {…}}`: removes the first SPD entry
+    /// equal to the object, which has the fields of a `policy.list` entry
+    /// (all of them, as listed: a listing taken before another change
+    /// finds nothing rather than the wrong entry).
+    #[serde(rename = "policy.del")]
+    PolicyDel {
+        /// The entry as `policy.list` shows it.
+        policy: Value,
+    },
     /// `neigh.list`: the neighbour table (static and learned entries).
     #[serde(rename = "neigh.list")]
     NeighList,
@@ -118,8 +127,8 @@ pub enum Command {
 }
 
 /// Every command name, for messages and docs.
-pub const COMMANDS: [&str; 10] =
-    ["stats", "sa.list", "sa.add", "sa.del", "sa.rekey", "policy.list", "neigh.list", "reload", "events", "version"];
+pub const COMMANDS: [&str; 11] =
+    ["stats", "sa.list", "sa.add", "sa.del", "sa.rekey", "policy.list", "policy.del", "neigh.list", "reload", "events", "version"];
 
 impl Command {
     /// The `cmd` string.
@@ -131,6 +140,7 @@ impl Command {
             Command::SaDel { .. } => "sa.del",
             Command::SaRekey { .. } => "sa.rekey",
             Command::PolicyList => "policy.list",
+            Command::PolicyDel { .. } => "policy.del",
             Command::NeighList => "neigh.list",
             Command::Reload => "reload",
             Command::Events => "events",
@@ -407,6 +417,12 @@ struct SaDelArgs {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct PolicyDelArgs {
+    policy: Value,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct SaRekeyArgs {
     spi: u32,
     #[serde(default)]
@@ -448,6 +464,10 @@ fn parse_command(cmd: &str, args: Option<Value>) -> Result<Command, CtlError> {
             auth_key: a.auth_key,
         }),
         "policy.list" => none(Command::PolicyList),
+        "policy.del" => decode::<PolicyDelArgs>(cmd, args).and_then(|a| match a.policy {
+            p @ Value::Object(_) => Ok(Command::PolicyDel { policy: p }),
+            other => Err(CtlError::bad_args(format!("policy.del: expected policy to be an object, found {}", kind(&other)))),
+        }),
         "reload" => none(Command::Reload),
         "events" => none(Command::Events),
         "version" => none(Command::Version),
@@ -634,6 +654,7 @@ mod tests {
             Command::SaRekey { spi: 1, direction: Some(Direction::Inbound), dst: Some("203.0.113.1".parse().unwrap()), new_spi: 2, key: "00ff".into(), auth_key: Some("aa".into()) },
             Command::SaRekey { spi: 1, direction: None, dst: None, new_spi: 2, key: "00ff".into(), auth_key: None },
             Command::PolicyList,
+            Command::PolicyDel { policy: json!({"direction": "outbound", "src": "10.0.0.0/8", "priority": 5}) },
             Command::NeighList,
             Command::Reload,
             Command::Events,

@@ -477,3 +477,39 @@ def test_sighup_reload(start_gws, artifacts):
     assert msg in line, f"socket error {msg!r} differs from the SIGHUP log line {line!r}"
     assert strip(ctl_json(gw1, "sa", "list")["sas"]) == strip(sas)
     assert gw1.alive()
+
+
+# --------------------------------------------------------------------------
+# policy del
+
+def test_policy_added_then_deleted_by_its_listed_number(gws, artifacts):
+    """`sa add` with a policy alone (outbound DISCARD of ICMP hostA → hostB,
+    priority 1, ahead of the PROTECT entry): Linux's ping gets nothing
+    back and gw0 counts policy_discard; `policy del N` (N from `policy
+    list`) removes exactly it: the SPD is as before and ping goes through."""
+    gw0 = gws["gw0"]
+    before = policies(gw0)
+    tx, rx, out = L.ping("hostA", L.B_IP, count=2)
+    assert (tx, rx) == (2, 2), out
+    frag = ('[[policy]]\ndirection = "outbound"\nsrc = "192.0.2.0/24"\ndst = "198.51.100.0/24"\n'
+            'protocol = "icmp"\npriority = 1\naction = "discard"\n')
+    gw0.ctl("sa", "add", "-", input=frag.encode())
+    listed = policies(gw0)
+    n = next(i for i, p in enumerate(listed) if p["action"] == "discard")
+    assert listed[:n] + listed[n + 1:] == before, listed
+    drops = ctl_json(gw0, "stats")["drops"]["policy_discard"]
+    tx, rx, out = L.ping("hostA", L.B_IP, count=3)
+    assert (tx, rx) == (3, 0), out
+    assert ctl_json(gw0, "stats")["drops"]["policy_discard"] - drops == 3
+    table = gw0.ctl("policy", "list")
+    assert re.search(rf"(?m)^\s*{n}\s+outbound\s+192\.0\.2\.0/24\s+198\.51\.100\.0/24\s+1\s.*discard\s*$", table), table
+    out = gw0.ctl("policy", "del", n)
+    assert "discard" in out and f"index={n}" in out, out
+    assert policies(gw0) == before
+    tx, rx, out = L.ping("hostA", L.B_IP, count=2)
+    assert (tx, rx) == (2, 2), out
+    # A number past the end removes nothing and says so.
+    r = subprocess.run([str(gw0.binary), "ctl", "--socket", gw0.socket, "policy", "del", str(len(before))],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and f"no policy {len(before)}" in r.stderr, (r.returncode, r.stderr)
+    assert policies(gw0) == before
