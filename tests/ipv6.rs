@@ -757,3 +757,32 @@ fn bypassed_ipv6_too_big_gets_packet_too_big_with_the_port_mtu() {
     assert_eq!((s.drops["mtu_exceeded"], s.icmp_sent), (1, 1));
     assert_eq!(s.drops.values().sum::<u64>(), 1);
 }
+
+/// The outer flow label (RFC 6437, RFC 6438 §3): 0 by default (nothing of
+/// the inner flows shows); with `flow_label = "inner"` on SA 1101 one
+/// non-zero label per inner flow, the same for every packet of it
+/// whatever its payload, different across flows (ports), and gw1
+/// decrypts the labelled packets as any other. On an SA with IPv4
+/// endpoints the key is refused.
+#[test]
+fn outer_flow_label_zero_by_default_per_inner_flow_when_asked() {
+    let label = |f: &[u8]| (u32::from(f[15] & 0x0f) << 16) | (u32::from(f[16]) << 8) | u32::from(f[17]);
+    let mut plain = Gw::from_config("configs/ep0-v6.toml");
+    let out = plain.push("inside", &[from_a(&udp6(A6, B6, 0, 64, 1000, 5001, b"x"))]);
+    assert_eq!((out[0].1[14] >> 4, label(&out[0].1)), (6, 0), "IPv6 outer, unlabelled");
+
+    let cfg = edited_config("ep0-v6.toml", "flowlabel", |t| t.replacen("spi = 1101\n", "spi = 1101\nflow_label = \"inner\"\n", 1));
+    let mut gw0 = Gw::from_config(&cfg);
+    let mut gw1 = Gw::from_config("configs/ep1-v6.toml");
+    let flow = |sport: u16, salt: u8| from_a(&udp6(A6, B6, 0, 64, sport, 5001, &payload(40 + salt as usize, salt)));
+    let first: Vec<u32> = (0..3).map(|s| label(&gw0.push("inside", &[flow(1000, s)]).remove(0).1)).collect();
+    assert!(first[0] != 0 && first.iter().all(|&l| l == first[0]), "one label for one flow: {first:x?}");
+    let labels: std::collections::HashSet<u32> = (0..16u16).map(|i| label(&gw0.push("inside", &[flow(2000 + i, 0)]).remove(0).1)).collect();
+    assert!(labels.len() >= 15 && !labels.contains(&0), "16 flows, labels {labels:x?}");
+    let esp = gw0.push("inside", &[flow(1000, 9)]).remove(0).1;
+    assert_eq!(gw1.push("outside", &[esp]).len(), 1, "{:?}", gw1.stats().drops);
+
+    let v4 = edited_config("ep0-v6.toml", "flowlabel4", |t| t.replacen("spi = 1001\n", "spi = 1001\nflow_label = \"inner\"\n", 1));
+    let e = secgw::config::load(std::path::Path::new(&v4)).unwrap_err().to_string();
+    assert!(e.contains("sa[0].flow_label: flow_label = \"inner\" needs IPv6 tunnel endpoints"), "{e}");
+}

@@ -134,6 +134,9 @@
 //!                           #   shorter than this are padded with zeros to it, 0..=1400, default
 //!                           #   0 = off; padded, they must fit the mtu of the port routed to
 //!                           #   tunnel_dst; at run time capped to what fits a learned path MTU
+//! flow_label = "zero"       # outbound tunnel SAs with IPv6 endpoints: the outer flow label,
+//!                           #   "zero" (default: tells nothing of the inner flows) or "inner"
+//!                           #   (keyed hash of the inner addresses, protocol and ports, RFC 6438)
 //! pad_align = 0             # outbound SAs only: ESP padding alignment in bytes (RFC 4303 §2.4),
 //!                           #   payload + padding + 2 end on a multiple of it; 0 (default) = the
 //!                           #   algorithm's block size (4, 16 for AES-CBC); else 4, 8, 16, 32, 64,
@@ -558,6 +561,7 @@ struct RawSa {
     dummy_len: Field,
     tfc_pad_to: Field,
     pad_align: Field,
+    flow_label: Field,
     soft_packets: Field,
     hard_packets: Field,
     soft_bytes: Field,
@@ -1848,6 +1852,21 @@ impl Checker<'_> {
                 None
             };
             let pad_align = ck.pad_align(&s.pad_align, tab, direction, algorithm);
+            const FLOW_WHY: (&str, &str) =
+                ("the sender writes the outer header", "transport mode keeps the packet's own header and its flow label");
+            let flow_label_inner = if sender_tunnel_only(ck, &s.flow_label, "flow_label", FLOW_WHY) {
+                let v = ck.opt_keyword(&s.flow_label, &tab.field("flow_label"), &[("zero", false), ("inner", true)], false);
+                match (&s.flow_label, v, tunnel_dst) {
+                    (Some(f), Some(true), Some(IpAddr::V4(_))) => {
+                        let m = "flow_label = \"inner\" needs IPv6 tunnel endpoints: an IPv4 outer header has no flow label; remove it";
+                        ck.problem(&f.span(), &tab.field("flow_label"), m);
+                        None
+                    }
+                    _ => v,
+                }
+            } else {
+                None
+            };
             if let (Some(v), Some(0)) = (&s.dummy_len, dummy_interval_ms) {
                 let m = "dummy_len applies only with dummy_interval_ms > 0 (no dummy packets are sent); add it or remove dummy_len";
                 ck.problem(&v.span(), &tab.field("dummy_len"), m);
@@ -1919,6 +1938,7 @@ impl Checker<'_> {
                 dummy_len: dummy_len? as usize,
                 tfc_pad_to: tfc_pad_to? as usize,
                 pad_align: pad_align?,
+                flow_label_inner: flow_label_inner?,
                 lifetime: lifetime?,
                 first_seq: first_seq?,
             })

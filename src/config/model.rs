@@ -414,6 +414,12 @@ pub struct Sa {
     /// else a power of two from 4 to 256 and at least that block size
     /// ([`crate::esp::OutboundSa::pad_align`]).
     pub pad_align: usize,
+    /// IPv6 outer header's flow label (outbound tunnel SAs with IPv6
+    /// endpoints; `flow_label = "inner"`): derived from the inner packet's
+    /// flow (RFC 6438 §3) under a key of the SA's, for ECMP and link
+    /// aggregation on the path; false (`"zero"`, the default) = 0, which
+    /// tells an observer nothing about the inner flows (RFC 6438 §5).
+    pub flow_label_inner: bool,
     /// Soft and hard lifetime limits (RFC 4301 §4.4.2.1) in packets, bytes
     /// (inner packets) and seconds; `u64::MAX` = none (the default). Each
     /// soft limit given with its hard one is below it; seconds are at most

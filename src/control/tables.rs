@@ -119,6 +119,7 @@ pub fn outbound_sa(gw: &model::Gateway, sa: &model::Sa, session: Arc<Session>, o
         dummy: (sa.dummy_interval_ms > 0).then_some(DummyPlan { interval: std::time::Duration::from_millis(sa.dummy_interval_ms), len: sa.dummy_len }),
         tfc_pad_to: sa.tfc_pad_to,
         pad_align: sa.pad_align.max(sa.algorithm.block_size()),
+        flow_label_key: sa.flow_label_inner.then(std::collections::hash_map::RandomState::new),
         path_mtu: Default::default(),
     })
 }

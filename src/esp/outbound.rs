@@ -464,6 +464,46 @@ impl TunnelPlan {
     }
 }
 
+/// The outer IPv6 flow label of inner packet `inner` (RFC 6438 §3): a
+/// hash under `key` of its source and destination addresses, protocol
+/// (IPv4) or first next header (IPv6), its own flow label (IPv6), and its
+/// ports when that header is TCP, UDP, SCTP or UDP-Lite and (IPv4) the
+/// packet is not a fragment, so every packet of a flow gets one label and
+/// flows spread over ECMP paths. 20 bits, never 0 (RFC 6437 §3: 0 means
+/// unlabeled); an inner packet too short to read gets the key's label of
+/// nothing. `key` is the SA's, random: the label says nothing an observer
+/// can compute from a guessed inner flow.
+pub fn flow_label(key: &std::collections::hash_map::RandomState, inner: &[u8]) -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = key.build_hasher();
+    let has_ports = |proto: u8| matches!(proto, 6 | 17 | 132 | 136);
+    match inner.first().map(|b| b >> 4) {
+        Some(4) if inner.len() >= ipv4::MIN_HEADER_LEN => {
+            h.write(&inner[ipv4::SRC..ipv4::SRC + 8]);
+            h.write_u8(inner[ipv4::PROTOCOL]);
+            let fragment = u16::from_be_bytes([inner[ipv4::FLAGS_FRAG], inner[ipv4::FLAGS_FRAG + 1]]) & 0x3fff != 0;
+            let ihl = usize::from(inner[0] & 0x0f) * 4;
+            if let Some(ports) = inner.get(ihl..ihl + 4).filter(|_| !fragment && has_ports(inner[ipv4::PROTOCOL])) {
+                h.write(ports);
+            }
+        }
+        Some(6) if inner.len() >= ipv6::HEADER_LEN => {
+            h.write(&inner[ipv6::SRC..ipv6::SRC + 32]);
+            h.write_u8(inner[ipv6::NEXT_HEADER]);
+            h.write(&[inner[1] & 0x0f, inner[2], inner[3]]);
+            if let Some(ports) = inner.get(ipv6::HEADER_LEN..ipv6::HEADER_LEN + 4).filter(|_| has_ports(inner[ipv6::NEXT_HEADER])) {
+                h.write(ports);
+            }
+        }
+        _ => {}
+    }
+    let v = h.finish();
+    match (v ^ (v >> 32)) as u32 & 0x000f_ffff {
+        0 => 1,
+        l => l,
+    }
+}
+
 /// The first 16 bytes of ESP padding (RFC 4303 §2.4: 1, 2, 3, …).
 const PAD_RUN: [u8; 16] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16];
 
@@ -559,9 +599,16 @@ fn seal_tunnel(
     let outer_total = (f.len() - ETH) as u16;
     if plan.ipv6 {
         f[ETH..ETH + ipv6::HEADER_LEN].copy_from_slice(&plan.hdr[..ipv6::HEADER_LEN]);
-        // Version 6, traffic class `tos`, flow label 0 (RFC 6437 §2).
+        // Version 6, traffic class `tos`, flow label 0 (RFC 6437 §2) or
+        // the inner flow's (RFC 6438 §3; not of a dummy packet's).
+        let label = match &sa.flow_label_key {
+            Some(k) if next_header != ipv4::PROTO_NONE => flow_label(k, &f[esp + plan.front..esp + plan.front + payload_len]),
+            _ => 0,
+        };
         f[ETH] = 0x60 | tos >> 4;
-        f[ETH + 1] = tos << 4;
+        f[ETH + 1] = tos << 4 | (label >> 16) as u8;
+        f[ETH + 2] = (label >> 8) as u8;
+        f[ETH + 3] = label as u8;
         f[ETH + ipv6::PAYLOAD_LEN..ETH + ipv6::PAYLOAD_LEN + 2].copy_from_slice(&(outer_total - ipv6::HEADER_LEN as u16).to_be_bytes());
     } else {
         // An outer packet to be fragmented (RFC 4213 §3.2) goes with DF

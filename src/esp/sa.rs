@@ -89,6 +89,12 @@ pub struct OutboundSa {
     /// blocks: 16 spares AES-GCM providers their partial-block path
     /// (README, Figures), and hides lengths a little (§2.4, §2.7).
     pub pad_align: usize,
+    /// Tunnel mode with IPv6 endpoints: the key under which the outer
+    /// flow label is derived from the inner flow (RFC 6438 §3,
+    /// [`super::outbound::flow_label`]); `None` = label 0. Random per SA,
+    /// so the label of a flow cannot be computed by an observer (RFC 6437
+    /// §3, RFC 6438 §5).
+    pub flow_label_key: Option<std::collections::hash_map::RandomState>,
     /// Tunnel mode: the path MTU to `tunnel_dst` learned from ICMP (RFC
     /// 4301 §8.2.1), none at first ([`super::pmtu`]).
     pub path_mtu: super::pmtu::PathMtu,
@@ -123,6 +129,7 @@ impl OutboundSa {
             owner: 0,
             dummy: None,
             tfc_pad_to: 0,
+            flow_label_key: None,
             pad_align: 0,
             path_mtu: Default::default(),
         })
