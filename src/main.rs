@@ -385,7 +385,7 @@ fn ctl(socket: PathBuf, cmd: CtlCmd) -> ExitCode {
         CtlCmd::Policy { cmd: PolicyCmd::Del { index } } => request(&Command::PolicyList).and_then(|v| {
             let n = v.get("policies").and_then(|p| p.as_array()).map_or(0, Vec::len);
             match v.get("policies").and_then(|p| p.get(index)) {
-                Some(entry) => request(&Command::PolicyDel { policy: entry.clone() }).map(|v| Ok(client::render_compact(&v) + "\n")),
+                Some(entry) => request(&Command::PolicyDel { policy: entry.clone(), index: Some(index) }).map(|v| Ok(client::render_compact(&v) + "\n")),
                 None => Ok(Err(format!("no policy {index}: the SPD has {n} (policy list numbers them from 0)"))),
             }
         }),

@@ -1752,4 +1752,8 @@ fn warnings_for_endpoints_addresses_socket_and_shadowed_policies() {
     // Not covered (a wider source) and inbound PROTECT entries (their SA's
     // selectors): no warning.
     assert!(warns(&format!("{BASE}{}", bypass.replace("192.0.2.0/25", "192.0.0.0/16"))).is_empty());
+    // An inbound BYPASS ahead of an inbound PROTECT covering it: cleartext
+    // the SA should carry is let in.
+    let in_bypass = "\n[[policy]]\ndirection = \"inbound\"\nsrc = \"198.51.100.0/23\"\ndst = \"192.0.0.0/16\"\npriority = 0\naction = \"bypass\"\n";
+    one(&format!("{BASE}{in_bypass}"), "policy[1]: policy[2] (bypass, priority 0) comes first and covers all its selectors: what this entry's SA should carry is also let in in the clear");
 }

@@ -93,7 +93,7 @@ impl CtlHandler for Mock {
             Command::Version => Ok(json!({"version": "test", "protocol": protocol::VERSION})),
             Command::Reload => Ok(json!({"big": "x".repeat(16 * 1024)})),
             Command::Events => Err(CtlError::internal("events reached the handler")),
-            Command::PolicyDel { policy } => Ok(json!({"deleted": policy, "index": 0})),
+            Command::PolicyDel { policy, index } => Ok(json!({"deleted": policy, "index": index})),
         }
     }
     fn commit(&mut self) {

@@ -601,6 +601,9 @@ fn secgw_toml_given_to_import_is_told_so_once() {
     assert_eq!(e.problems().len(), 1, "{e}");
     let m = e.to_string();
     assert!(m.contains("this is secgw's own TOML config, not a DPDK ipsec-secgw .cfg") && m.contains("secgw check"), "{m}");
+    // The same TOML named .cfg: secgw check would import it too; rename it.
+    let Err(e) = dpdk::import(&text, Path::new("base.cfg"), &opts()) else { panic!("a TOML file imported") };
+    assert!(e.to_string().contains("named .cfg, which secgw reads as DPDK's: rename it to .toml"), "{e}");
     // A .cfg with a bad line still gets its own error, not the hint.
     let Err(e) = dpdk::import("sp ipv4 out esp protect 5 pri 1 dst 192.168.105.0/24\nbogus 1 2\n", Path::new("x.cfg"), &opts()) else {
         panic!("a bad line imported")

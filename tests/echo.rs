@@ -170,9 +170,11 @@ fn what_is_not_a_request_stays_to_us() {
     assert_eq!(gw0.push("inside", &[from_host_a(&good)]).len(), 1);
 }
 
-/// A flood gets at most the ICMP rate limit (100 a second per worker,
-/// shared with the errors) of replies; the rest are `to_us` and counted
-/// under `icmp_rate_limited`.
+/// A flood gets at most the Echo rate limit (100 a second per worker) of
+/// replies; the rest are `to_us` and counted under `icmp_rate_limited`.
+/// The ICMP errors have a bucket of their own: after the flood a packet
+/// too big for the tunnel still gets its "fragmentation needed" (a ping
+/// flood cannot black-hole Path MTU Discovery for the hosts behind us).
 #[test]
 fn a_ping_flood_is_answered_within_the_rate_limit() {
     let mut gw0 = Gw::from_config("configs/ep0.toml");
@@ -184,6 +186,39 @@ fn a_ping_flood_is_answered_within_the_rate_limit() {
     assert_eq!(s.echo_replies + s.drops["to_us"], 300);
     assert_eq!(s.icmp_rate_limited, s.drops["to_us"]);
     assert_accounted(&s, "gw0");
+    let big = from_host_a(&udp_packet(HOST_A, Ipv4Addr::new(198, 51, 100, 10), 0, 64, 4000, 9, &[0x5a; 1472]));
+    let err = gw0.push("inside", &[big]);
+    assert_eq!((err.len(), gw0.stats().icmp_sent), (1, 1), "the error is not rate limited by the flood");
+    assert_eq!((err[0].1[14 + 20], err[0].1[14 + 21]), (3, 4), "fragmentation needed");
+}
+
+/// A router answers for all of its addresses (RFC 1812 §4.3.3.6), and a
+/// packet to one of them is never forwarded: a ping from hostA to gw0's
+/// outside address is answered on the inside port, from that address;
+/// other traffic to it is `to_us` (was `no_policy`, and forwarded with a
+/// bypass policy). An Echo Request from a directed broadcast address of
+/// one of our subnets is not answered.
+#[test]
+fn the_other_ports_address_is_ours_too() {
+    let mut gw0 = Gw::from_config("configs/ep0.toml");
+    let req = echo4(HOST_A, GW0_OUT, 64, 3, b"the far side");
+    let out = gw0.push("inside", &[from_host_a(&req)]);
+    assert_eq!(out.len(), 1, "{:?}", gw0.stats().drops);
+    assert_eq!(out[0].0, "inside");
+    assert_reply4(&out[0].1[14..], &req);
+    let udp = from_host_a(&udp_packet(HOST_A, GW0_OUT, 0, 64, 4000, 9, b"to the outside address"));
+    assert!(gw0.push("inside", &[udp]).is_empty());
+    let s = gw0.stats();
+    assert_eq!((s.echo_replies, s.drops["to_us"], s.drops["no_policy"]), (1, 1, 0));
+    // From the wan, to the inside address: the same.
+    let req = echo4(GW1_OUT, GW0_IN, 64, 4, b"the near side");
+    let out = gw0.push("outside", &[eth(mac(GW0_OUT_MAC), mac(GW1_OUT_MAC), 0x0800, &req)]);
+    assert_eq!((out.len(), out.first().map(|o| o.0.as_str())), (1, Some("outside")));
+    assert_reply4(&out[0].1[14..], &req);
+    // 192.0.2.255: the broadcast address of gw0's inside subnet (/24).
+    let bc = echo4(Ipv4Addr::new(192, 0, 2, 255), GW0_IN, 64, 5, b"from a broadcast address");
+    assert!(gw0.push("inside", &[from_host_a(&bc)]).is_empty());
+    assert_eq!(gw0.stats().echo_replies, 2);
 }
 
 /// An ICMPv6 Echo Request (RFC 4443 §4.1) `src` → `dst` with `data`,

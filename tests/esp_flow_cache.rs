@@ -208,8 +208,9 @@ fn the_inbound_fast_path_takes_only_what_the_slow_path_would_do_the_same_with() 
 #[test]
 fn a_flow_is_cached_for_its_receive_port_only() {
     // A second unprotected port: the same ESP (outer addresses, SPI) to
-    // its MAC is not for one of its addresses, so the slow path finds no
-    // inbound policy for it. The flow cached for the outside port must not
+    // its MAC is not for one of its addresses, so the slow path does not
+    // take it as ESP: it is to another port's address of ours, `to_us`
+    // (never forwarded). The flow cached for the outside port must not
     // decide it.
     let cfg = common::edited_config("ep1.toml", "esp-flow-2nd-port", |t| {
         t + "\n[[port]]\nname = \"outside2\"\ninterface = \"gw1-out2\"\nrole = \"unprotected\"\nmac = \"02:00:00:00:01:03\"\naddresses = [\"100.64.0.2/24\"]\n"
@@ -223,7 +224,7 @@ fn a_flow_is_cached_for_its_receive_port_only() {
     assert_eq!(same_as_slow_path_on(&cfg, 1001, "outside", first, "outside2", other_port, "another port"), 0);
     let mut gw = Gw::from_config(&cfg);
     assert!(gw.push("outside2", &[other_port(&gw.sa_key(1001, true))]).is_empty());
-    assert_eq!(gw.drop_count("no_policy"), 1);
+    assert_eq!((gw.drop_count("to_us"), gw.drop_count("no_policy")), (1, 0));
 }
 
 /// Transport-mode ESP (RFC 4303 §3.1.1) of SA 1001 (configs/ep1.toml

@@ -241,10 +241,14 @@ fn secgw_toml_given(text: &str, source: &Path) -> Option<ConfigError> {
         line: 0,
         column: 0,
         field: String::new(),
-        message: format!(
-            "this is secgw's own TOML config, not a DPDK ipsec-secgw .cfg (sp/sa/rt/neigh lines); `secgw check {}` validates it, `secgw run --config` runs it",
-            source.display()
-        ),
+        message: if is_dpdk_cfg(source) {
+            "this is secgw's own TOML config, not a DPDK ipsec-secgw .cfg (sp/sa/rt/neigh lines), but named .cfg, which secgw reads as DPDK's: rename it to .toml".to_owned()
+        } else {
+            format!(
+                "this is secgw's own TOML config, not a DPDK ipsec-secgw .cfg (sp/sa/rt/neigh lines); `secgw check {}` validates it, `secgw run --config` runs it",
+                source.display()
+            )
+        },
     }))
 }
 

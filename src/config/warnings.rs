@@ -39,7 +39,8 @@ fn covers((p, len): (IpAddr, u8), a: IpAddr) -> bool {
 /// an outbound policy, or an inbound BYPASS / DISCARD one, that never
 /// matches because an earlier one (lower priority number, or the same one
 /// earlier in the file) covers all its selectors (RFC 4301 §4.4.1: the
-/// first match decides).
+/// first match decides); an inbound PROTECT one behind such an inbound
+/// BYPASS (its traffic is also taken in the clear).
 pub fn warnings(cfg: &Config) -> Vec<String> {
     let mut out = Vec::new();
     // Placed by reading the file again, once: only if there is a warning or
@@ -203,20 +204,20 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
         for (j, &(a, len)) in p.addresses.iter().enumerate() {
             // (Unspecified, multicast and broadcast ones the loader refuses.)
             let what = match a {
-                IpAddr::V4(v) if v.is_loopback() => Some("a loopback address"),
-                IpAddr::V4(v) if v.is_link_local() => Some("a link-local address (169.254.0.0/16)"),
+                IpAddr::V4(v) if v.is_loopback() => Some("a loopback address (martian: never forwarded to or from)"),
+                IpAddr::V4(v) if v.is_link_local() => Some("a link-local address (169.254.0.0/16; martian: never forwarded to or from)"),
                 IpAddr::V4(v) if len <= 30 => {
                     let host = u32::MAX >> len;
                     let bits = u32::from(v) & host;
                     (bits == 0).then_some("its subnet's network address").or((bits == host).then_some("its subnet's broadcast address"))
                 }
-                IpAddr::V6(v) if v.is_loopback() => Some("the loopback address"),
+                IpAddr::V6(v) if v.is_loopback() => Some("the loopback address (martian: never forwarded to or from)"),
                 _ => None,
             };
             if let Some(what) = what {
                 warn(
                     format!("port[{i}].addresses[{j}]"),
-                    format!("{a}/{len} is {what}: no host can use it as port {}'s address (packets to or from such addresses are dropped as martian)", p.name),
+                    format!("{a}/{len} is {what}: no host can use it as port {}'s address", p.name),
                 );
             }
         }
@@ -285,28 +286,37 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
     // RFC 4301 §4.4.1: the first matching entry decides; one whose every
     // selector an earlier entry covers is never reached. Not so an inbound
     // PROTECT entry: it also gives its SA's selectors, checked on what the
-    // SA decrypts (RFC 4301 §5.2), whatever comes first for cleartext.
+    // SA decrypts (RFC 4301 §5.2), whatever comes first for cleartext; but
+    // an inbound BYPASS ahead of it lets in, in the clear, what its SA
+    // should carry.
     let order = |i: usize| (cfg.policies[i].priority, i);
     for (j, q) in cfg.policies.iter().enumerate() {
-        if q.direction == Direction::Inbound && matches!(q.action, Action::Protect(_)) {
-            continue;
-        }
+        let inbound_protect = q.direction == Direction::Inbound && matches!(q.action, Action::Protect(_));
         let shadow = (0..cfg.policies.len()).filter(|&i| i != j && order(i) < order(j)).find(|&i| {
             let p = &cfg.policies[i];
             let prefix = |a: (IpAddr, u8), b: (IpAddr, u8)| a.1 <= b.1 && covers(a, b.0);
             let ports = |a: (u16, u16), b: (u16, u16)| a.0 <= b.0 && b.1 <= a.1;
             p.direction == q.direction
+                && (!inbound_protect || p.action == Action::Bypass)
                 && prefix(p.src, q.src)
                 && prefix(p.dst, q.dst)
                 && (p.protocol == Protocol::Any || p.protocol == q.protocol)
                 && ports(p.src_ports, q.src_ports)
                 && ports(p.dst_ports, q.dst_ports)
         });
-        if let Some(i) = shadow {
-            warn(
+        match shadow {
+            Some(i) if inbound_protect => warn(
+                format!("policy[{j}]"),
+                format!(
+                    "policy[{i}] (bypass, priority {}) comes first and covers all its selectors: what this entry's SA should carry is also let in in the clear (cleartext_protected never counts it)",
+                    cfg.policies[i].priority
+                ),
+            ),
+            Some(i) => warn(
                 format!("policy[{j}]"),
                 format!("never matches: policy[{i}] (priority {}) comes first and covers all its selectors", cfg.policies[i].priority),
-            );
+            ),
+            None => {}
         }
     }
     out

@@ -1437,16 +1437,22 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         json!({ "policies": v })
     }
 
-    /// `policy del`: removes the first SPD entry whose `policy.list` form
-    /// is `entry` (every field equal). An inbound PROTECT entry also gave
+    /// `policy del`: removes the SPD entry whose `policy.list` form is
+    /// `entry` (every field equal): entry `index` when given (it must be
+    /// equal), else the first equal one. An inbound PROTECT entry also gave
     /// its SA's selectors (RFC 4301 §5.2): that SA admits what its other
     /// entries select, none left = nothing (its packets are
     /// `inner_policy_mismatch`). Errors: `NotFound` when no entry is equal
     /// (a listing taken before another change finds nothing rather than
     /// the wrong entry).
-    pub fn del_policy(&mut self, entry: &Value) -> Result<Value, MgrError> {
-        let Some(i) = self.policies.iter().position(|p| policy_json(p) == *entry) else {
-            return Err(err(MgrErrorKind::NotFound, format!("no policy equal to {entry} (see policy.list)")));
+    pub fn del_policy(&mut self, entry: &Value, index: Option<usize>) -> Result<Value, MgrError> {
+        let found = match index {
+            Some(i) => self.policies.get(i).filter(|p| policy_json(p) == *entry).map(|_| i),
+            None => self.policies.iter().position(|p| policy_json(p) == *entry),
+        };
+        let Some(i) = found else {
+            let at = index.map_or(String::new(), |i| format!(" at index {i}"));
+            return Err(err(MgrErrorKind::NotFound, format!("no policy equal to {entry}{at} (see policy.list)")));
         };
         let p = self.policies.remove(i);
         if let (Direction::Inbound, Action::Protect(spi)) = (p.direction, p.action) {
@@ -1558,7 +1564,7 @@ impl<D: CryptoDevice> CtlHandler for Manager<'_, D> {
                 self.rekey(*spi, *direction, *dst, *new_spi, key.to_vec(), auth.map(|a| a.to_vec()), now).map_err(ctl_error)
             }
             Command::PolicyList => Ok(self.list_policies()),
-            Command::PolicyDel { policy } => self.del_policy(policy).map_err(ctl_error),
+            Command::PolicyDel { policy, index } => self.del_policy(policy, *index).map_err(ctl_error),
             Command::NeighList => Ok(self.list_neighbours(now)),
             Command::Reload => self.reload(now).map_err(ctl_error),
             Command::Version => Ok(json!({ "version": env!("CARGO_PKG_VERSION"), "protocol": super::protocol::VERSION })),

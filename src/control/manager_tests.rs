@@ -933,21 +933,24 @@ fn policy_del_removes_the_listed_entry_and_narrows_its_inbound_sa() {
     // The UDP bypass comes first: the protect entry does not get UDP.
     assert!(protect_slots(&fx.snap().spd_out).is_empty());
     let bypass = listed(&fx).into_iter().find(|p| p["action"] == "bypass").unwrap();
-    let r = fx.m.del_policy(&bypass).unwrap();
+    let r = fx.m.del_policy(&bypass, None).unwrap();
     assert_eq!((r["deleted"].clone(), r["index"].clone()), (bypass.clone(), json!(3)));
     fx.m.publish();
     assert_eq!(protect_slots(&fx.snap().spd_out), vec![fx.out_slot(1001).unwrap()], "UDP now protected");
     // Gone: the same listing removes nothing the second time.
-    assert_eq!(fx.m.del_policy(&bypass).unwrap_err().kind, MgrErrorKind::NotFound);
+    assert_eq!(fx.m.del_policy(&bypass, None).unwrap_err().kind, MgrErrorKind::NotFound);
     // One of SA 1002's two inbound entries: the SA admits only the other's.
     assert!(inbound_admits(&fx, "10.1.2.3") && inbound_admits(&fx, "192.0.2.10"));
     let second = listed(&fx).into_iter().find(|p| p["dst"] == "10.0.0.0/8").unwrap();
-    fx.m.del_policy(&second).unwrap();
+    // Given with its index, the entry there must be that one.
+    assert_eq!(fx.m.del_policy(&second, Some(0)).unwrap_err().kind, MgrErrorKind::NotFound);
+    let at = listed(&fx).iter().position(|p| *p == second);
+    fx.m.del_policy(&second, at).unwrap();
     fx.m.publish();
     assert!(!inbound_admits(&fx, "10.1.2.3") && inbound_admits(&fx, "192.0.2.10"));
     // An entry differing in one field is not a match.
     let mut other = listed(&fx)[0].clone();
     other["priority"] = json!(11);
-    assert_eq!(fx.m.del_policy(&other).unwrap_err().kind, MgrErrorKind::NotFound);
+    assert_eq!(fx.m.del_policy(&other, None).unwrap_err().kind, MgrErrorKind::NotFound);
     assert_eq!(listed(&fx).len(), 2);
 }

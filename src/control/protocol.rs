@@ -103,14 +103,20 @@ pub enum Command {
     /// `policy.list`: the SPD.
     #[serde(rename = "policy.list")]
     PolicyList,
-    /// `policy.del`, args `{"policy": {…}}`: removes the first SPD entry
-    /// equal to the object, which has the fields of a `policy.list` entry
-    /// (all of them, as listed: a listing taken before another change
-    /// finds nothing rather than the wrong entry).
+    /// `policy.del`, args `{"policy": {…}, "index": N}`: removes the SPD
+    /// entry equal to the object, which has the eight fields of a
+    /// `policy.list` entry (direction, src, dst, protocol, src_ports,
+    /// dst_ports, priority, action: else `bad_args`): entry `index` of the
+    /// listing when given (it must be equal), else the first equal one. A
+    /// listing taken before another change finds nothing rather than the
+    /// wrong entry.
     #[serde(rename = "policy.del")]
     PolicyDel {
         /// The entry as `policy.list` shows it.
         policy: Value,
+        /// Its place in `policy.list` (0-based).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        index: Option<usize>,
     },
     /// `neigh.list`: the neighbour table (static and learned entries).
     #[serde(rename = "neigh.list")]
@@ -419,6 +425,43 @@ struct SaDelArgs {
 #[serde(deny_unknown_fields)]
 struct PolicyDelArgs {
     policy: Value,
+    #[serde(default)]
+    index: Option<usize>,
+}
+
+/// The fields of a `policy.list` entry and whether each is a string
+/// (`protocol` may be either, `priority` is a number).
+const POLICY_FIELDS: [(&str, Option<bool>); 8] = [
+    ("direction", Some(true)),
+    ("src", Some(true)),
+    ("dst", Some(true)),
+    ("protocol", None),
+    ("src_ports", Some(true)),
+    ("dst_ports", Some(true)),
+    ("priority", Some(false)),
+    ("action", Some(true)),
+];
+
+/// `policy.del`'s `policy`: an object of exactly [`POLICY_FIELDS`].
+fn policy_entry(v: Value) -> Result<Value, CtlError> {
+    let Value::Object(m) = &v else {
+        return Err(CtlError::bad_args(format!("policy.del: expected policy to be an object, found {}", kind(&v))));
+    };
+    if let Some(k) = m.keys().find(|k| !POLICY_FIELDS.iter().any(|(f, _)| f == k)) {
+        return Err(CtlError::bad_args(format!("policy.del: unknown field {k:?} in policy (a policy.list entry has {})", POLICY_FIELDS.map(|f| f.0).join(", "))));
+    }
+    for (f, string) in POLICY_FIELDS {
+        let ok = match (m.get(f), string) {
+            (None, _) => return Err(CtlError::bad_args(format!("policy.del: policy lacks {f:?} (give the entry as policy.list shows it)"))),
+            (Some(x), Some(true)) => x.is_string(),
+            (Some(x), Some(false)) => x.is_u64(),
+            (Some(x), None) => x.is_string() || x.is_u64(),
+        };
+        if !ok {
+            return Err(CtlError::bad_args(format!("policy.del: policy's {f:?} is {}, not as policy.list shows it", kind(&m[f]))));
+        }
+    }
+    Ok(v)
 }
 
 #[derive(Deserialize)]
@@ -464,10 +507,9 @@ fn parse_command(cmd: &str, args: Option<Value>) -> Result<Command, CtlError> {
             auth_key: a.auth_key,
         }),
         "policy.list" => none(Command::PolicyList),
-        "policy.del" => decode::<PolicyDelArgs>(cmd, args).and_then(|a| match a.policy {
-            p @ Value::Object(_) => Ok(Command::PolicyDel { policy: p }),
-            other => Err(CtlError::bad_args(format!("policy.del: expected policy to be an object, found {}", kind(&other)))),
-        }),
+        "policy.del" => {
+            decode::<PolicyDelArgs>(cmd, args).and_then(|a| Ok(Command::PolicyDel { policy: policy_entry(a.policy)?, index: a.index }))
+        }
         "reload" => none(Command::Reload),
         "events" => none(Command::Events),
         "version" => none(Command::Version),
@@ -613,6 +655,14 @@ mod tests {
         assert_eq!(code("{\"v\":1,\"cmd\":\"sa.rekey\",\"args\":{\"spi\":1,\"new_spi\":2}}"), ErrorCode::BadArgs);
         assert_eq!(code("{\"v\":1,\"cmd\":\"sa.add\",\"args\":{\"toml\":5}}"), ErrorCode::BadArgs);
         assert_eq!(code("{\"v\":1,\"cmd\":\"sa.list\",\"args\":{\"x\":1}}"), ErrorCode::BadArgs);
+        // policy.del: the entry as listed, all eight fields, right types.
+        let entry = r#"{"direction":"inbound","src":"0.0.0.0/0","dst":"0.0.0.0/0","protocol":17,"src_ports":"0-65535","dst_ports":"0-65535","priority":1,"action":"bypass"}"#;
+        let del = |p: &str| format!("{{\"v\":1,\"cmd\":\"policy.del\",\"args\":{{\"policy\":{p}}}}}");
+        assert!(parse_request(del(entry).as_bytes()).is_ok());
+        assert_eq!(code(&del(&entry.replace(r#","action":"bypass""#, ""))), ErrorCode::BadArgs);
+        assert_eq!(code(&del(&entry.replace(r#""priority":1"#, r#""priority":"1""#))), ErrorCode::BadArgs);
+        assert_eq!(code(&del(&entry.replace(r#""priority":1"#, r#""priority":1,"extra":1"#))), ErrorCode::BadArgs);
+        assert_eq!(code(&del("[1]")), ErrorCode::BadArgs);
         assert_eq!(code("{\"v\":1,\"cmd\":\"sa.list\",\"args\":[]}"), ErrorCode::BadArgs);
         assert_eq!(code("{\"v\":1,\"cmd\":\"stats\",\"args\":{\"format\":\"xml\"}}"), ErrorCode::BadArgs);
         let big = format!("{{\"v\":1,\"cmd\":\"sa.add\",\"args\":{{\"toml\":\"{}\"}}}}", "x".repeat(MAX_REQUEST_BYTES));
@@ -654,7 +704,11 @@ mod tests {
             Command::SaRekey { spi: 1, direction: Some(Direction::Inbound), dst: Some("203.0.113.1".parse().unwrap()), new_spi: 2, key: "00ff".into(), auth_key: Some("aa".into()) },
             Command::SaRekey { spi: 1, direction: None, dst: None, new_spi: 2, key: "00ff".into(), auth_key: None },
             Command::PolicyList,
-            Command::PolicyDel { policy: json!({"direction": "outbound", "src": "10.0.0.0/8", "priority": 5}) },
+            Command::PolicyDel {
+                policy: json!({"direction": "outbound", "src": "10.0.0.0/8", "dst": "0.0.0.0/0", "protocol": "any", "src_ports": "0-65535",
+                    "dst_ports": "0-65535", "priority": 5, "action": "bypass"}),
+                index: Some(3),
+            },
             Command::NeighList,
             Command::Reload,
             Command::Events,

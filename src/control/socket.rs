@@ -452,6 +452,11 @@ impl CtlServer {
             match c.finished(&limits) {
                 None => true,
                 Some("") => false,
+                // A client gone before reading its answers: its business.
+                Some(why) if c.dead => {
+                    tracing::debug!(path = %path.display(), unsent = c.unsent(), "dropping control connection: {why}");
+                    false
+                }
                 Some(why) => {
                     tracing::warn!(path = %path.display(), unsent = c.unsent(), "dropping control connection: {why}");
                     false

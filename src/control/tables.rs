@@ -55,6 +55,14 @@ pub fn ports(cfg: &Config, macs: &[[u8; 6]]) -> Vec<PortInfo> {
                     std::net::IpAddr::V4(_) => None,
                 })
                 .collect(),
+            broadcast4: p
+                .addresses
+                .iter()
+                .filter_map(|a| match a.0 {
+                    std::net::IpAddr::V4(v4) if a.1 <= 30 => Some(std::net::Ipv4Addr::from(u32::from(v4) | (u32::MAX >> a.1))),
+                    _ => None,
+                })
+                .collect(),
             mtu: p.mtu,
             peer_mac: p.peer_mac,
         })

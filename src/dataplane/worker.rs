@@ -26,6 +26,35 @@ use std::time::Instant;
 /// limit the rate of ICMP errors).
 pub const ICMP_RATE: u32 = 100;
 
+/// A token bucket of [`ICMP_RATE`] tokens refilled at [`ICMP_RATE`] per
+/// second (whole milliseconds' worth at a time).
+#[derive(Debug, Clone, Copy)]
+struct IcmpBucket {
+    tokens: u32,
+    refill: Instant,
+}
+
+impl IcmpBucket {
+    fn new() -> IcmpBucket {
+        IcmpBucket { tokens: ICMP_RATE, refill: Instant::now() }
+    }
+
+    /// Takes a token at `now`; false when none is left.
+    fn take(&mut self, now: Instant) -> bool {
+        let per_token_ms = 1000 / ICMP_RATE as u128;
+        let elapsed = now.saturating_duration_since(self.refill).as_millis();
+        if elapsed >= per_token_ms {
+            self.tokens = (self.tokens as u128 + elapsed / per_token_ms).min(ICMP_RATE as u128) as u32;
+            self.refill = now;
+        }
+        if self.tokens == 0 {
+            return false;
+        }
+        self.tokens -= 1;
+        true
+    }
+}
+
 const TAG_INBOUND: u64 = 1 << 63;
 /// Set (with an outbound tag) on the op of a dummy packet the worker made
 /// itself (RFC 4303 §2.6): counted as a dummy, not as SA traffic.
@@ -420,8 +449,11 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     /// `prepared` when `version` was adopted: once `finished` reaches it,
     /// no op from an older snapshot is in flight (ops complete in order).
     boundary: u64,
-    icmp_tokens: u32,
-    icmp_refill: Instant,
+    /// ICMP errors' bucket (RFC 1812 §4.3.2.8).
+    icmp_bucket: IcmpBucket,
+    /// Echo Replies' own bucket: a flood of pings does not use up the
+    /// errors' tokens (a Path MTU black hole for the hosts behind us).
+    echo_bucket: IcmpBucket,
     icmp_ident: u16,
     /// Identification of the next outer IPv6 packet the worker fragments
     /// ([`Self::fragment_outer`]); starts at a random value (RFC 7739 §5).
@@ -515,8 +547,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             prepared: 0,
             finished: 0,
             boundary: 0,
-            icmp_tokens: ICMP_RATE,
-            icmp_refill: Instant::now(),
+            icmp_bucket: IcmpBucket::new(),
+            echo_bucket: IcmpBucket::new(),
             icmp_ident: 0,
             frag6_ident: {
                 let mut b = [0u8; 4];
@@ -874,17 +906,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// Takes a token from the ICMP bucket; false when the rate is exhausted.
     fn icmp_allowed(&mut self) -> bool {
         let now = self.now();
-        let per_token_ms = 1000 / ICMP_RATE as u128;
-        let elapsed = now.saturating_duration_since(self.icmp_refill).as_millis();
-        if elapsed >= per_token_ms {
-            self.icmp_tokens = (self.icmp_tokens as u128 + elapsed / per_token_ms).min(ICMP_RATE as u128) as u32;
-            self.icmp_refill = now;
-        }
-        if self.icmp_tokens == 0 {
-            return false;
-        }
-        self.icmp_tokens -= 1;
-        true
+        self.icmp_bucket.take(now)
     }
 
     /// Takes a token from the ICMP bucket (counting `icmp_rate_limited`
@@ -911,8 +933,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// caller to drop as `to_us` when that is off, when it is not such a
     /// request (a fragment, IPv4 options or IPv6 extension headers, a bad
     /// checksum: see the builders), from a source no router forwards to or
-    /// one of ours ([`Tables::martian`]), or past the ICMP rate limit
-    /// shared with the errors (`icmp_rate_limited`). Cold: off the
+    /// one of ours ([`Tables::martian`]) or a directed broadcast of one of
+    /// our subnets ([`Tables::is_our_broadcast`]), or past the Echo
+    /// Replies' own rate limit ([`ICMP_RATE`] per second, apart from the
+    /// errors' so a ping flood cannot starve Path MTU Discovery; counted
+    /// as `icmp_rate_limited`). Cold: off the
     /// forwarding path.
     #[cold]
     #[inline(never)]
@@ -935,10 +960,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 _ => return Some(buf),
             }
         };
-        if !request || !t.is_ours(dst) || t.martian(src, dst) {
+        if !request || !t.is_ours(dst) || t.martian(src, dst) || t.is_our_broadcast(src) {
             return Some(buf);
         }
-        if !self.icmp_allowed() {
+        let now = self.now();
+        if !self.echo_bucket.take(now) {
             self.counters.icmp_rate_limited.add(1);
             return Some(buf);
         }
@@ -1538,7 +1564,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// Plaintext (IPv4 or IPv6) from a protected port: SPD → PROTECT /
     /// BYPASS / DISCARD.
     fn outbound(&mut self, t: &Tables, port: usize, mut buf: PktBuf, key: FlowKey, ttl: u8, error_to: Option<IpAddr>) {
-        if t.is_local(port, key.dst) {
+        // To any of our addresses, this port's or another's: never forwarded
+        // (a router answers for all of its addresses, RFC 1812 §4.3.3.6).
+        if t.is_ours(key.dst) {
             let Some(buf) = self.echo(t, port, buf, ErrorPath::Back) else { return };
             return self.drop_buf(port, DropReason::ToUs, buf);
         }
@@ -1773,6 +1801,13 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             if too_big {
                 return self.pmtu_report(t, port, buf, key.dst, hl);
             }
+            let Some(buf) = self.echo(t, port, buf, ErrorPath::Back) else { return };
+            return self.drop_buf(port, DropReason::ToUs, buf);
+        }
+        // To the address of another of our ports: answered the same way,
+        // never forwarded (ESP and ICMP errors are taken on the address of
+        // the port they arrive on only).
+        if t.is_ours(key.dst) {
             let Some(buf) = self.echo(t, port, buf, ErrorPath::Back) else { return };
             return self.drop_buf(port, DropReason::ToUs, buf);
         }

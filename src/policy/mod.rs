@@ -25,6 +25,10 @@ pub struct PortInfo {
     /// Our IPv6 addresses on this port (Neighbor Solicitations answered;
     /// the first is the source of ICMPv6 errors sent from this port).
     pub addresses6: Vec<Ipv6Addr>,
+    /// The directed broadcast addresses of this port's IPv4 subnets (of
+    /// prefixes up to /30; RFC 919, RFC 1812 §4.2.3.1): no host has one,
+    /// so nothing is answered to one.
+    pub broadcast4: Vec<Ipv4Addr>,
     /// Largest IP packet sent on this port, in bytes.
     pub mtu: u16,
     /// Destination MAC for next hops without a neighbour entry (config
@@ -83,6 +87,12 @@ impl Tables {
             IpAddr::V4(a) => self.ours4.contains(&a),
             IpAddr::V6(a) => self.ours6.contains(&a),
         }
+    }
+
+    /// True if `ip` is the directed broadcast address of one of our IPv4
+    /// subnets ([`PortInfo::broadcast4`]).
+    pub fn is_our_broadcast(&self, ip: IpAddr) -> bool {
+        matches!(ip, IpAddr::V4(a) if self.ports.iter().any(|p| p.broadcast4.contains(&a)))
     }
 
     /// True if a packet from `src` to `dst` must not be forwarded (a
