@@ -414,6 +414,25 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
                 // Sequence numbers ran out (or a seal failed): the run is not what was asked.
                 bail!("{} packets could not be encapsulated (esp errors): the run is short", r.esp_errors);
             }
+            // Paced, the measured packets are those of the schedule's slots in
+            // the measured part: a generator slower than --rate spends it on
+            // the warm-up's late slots and measures few or none.
+            if rate > 0 && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let due = rate as f64 * duration.as_secs_f64();
+                if r.measured_tx_packets == 0 {
+                    bail!(
+                        "no measured packet was sent: the generator fell behind --rate {rate} ({} packets in all, {:.0} pps); give a lower --rate, or 0 for as fast as it goes",
+                        r.tx_packets,
+                        r.tx_packets as f64 / (duration + warmup).as_secs_f64()
+                    );
+                }
+                if (r.measured_tx_packets as f64) < 0.99 * due {
+                    eprintln!(
+                        "gen: warning: fell behind --rate {rate}: {} of {due:.0} measured packets sent; the measured rate is what it reached, not the rate asked",
+                        r.measured_tx_packets
+                    );
+                }
+            }
         }
         Cmd::Sink { iface, xdp, duration, grace_ms, max_flows, idle_sleep_us, esp_config, gen_json, gen_json_wait, json } => {
             check_out("--json", json.as_deref())?;
