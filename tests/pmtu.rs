@@ -592,6 +592,22 @@ fn ports_at_the_largest_mtu_carry_full_size_packets() {
     assert_eq!(&inner[0].1[14 + 20..], &sent[14 + 20..], "UDP header and payload as sent");
     let over = from_host_a(biggest + 1, 9);
     assert_eq!(advertised(&gw0.push("inside", std::slice::from_ref(&over)), &over) as usize, biggest);
+    // A frame larger than the port's mtu (the interface's MTU is higher),
+    // DF clear: its ESP packet would not fit a packet buffer whole, so the
+    // inner packet is fragmented before encryption; both fragments cross.
+    let mut big = from_host_a(2030, 9);
+    big[14 + 6] = 0; // DF clear
+    let ck = ip_checksum(&{
+        let mut h = big[14..34].to_vec();
+        h[10..12].copy_from_slice(&[0, 0]);
+        h
+    });
+    big[24..26].copy_from_slice(&ck.to_be_bytes());
+    let out = gw0.push("inside", &[big]);
+    assert_eq!(out.len(), 2, "{:?}", gw0.stats().drops);
+    assert!(out.iter().all(|(p, f)| p == "outside" && f[14 + 9] == 50 && f.len() - 14 <= mtu));
+    let inner: Vec<_> = out.iter().flat_map(|(_, f)| gw1.push("outside", std::slice::from_ref(f))).collect();
+    assert_eq!(inner.len(), 2, "two inner fragments delivered: {:?}", gw1.stats().drops);
     for g in [&gw0, &gw1] {
         assert_eq!(g.drop_count("no_room"), 0);
     }

@@ -133,6 +133,21 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
                 tracing::warn!("{w}");
             }
         }
+        // The interface takes frames up to its own MTU, whatever the port's
+        // `mtu` says: above what a packet buffer holds they are lost in the
+        // backend (`rx_dropped_backend`).
+        let if_mtu = std::fs::read_to_string(format!("/sys/class/net/{}/mtu", p.interface)).ok().and_then(|m| m.trim().parse::<usize>().ok());
+        if let Some(m) = if_mtu.filter(|&m| m > crate::config::MAX_PORT_MTU as usize) {
+            tracing::warn!(
+                "port {} ({}): the interface's MTU is {m}, above the largest port mtu, {} (packet buffers hold 2048-byte frames): frames longer than that are dropped as rx_dropped_backend; set the interface's MTU to the port's mtu ({}), e.g. ip link set {} mtu {}",
+                p.name,
+                p.interface,
+                crate::config::MAX_PORT_MTU,
+                p.mtu,
+                p.interface,
+                p.mtu
+            );
+        }
     }
     let info = dev.info();
     tracing::info!(

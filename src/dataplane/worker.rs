@@ -1684,7 +1684,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 }
                 // An outer header that may not be fragmented (IPv6, or IPv4
                 // with `df = "set"`): the inner packet is, before encryption.
-                if !sa.transport && (sa.tunnel_dst.is_ipv6() || sa.df == crate::esp::DfMode::Set) {
+                // So is one whose ESP packet would not fit a packet buffer
+                // (an interface MTU above the port's `mtu` lets such frames
+                // in): it could not be encrypted whole (`no_room`).
+                let no_room = outbound::encapsulated_len(sa, hl, buf.len() - ethernet::HEADER_LEN) + ethernet::HEADER_LEN > crate::io::BUF_SIZE - crate::io::HEADROOM;
+                if !sa.transport && (sa.tunnel_dst.is_ipv6() || sa.df == crate::esp::DfMode::Set || no_room) {
                     decrement_hops(&mut buf);
                     let owner = sa.owner;
                     return self.fragment(t, port, FragSink::Sa { sa: i, owner }, buf, fits);
