@@ -674,7 +674,9 @@ fn decode_problem(text: &str, source: &Path, e: &toml::de::Error) -> Problem {
         let table = toml::from_str::<Outline>(text)
             .map(|o| o.table_at(span.start))
             .unwrap_or_default();
-        field = if table.is_empty() {
+        // An unknown table is the key itself, not a key inside it.
+        let own_table = table.split(['[', '.']).next() == Some(key.as_str());
+        field = if table.is_empty() || own_table {
             key.clone()
         } else {
             format!("{table}.{key}")
@@ -2322,8 +2324,10 @@ impl Checker<'_> {
                     Direction::Inbound => Direction::Outbound,
                 };
                 let m = if let Some(line) = sas.get(&(spi, other as u8)) {
+                    // Line 0: an SA installed already, not one of this text's.
+                    let at = if *line == 0 { " (installed)".to_owned() } else { format!(" (line {line})") };
                     format!(
-                        "expected an {} SA for an {} policy, found SPI {spi} is {} (line {line})",
+                        "expected an {} SA for an {} policy, found SPI {spi} is {}{at}",
                         dir_name(dir),
                         dir_name(dir),
                         dir_name(other)

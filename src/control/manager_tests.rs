@@ -954,3 +954,18 @@ fn policy_del_removes_the_listed_entry_and_narrows_its_inbound_sa() {
     assert_eq!(fx.m.del_policy(&other, None).unwrap_err().kind, MgrErrorKind::NotFound);
     assert_eq!(listed(&fx).len(), 2);
 }
+
+/// `sa add` text with tables a fragment does not take, or a policy naming
+/// an installed SA of the other direction: the messages name the table
+/// once and say where the SA is.
+#[test]
+fn fragment_messages_name_the_table_once_and_an_installed_sa_as_such() {
+    let cfg = load("fragmsg", &config_text("backend = \"software\"", ""));
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let msg = |fx: &mut Fixture<'_, SoftDevice>, t: &str| fx.m.add(t, Instant::now()).unwrap_err().message;
+    assert_eq!(msg(&mut fx, "[[route]]\nprefix = \"10.0.0.0/8\"\nport = \"inside\"\n"), "<sa add>:1:3: route: unknown key `route`; expected `sa` or `policy`");
+    assert_eq!(msg(&mut fx, "[gateway]\nname = \"x\"\n"), "<sa add>:1:2: gateway: unknown key `gateway`; expected `sa` or `policy`");
+    let m = msg(&mut fx, &policy("inbound", "198.51.100.0/24", "192.0.2.0/24", 1001));
+    assert!(m.ends_with("policy[0].action: expected an inbound SA for an inbound policy, found SPI 1001 is outbound (installed)"), "{m}");
+}
