@@ -126,16 +126,10 @@ mod tests {
         // within a few STOP_POLLs, not an hour later.
         let (pin, _win) = mem::pair(0);
         let (pout, _wout) = mem::pair(1);
-        let stop = AtomicBool::new(false);
-        let t = std::time::Instant::now();
-        let r = std::thread::scope(|s| {
-            s.spawn(|| {
-                std::thread::sleep(Duration::from_millis(30));
-                stop.store(true, Ordering::Relaxed);
-            });
-            run(&mut [pin], &mut [pout], [2, 0, 0, 0, 0, 9], [2, 0, 0, 0, 0, 8], Some(Duration::MAX), Duration::from_secs(3600), &stop)
+        let (r, took) = crate::pktgen::stopped_after(Duration::from_millis(30), |stop| {
+            run(&mut [pin], &mut [pout], [2, 0, 0, 0, 0, 9], [2, 0, 0, 0, 0, 8], Some(Duration::MAX), Duration::from_secs(3600), stop)
         });
-        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert!(took < Duration::from_secs(1), "{took:?}");
         assert_eq!(r.rx_packets, 0);
     }
 }

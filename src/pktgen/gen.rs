@@ -369,16 +369,8 @@ mod tests {
         // warm-up, stopped 30 ms in: over within a few STOP_POLLs.
         let (port, _wire) = mem::pair(0);
         let cfg = config(1, Duration::from_secs(3600), Duration::from_secs(3600));
-        let stop = AtomicBool::new(false);
-        let t = std::time::Instant::now();
-        let r = std::thread::scope(|s| {
-            s.spawn(|| {
-                std::thread::sleep(Duration::from_millis(30));
-                stop.store(true, Ordering::Relaxed);
-            });
-            run(&mut [port], &cfg, None, &stop)
-        });
-        assert!(t.elapsed() < Duration::from_millis(500), "{:?}", t.elapsed());
+        let (r, took) = crate::pktgen::stopped_after(Duration::from_millis(30), |stop| run(&mut [port], &cfg, None, stop));
+        assert!(took < Duration::from_millis(500), "{took:?}");
         assert_eq!((r.tx_packets, r.measured_tx_packets), (1, 0), "the first packet, then the stop");
         // Durations past what u64 nanoseconds hold end at once when
         // stopped too (no overflow of the schedule).

@@ -96,6 +96,22 @@ pub fn sleep_unless_stopped(d: Duration, stop: &AtomicBool) -> bool {
     }
 }
 
+/// Tests' stop: runs `f` with a stop flag another thread sets `after` it
+/// starts; `f`'s result and how long it took.
+#[cfg(test)]
+pub(crate) fn stopped_after<R>(after: Duration, f: impl FnOnce(&AtomicBool) -> R) -> (R, Duration) {
+    let stop = AtomicBool::new(false);
+    let t = Instant::now();
+    let r = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(after);
+            stop.store(true, Ordering::Relaxed);
+        });
+        f(&stop)
+    });
+    (r, t.elapsed())
+}
+
 /// `d` in nanoseconds, [`u64::MAX`] (about 584 years) if longer.
 pub fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -165,17 +181,9 @@ mod tests {
         // An hour, or more than the clock can count, stopped after 30 ms:
         // over within a few STOP_POLLs of the stop, not after the hour.
         for d in [Duration::from_secs(3600), Duration::MAX] {
-            let stop = AtomicBool::new(false);
-            let t = Instant::now();
-            let slept = std::thread::scope(|s| {
-                s.spawn(|| {
-                    std::thread::sleep(Duration::from_millis(30));
-                    stop.store(true, Ordering::Relaxed);
-                });
-                sleep_unless_stopped(d, &stop)
-            });
+            let (slept, took) = stopped_after(Duration::from_millis(30), |stop| sleep_unless_stopped(d, stop));
             assert!(!slept);
-            assert!(t.elapsed() < Duration::from_millis(30) + 20 * STOP_POLL, "{:?}", t.elapsed());
+            assert!(took < Duration::from_millis(30) + 20 * STOP_POLL, "{took:?}");
         }
         // Already stopped: no sleep at all.
         stop.store(true, Ordering::Relaxed);

@@ -628,16 +628,8 @@ mod tests {
         // it within a few STOP_POLLs.
         let (port, _wire) = mem::pair(0);
         let cfg = SinkConfig { duration: Duration::from_secs(86_400), grace: Duration::MAX, max_flows: 1, idle_sleep: Duration::from_secs(3600) };
-        let stop = AtomicBool::new(false);
-        let t = std::time::Instant::now();
-        let s = std::thread::scope(|sc| {
-            sc.spawn(|| {
-                std::thread::sleep(Duration::from_millis(30));
-                stop.store(true, Ordering::Relaxed);
-            });
-            run(&mut [port], &cfg, None, &stop)
-        });
-        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        let (s, took) = crate::pktgen::stopped_after(Duration::from_millis(30), |stop| run(&mut [port], &cfg, None, stop));
+        assert!(took < Duration::from_secs(1), "{took:?}");
         assert_eq!(s.rx_frames, 0);
     }
 
