@@ -410,8 +410,15 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
             if let Some(p) = json {
                 write_json(&p, &r)?;
             }
+            if r.esp_seq_exhausted {
+                let (spi, last) = esp.as_ref().map_or((0, 0), |e| (e.sa.spi, e.state.seq));
+                bail!(
+                    "SA {spi}: sequence numbers exhausted after {} packets (last sent: {last}), so the run stopped; a sender never cycles them (RFC 4303 §3.3.3): give a lower --esp-seq-start, or use an ESN SA",
+                    r.tx_packets
+                );
+            }
             if r.esp_errors > 0 {
-                // Sequence numbers ran out (or a seal failed): the run is not what was asked.
+                // A seal failed: the run is not what was asked.
                 bail!("{} packets could not be encapsulated (esp errors): the run is short", r.esp_errors);
             }
             // Paced, the measured packets are those of the schedule's slots in

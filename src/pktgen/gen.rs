@@ -109,6 +109,10 @@ pub struct GenReport {
     pub tx_failed: u64,
     /// Packets the ESP seal refused (sequence numbers exhausted, ...; not sent).
     pub esp_errors: u64,
+    /// The SA's sequence numbers ran out (RFC 4303 §3.3.3: a sender never
+    /// cycles them): the run stopped at the first packet refused for it.
+    #[serde(default)]
+    pub esp_seq_exhausted: bool,
     /// True in ESP mode.
     pub esp: bool,
     /// Tx queues used.
@@ -239,8 +243,9 @@ pub fn run<P: TxRoom>(ports: &mut [P], cfg: &GenConfig, mut esp: Option<&mut Esp
                         meta[ops.len()] = m;
                         ops.push(op);
                     }
-                    Err((_, b)) => {
+                    Err((e, b)) => {
                         report.esp_errors += 1;
+                        report.esp_seq_exhausted |= e == esp::EspError::SeqExhausted;
                         pool.push(b);
                     }
                 },
@@ -300,6 +305,11 @@ pub fn run<P: TxRoom>(ports: &mut [P], cfg: &GenConfig, mut esp: Option<&mut Esp
         report.tx_failed += (out.len() - sent) as u64;
         pool.append(&mut out);
         q = (q + 1) % nq;
+        if report.esp_seq_exhausted {
+            // Every later packet would be refused too: what was sealed is out.
+            stopped = true;
+            break;
+        }
     }
 
     report.ended_unix_s = unix_now_s();
@@ -361,6 +371,22 @@ mod tests {
         let r = run(&mut [port], &config(10, Duration::from_millis(100), Duration::from_millis(90)), None, &AtomicBool::new(false));
         assert_eq!((r.tx_packets, r.measured_tx_packets), (2, 1), "{r:?}");
         assert_eq!(wire.take_sent().len(), 2);
+    }
+
+    #[test]
+    fn a_run_whose_sa_runs_out_of_sequence_numbers_stops_there() {
+        // SA 1001 (no ESN) starting 5 below the end of its sequence space,
+        // at full speed for a minute: the last 5 numbers go out in order,
+        // the next packet is refused and the run ends at once.
+        let mut e = EspTx::from_config(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/ep0.toml")), 1001, u32::MAX as u64 - 4).unwrap();
+        let (port, wire) = mem::pair(0);
+        let t = std::time::Instant::now();
+        let r = run(&mut [port], &config(0, Duration::from_secs(60), Duration::ZERO), Some(&mut e), &AtomicBool::new(false));
+        assert!(t.elapsed() < Duration::from_secs(30), "the run went on after the sequence space ended");
+        assert!(r.esp_seq_exhausted && r.esp_errors >= 1 && r.esp_errors as usize <= BURST, "{r:?}");
+        let seqs: Vec<u32> = wire.take_sent().iter().map(|f| u32::from_be_bytes([f[38], f[39], f[40], f[41]])).collect();
+        assert_eq!(seqs, (u32::MAX - 4..=u32::MAX).collect::<Vec<_>>());
+        assert_eq!(r.tx_packets, 5);
     }
 
     #[test]

@@ -200,6 +200,27 @@ def test_esp_sink_applies_the_inbound_policy_check(testbed, artifacts):
     assert "inner_policy_mismatch" in r.stderr and "100.0000" in r.stdout, (r.stdout, r.stderr)
 
 
+def test_esp_generator_stops_when_the_sequence_numbers_run_out(testbed, artifacts):
+    """ESP generator on SA 1001 (no ESN) from 2 below the end of its
+    sequence space, at full speed for 20 s: the last two numbers are sent,
+    then the run stops at once (RFC 4303 §3.3.3: a sender never cycles),
+    exit 1 with a message that says so."""
+    binary = pktgen(testbed)
+    out = artifacts / "gen.json"
+    t = time.monotonic()
+    p = L.run(L.ns_cmd("gw0", binary, "gen", "--iface", "gw0-out", "--src-mac", L.GW0_OUT_MAC, "--dst-mac", L.GW1_OUT_MAC,
+                       "--src", L.A_IP, "--dst", L.B_IP, "--flows", 1, "--size", "200", "--rate", 0,
+                       "--duration", 20, "--warmup", 0, "--json", out,
+                       "--esp-config", L.CONFIG_DIR / "ep0.toml", "--esp-spi", 1001, "--esp-seq-start", 4294967294),
+              check=False, timeout=60)
+    took = time.monotonic() - t
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert "SA 1001: sequence numbers exhausted after 2 packets (last sent: 4294967295)" in p.stderr, p.stderr
+    g = json.loads(out.read_text())
+    assert g["esp_seq_exhausted"] and g["tx_packets"] == 2 and 1 <= g["esp_errors"] <= 64, g
+    assert took < 15, f"the generator ran on for {took:.1f} s after its sequence space ended"
+
+
 def test_queues_past_the_interface_and_a_running_holder_are_refused_at_once(testbed, artifacts):
     binary = pktgen(testbed)
     # The testbed's veths have 2 queues.
