@@ -131,7 +131,8 @@ fn icmp_echo_false_leaves_pings_to_us() {
 }
 
 /// What is not a well-formed Echo Request to us, or comes from a source
-/// no reply may go to, is `to_us` as before; nothing is sent.
+/// no reply may go to, is `to_us` as before; nothing is sent. (Fragments
+/// wait for reassembly: `fragmented_pings_are_reassembled_and_answered`.)
 #[test]
 fn what_is_not_a_request_stays_to_us() {
     let mut gw0 = Gw::from_config("configs/ep0.toml");
@@ -147,8 +148,6 @@ fn what_is_not_a_request_stays_to_us() {
     let cases = [
         ("an Echo Reply", edit(&|p| p[20] = 0, false)),
         ("a bad ICMP checksum", edit(&|p| p[30] ^= 1, false)),
-        ("a first fragment", edit(&|p| p[6] = 0x20, true)),
-        ("a later fragment", edit(&|p| p[7] = 0x10, true)),
         ("code 1", edit(&|p| p[21] = 1, false)),
         ("a broadcast source", edit(&|p| p[12..16].copy_from_slice(&[255; 4]), true)),
         ("a loopback source", edit(&|p| p[12..16].copy_from_slice(&[127, 0, 0, 1]), true)),
@@ -265,4 +264,163 @@ fn ping6_to_the_inside_address_is_answered() {
     assert!(gw0.push("outside", &[eth(mac(GW0_OUT_MAC), mac(GW1_OUT_MAC), 0x86dd, &echo6(mcast, out6_0, b"x"))]).is_empty());
     let s = gw0.stats();
     assert_eq!((s.echo_replies, s.drops["to_us"] + s.drops["martian"]), (2, 1), "{:?}", s.drops);
+}
+
+/// `ip` (IPv4, 20-byte header) cut into fragments of at most `chunk` data
+/// bytes (a multiple of 8), as a host's IP layer would (RFC 791 §3.2).
+fn fragments4(ip: &[u8], chunk: usize) -> Vec<Vec<u8>> {
+    let data = &ip[20..];
+    (0..data.len().div_ceil(chunk))
+        .map(|k| {
+            let part = &data[k * chunk..data.len().min((k + 1) * chunk)];
+            let mut f = ip[..20].to_vec();
+            f.extend_from_slice(part);
+            let more = (k + 1) * chunk < data.len();
+            let len = f.len() as u16;
+            f[2..4].copy_from_slice(&len.to_be_bytes());
+            f[6..8].copy_from_slice(&(((k * chunk / 8) as u16) | if more { 0x2000 } else { 0 }).to_be_bytes());
+            set_ipv4_checksum(&mut f);
+            f
+        })
+        .collect()
+}
+
+/// The IPv4 datagram the fragments `frags` (in any order) make, each
+/// header checked on the way: checksum, one identification, offsets that
+/// tile the data, MF on all but the last.
+fn reassemble4(frags: &[&[u8]]) -> Vec<u8> {
+    let mut parts: Vec<(usize, bool, &[u8])> = frags
+        .iter()
+        .map(|f| {
+            assert_eq!(ip_checksum(&f[..20]), 0, "each fragment's header checksum verifies");
+            assert_eq!(&f[4..6], &frags[0][4..6], "one identification");
+            let ff = u16::from_be_bytes([f[6], f[7]]);
+            ((ff & 0x1fff) as usize * 8, ff & 0x2000 != 0, &f[20..])
+        })
+        .collect();
+    parts.sort_by_key(|p| p.0);
+    let mut ip = parts[0].2.to_vec();
+    for (i, (off, more, data)) in parts.iter().enumerate() {
+        if i > 0 {
+            assert_eq!(*off, ip.len(), "fragments tile the datagram");
+            ip.extend_from_slice(data);
+        }
+        assert_eq!(*more, i + 1 < parts.len(), "MF on all but the last");
+    }
+    let first = frags.iter().find(|f| f[6] & 0x1f == 0 && f[7] == 0).expect("a first fragment");
+    let mut whole = first[..20].to_vec();
+    whole.extend_from_slice(&ip);
+    let len = whole.len() as u16;
+    whole[2..4].copy_from_slice(&len.to_be_bytes());
+    whole[6..8].copy_from_slice(&[0, 0]);
+    set_ipv4_checksum(&mut whole);
+    whole
+}
+
+/// A ping bigger than the link (Linux `ping -s 2000`: the request leaves
+/// its host in fragments, DF clear) to the gateway's inside address, and
+/// one from the wan to its outside address: the fragments are reassembled,
+/// the reply carries all of the data (RFC 1812 §4.3.3.6) and, too big for
+/// the port, leaves in fragments. A fragment whose datagram never completes
+/// is held, not answered, not `to_us`.
+#[test]
+fn fragmented_pings_are_reassembled_and_answered() {
+    let mut gw0 = Gw::from_config("configs/ep0.toml");
+    let data: Vec<u8> = (0..2000u32).map(|i| (i * 7) as u8).collect();
+    for (port, src, dst, macs) in [
+        ("inside", HOST_A, GW0_IN, (GW0_IN_MAC, A_MAC)),
+        ("outside", GW1_OUT, GW0_OUT, (GW0_OUT_MAC, GW1_OUT_MAC)),
+    ] {
+        let mut req = echo4(src, dst, 64, 11, &data);
+        req[6] = 0; // DF clear, as the host's IP layer fragments it
+        set_ipv4_checksum(&mut req);
+        let frags: Vec<Vec<u8>> = fragments4(&req, 1480).into_iter().map(|f| eth(mac(macs.0), mac(macs.1), 0x0800, &f)).collect();
+        assert_eq!(frags.len(), 2);
+        let before = gw0.stats().echo_replies;
+        let out = gw0.push(port, &frags);
+        assert_eq!(out.len(), 2, "{port}: the reply in two fragments: {:?}", gw0.stats().drops);
+        assert!(out.iter().all(|(p, f)| p == port && f.len() <= 14 + 1500 && f[..6] == mac(macs.1)), "{port}: back out of the port it came in by, within its MTU");
+        let pieces: Vec<&[u8]> = out.iter().map(|(_, f)| &f[14..]).collect();
+        assert_reply4(&reassemble4(&pieces), &req);
+        assert_eq!(gw0.stats().echo_replies, before + 1);
+    }
+    let s = gw0.stats();
+    assert_eq!((s.reassembled, s.frags_reassembled, s.frags_pending), (2, 4, 0));
+    assert_eq!(s.drops.values().sum::<u64>(), 0, "{:?}", s.drops);
+    assert_eq!(s.frags_sent, 4, "two replies of two fragments");
+    // The first fragment alone: held for its datagram, nothing sent.
+    let mut req = echo4(HOST_A, GW0_IN, 64, 12, &data);
+    req[6] = 0;
+    set_ipv4_checksum(&mut req);
+    let first = fragments4(&req, 1480).remove(0);
+    assert!(gw0.push("inside", &[from_host_a(&first)]).is_empty());
+    let s = gw0.stats();
+    assert_eq!((s.echo_replies, s.frags_pending, s.drops["to_us"]), (2, 1, 0));
+    // With Echo off, fragments to us are not reassembled: `to_us` at once.
+    let cfg = edited_config("ep0.toml", "echo_off_frag", |t| t.replacen("[gateway]\n", "[gateway]\nicmp_echo = false\n", 1));
+    let mut quiet = Gw::from_config(&cfg);
+    assert!(quiet.push("inside", &[from_host_a(&first)]).is_empty());
+    let s = quiet.stats();
+    assert_eq!((s.frags_pending, s.drops["to_us"]), (0, 1));
+}
+
+/// `ping -6 -s 2000` to the gateway's inside address: the request's
+/// fragments (Fragment header, RFC 8200 §4.5) are reassembled and the
+/// reply, too big for the port's MTU, is cut by the gateway, its source,
+/// into fragments of its own, which reassemble into the whole reply.
+#[test]
+fn a_fragmented_ping6_is_answered_in_fragments() {
+    let a6 = Ipv6Addr::new(0x2001, 0xdb8, 0xa, 0, 0, 0, 0, 0x10);
+    let gw0_in6 = Ipv6Addr::new(0x2001, 0xdb8, 0xa, 0, 0, 0, 0, 1);
+    let mut gw0 = Gw::from_config("configs/ep0-v6.toml");
+    let data: Vec<u8> = (0..2000u32).map(|i| (i * 13) as u8).collect();
+    let req = echo6(a6, gw0_in6, &data);
+    // Fragments of 1448 payload bytes (a 1500-byte link): header with Next
+    // Header 44, then the Fragment header (next header 58, offset, M, id).
+    let payload = &req[40..];
+    let chunk = 1448;
+    let frags: Vec<Vec<u8>> = (0..payload.len().div_ceil(chunk))
+        .map(|k| {
+            let part = &payload[k * chunk..payload.len().min((k + 1) * chunk)];
+            let more = (k + 1) * chunk < payload.len();
+            let mut f = req[..40].to_vec();
+            f[4..6].copy_from_slice(&((8 + part.len()) as u16).to_be_bytes());
+            f[6] = 44;
+            f.extend_from_slice(&[58, 0]);
+            f.extend_from_slice(&(((k * chunk) as u16) | more as u16).to_be_bytes());
+            f.extend_from_slice(&0x5eed_0001u32.to_be_bytes());
+            f.extend_from_slice(part);
+            eth(mac(GW0_IN_MAC), mac(A_MAC), 0x86dd, &f)
+        })
+        .collect();
+    let out = gw0.push("inside", &frags);
+    assert_eq!(out.len(), 2, "the reply in two fragments: {:?}", gw0.stats().drops);
+    let mut pieces: Vec<(usize, bool, Vec<u8>)> = out
+        .iter()
+        .map(|(p, f)| {
+            assert_eq!(p, "inside");
+            assert!(f.len() <= 14 + 1500, "within the port's MTU: {}", f.len());
+            let ip = &f[14..];
+            assert_eq!((ip[6], ip[40]), (44, 58), "a Fragment header before ICMPv6");
+            assert_eq!(&ip[8..24], &gw0_in6.octets());
+            assert_eq!(&ip[24..40], &a6.octets());
+            let ofm = u16::from_be_bytes([ip[42], ip[43]]);
+            assert_eq!(u16::from_be_bytes([ip[4], ip[5]]) as usize, ip.len() - 40);
+            ((ofm & 0xfff8) as usize, ofm & 1 == 1, ip[48..].to_vec())
+        })
+        .collect();
+    pieces.sort_by_key(|p| p.0);
+    let mut msg = Vec::new();
+    for (i, (off, more, d)) in pieces.iter().enumerate() {
+        assert_eq!(*off, msg.len(), "fragments tile the reply");
+        assert_eq!(*more, i + 1 < pieces.len());
+        msg.extend_from_slice(d);
+    }
+    assert_eq!(msg.len(), req.len() - 40);
+    assert_eq!((msg[0], msg[1]), (129, 0), "Echo Reply");
+    assert_eq!(&msg[4..], &req[44..], "identifier, sequence number and all the data");
+    assert_eq!(icmpv6_checksum(&gw0_in6, &a6, &msg), 0, "checksum verifies");
+    let s = gw0.stats();
+    assert_eq!((s.echo_replies, s.reassembled, s.frags_pending, s.frags_sent), (1, 1, 0, 2));
+    assert_eq!(s.drops.values().sum::<u64>(), 0, "{:?}", s.drops);
 }

@@ -980,9 +980,34 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             self.icmp_ident = ident;
         }
         self.counters.echo_replies.add(1);
+        // The reply to a reassembled request may be too big for the port
+        // it leaves by: an IPv4 reply (DF clear) is fragmented on transmit;
+        // an IPv6 one the gateway, its source, cuts itself (RFC 8200 §4.5).
+        if let (IpAddr::V6(_), ErrorPath::Back) = (src, path) {
+            let mtu = t.routes.lookup(src).and_then(|(out, _)| t.ports.get(out)).map_or(u16::MAX, |p| p.mtu);
+            if buf.len() - IP > mtu as usize {
+                buf.outer_frag_mtu = mtu;
+                self.fragment_outer(t, port, buf, src);
+                return None;
+            }
+        }
         let protocol = if dst.is_ipv4() { ipv4::PROTO_ICMP } else { ipv6::NH_ICMPV6 };
         self.send_error(t, port, buf, dst, src, protocol, path);
         None
+    }
+
+    /// Whether a fragment to one of our addresses (`key`, whose protocol
+    /// is the fragmented datagram's) is to be reassembled because it may
+    /// be part of an Echo Request ([`Self::echo`]): ICMP over IPv4 or
+    /// ICMPv6 over IPv6, with Echo Replies on and reassembly contexts
+    /// configured. A request bigger than the link's MTU (`ping -s 2000`)
+    /// then gets its reply, all of its data (RFC 1812 §4.3.3.6).
+    fn echo_fragment(&self, t: &Tables, key: &FlowKey) -> bool {
+        let icmp = match key.dst {
+            IpAddr::V4(_) => key.protocol == ipv4::PROTO_ICMP,
+            IpAddr::V6(_) => key.protocol == ipv6::NH_ICMPV6,
+        };
+        icmp && self.conf.icmp_echo && self.reasm.enabled() && t.is_ours(key.dst)
     }
 
     /// The packet in `buf` (received on `port`, DF set) is too big for its
@@ -1291,9 +1316,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         }
     }
 
-    /// An outer IPv4 or IPv6 fragment addressed to the gateway: into the
-    /// reassembler; a completed datagram goes on through [`Self::inbound`]
-    /// as if received whole (it is counted once under rx by its fragments).
+    /// An outer IPv4 or IPv6 fragment addressed to the gateway (ESP, ESP
+    /// in UDP, or ICMP that may be an Echo Request): into the reassembler;
+    /// a completed datagram goes on through [`Self::inbound`], or
+    /// [`Self::outbound`] on a protected port, as if received whole (it is
+    /// counted once under rx by its fragments).
     fn reassemble(&mut self, t: &Tables, port: usize, buf: PktBuf) {
         let now = self.now();
         let done = self.reasm.push(buf, now, &self.counters);
@@ -1315,6 +1342,12 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let Ok((key, ttl, hl, frag)) = parsed else {
             return self.drop_buf(port, DropReason::Malformed, buf);
         };
+        // From a protected port only Echo Requests are reassembled
+        // ([`Self::echo_fragment`]): they go where that port's packets to
+        // us go.
+        if t.ports.get(port).is_some_and(|p| p.protected) {
+            return self.outbound(t, port, buf, key, ttl, None);
+        }
         // `frag`: a second Fragment header inside the reassembled IPv6
         // datagram (nested fragmentation) goes round once more, bounded by
         // the extension-header limit of the walk.
@@ -1468,6 +1501,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 // Ethernet padding after the IP packet is not part of it.
                 buf.trim_to(ethernet::HEADER_LEN + total);
                 if pinfo.protected {
+                    if frag && self.echo_fragment(t, &key) {
+                        return self.reassemble(t, port, buf);
+                    }
                     self.outbound(t, port, buf, key, ttl, None)
                 } else {
                     self.inbound(t, port, buf, key, ttl, hl, frag)
@@ -1504,6 +1540,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                     return self.drop_buf(port, DropReason::NotForUs, buf);
                 }
                 if pinfo.protected {
+                    if up.is_fragment() && self.echo_fragment(t, &key) {
+                        return self.reassemble(t, port, buf);
+                    }
                     self.outbound(t, port, buf, key, hops, None)
                 } else {
                     self.inbound(t, port, buf, key, hops, up.offset, up.is_fragment())
@@ -1725,10 +1764,13 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         // may be ESP in UDP (RFC 3948). An IPv6 non-first fragment's
         // protocol is its Fragment header's Next Header, which may also be
         // a Destination Options header before ESP (RFC 8200 §4.1).
+        // An ICMP fragment to any of our addresses may be part of an Echo
+        // Request.
         if frag
-            && local
-            && (esp_proto || key.protocol == ipv4::PROTO_UDP || (key.protocol == ipv6::NH_DEST_OPTS && key.dst.is_ipv6()))
-            && self.reasm.enabled()
+            && ((local
+                && (esp_proto || key.protocol == ipv4::PROTO_UDP || (key.protocol == ipv6::NH_DEST_OPTS && key.dst.is_ipv6()))
+                && self.reasm.enabled())
+                || self.echo_fragment(t, &key))
         {
             return self.reassemble(t, port, buf);
         }

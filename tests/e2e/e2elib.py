@@ -365,10 +365,12 @@ def pcap_frames(path: Path):
         off += incl
 
 
-def ping(src_ns: str, dst: str, count=5, interval=0.2):
-    """ping from a namespace; returns (transmitted, received, output)."""
+def ping(src_ns: str, dst: str, count=5, interval=0.2, size=None):
+    """ping from a namespace (`size`: data bytes, ping -s); returns
+    (transmitted, received, output)."""
     import re
-    p = run_ns(src_ns, "ping", "-n", "-c", count, "-i", interval, "-W", "2", dst, check=False,
+    extra = ["-s", size] if size is not None else []
+    p = run_ns(src_ns, "ping", "-n", "-c", count, "-i", interval, "-W", "2", *extra, dst, check=False,
                timeout=count * interval + 30)
     m = re.search(r"(\d+) packets transmitted, (\d+) received", p.stdout)
     assert m, f"unexpected ping output:\n{p.stdout}\n{p.stderr}"

@@ -7,6 +7,8 @@ checksums) and count them; secgw counts `echo_replies`.
   1001), gw1 answers back into it (its outbound policy 198.51.100.0/24 →
   192.0.2.0/24 protects the reply), and the wan carries only ESP.
 - ping -6 hostA → gw0's inside IPv6 address (configs/ep0-v6.toml).
+- Both with 2000 data bytes: the request arrives in fragments, the reply
+  leaves in fragments.
 """
 from __future__ import annotations
 
@@ -24,13 +26,19 @@ def test_ping_the_gateways_inside_and_through_the_tunnel(gws, artifacts):
     assert (tx, rx) == (5, 5), out
     assert echo_replies(gws["gw0"]) == 5
     assert gws["gw0"].ctl_stats()["drops"]["to_us"] == 0
+    # Bigger than the link: hostA's kernel fragments the request, gw0
+    # reassembles it and fragments the reply; ping checks all the data.
+    tx, rx, out = L.ping("hostA", GW0_IN_IP, count=3, size=2000)
+    assert (tx, rx) == (3, 3), out
+    st = gws["gw0"].ctl_stats()
+    assert st["echo_replies"] == 8 and st["reassembled"] == 3 and st["drops"]["to_us"] == 0, st
 
     cap = L.Capture("wan", "br0", "", artifacts / "wan")
     tx, rx, out = L.ping("hostA", GW1_IN_IP, count=5)
     frames = cap.stop()
     assert (tx, rx) == (5, 5), out
     assert echo_replies(gws["gw1"]) == 5
-    assert echo_replies(gws["gw0"]) == 5, "gw0 forwarded, did not answer"
+    assert echo_replies(gws["gw0"]) == 8, "gw0 forwarded, did not answer"
     from scapy.layers.inet import ICMP, IP
     assert cap.kernel_drops == 0
     ip = [f[IP] for f in frames if IP in f]
@@ -59,3 +67,8 @@ def test_ping6_the_gateways_inside_address(testbed, start_gws):
     tx, rx, out = L.ping("hostA", L.GW0_IN_IP6, count=5)
     assert (tx, rx) == (5, 5), out
     assert echo_replies(gws["gw0"]) == 5
+    # ping -6 -s 2000: reassembled, and the reply cut by gw0 itself.
+    tx, rx, out = L.ping("hostA", L.GW0_IN_IP6, count=3, size=2000)
+    assert (tx, rx) == (3, 3), out
+    st = gws["gw0"].ctl_stats()
+    assert st["echo_replies"] == 8 and st["reassembled"] == 3, st
