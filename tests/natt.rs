@@ -271,3 +271,23 @@ fn esp_in_udp_handed_between_workers() {
     assert_eq!(s1.drops.values().sum::<u64>(), 0, "{:?}", s1.drops);
     assert!(s1.workers.iter().map(|w| w.handoff_in).sum::<u64>() > 0, "some crossed workers");
 }
+
+/// The UDP length of ESP in UDP must be the IP payload's (RFC 768):
+/// below the 8-byte header, past the packet, or short of the ESP inside,
+/// the datagram is `malformed` and nothing is decrypted; as sent it passes.
+#[test]
+fn esp_in_udp_with_a_wrong_udp_length_is_malformed() {
+    let (mut gw0, mut gw1) = natt_pair("udplen");
+    for (i, bad) in [3u16, 1000, 20].into_iter().enumerate() {
+        let mut f = gw0.push("inside", &[from_host_a(b"udp length")]).remove(0).1;
+        assert_eq!(f[14 + 9], 17, "ESP in UDP");
+        f[14 + 20 + 4..14 + 20 + 6].copy_from_slice(&bad.to_be_bytes());
+        assert!(gw1.push("outside", &[f]).is_empty(), "UDP length {bad}");
+        assert_eq!(gw1.drop_count("malformed"), i as u64 + 1, "UDP length {bad}: {:?}", gw1.stats().drops);
+    }
+    let f = gw0.push("inside", &[from_host_a(b"udp length")]).remove(0).1;
+    assert_eq!(gw1.push("outside", &[f]).len(), 1);
+    let s = gw1.stats();
+    assert_eq!(s.sas.iter().map(|s| s.packets).sum::<u64>(), 1, "only the good one decrypted");
+    assert_accounted(&s, "gw1");
+}

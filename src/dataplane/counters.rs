@@ -170,12 +170,18 @@ pub enum DropReason {
     /// in the clear, never to another peer), or the worker's crypto burst
     /// was full. The packet it reports is counted under `mtu_exceeded`.
     TunnelErrorDropped,
+    /// Source routed: an IPv4 packet with a Loose or Strict Source and
+    /// Record Route option (RFC 791 §3.1; routers SHOULD drop them by
+    /// default, RFC 7126 §4.3.3, §4.4.3), or an IPv6 packet to us whose
+    /// Routing header has segments left (RFC 8200 §4.4: no routing type
+    /// is processed here; RFC 5095 deprecates type 0).
+    SourceRoute,
 }
 
 impl DropReason {
     /// Every reason, in the order stats list them (`Martian`, added later, is
     /// listed after `NeighReply`; the counter index is the discriminant).
-    pub const ALL: [DropReason; 50] = [
+    pub const ALL: [DropReason; 51] = [
         DropReason::Malformed,
         DropReason::UnsupportedEthertype,
         DropReason::NotForUs,
@@ -226,6 +232,7 @@ impl DropReason {
         DropReason::PmtuUpdate,
         DropReason::PmtuIgnored,
         DropReason::TunnelErrorDropped,
+        DropReason::SourceRoute,
     ];
 
     /// Number of reasons.
@@ -283,6 +290,7 @@ impl DropReason {
             DropReason::PmtuUpdate => "pmtu_update",
             DropReason::PmtuIgnored => "pmtu_ignored",
             DropReason::TunnelErrorDropped => "tunnel_error_dropped",
+            DropReason::SourceRoute => "source_route",
             DropReason::Martian => "martian",
         }
     }

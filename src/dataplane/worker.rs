@@ -259,6 +259,18 @@ fn ip_dst(buf: &PktBuf) -> IpAddr {
     }
 }
 
+/// True if the packet after the Ethernet header is IPv4 with a source
+/// route option (LSRR/SSRR, [`ipv4::scan_options`]); only a header with
+/// options is looked at.
+#[inline]
+fn inner_source_routed(buf: &PktBuf) -> bool {
+    let f = buf.frame().get(ethernet::HEADER_LEN..).unwrap_or(&[]);
+    match f.first() {
+        Some(&b) if b >> 4 == 4 && (b & 0x0f) > 5 => f.get(ipv4::MIN_HEADER_LEN..(b & 0x0f) as usize * 4).is_some_and(|o| ipv4::scan_options(o) == Ok(true)),
+        _ => false,
+    }
+}
+
 /// The [`inbound::InnerHeader`] of the IPv4 or IPv6 packet after the
 /// Ethernet header of `buf` (a transport-mode packet just rebuilt), or
 /// `None` when it does not check.
@@ -1496,6 +1508,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 let Ok(ip) = ipv4::Ipv4Packet::new_checked(eth.payload()) else {
                     return self.drop_buf(port, DropReason::Malformed, buf);
                 };
+                // Source routed: dropped, to us or through us (RFC 7126 §4.3.3).
+                if ip.header_len() > ipv4::MIN_HEADER_LEN && ip.source_routed() {
+                    return self.drop_buf(port, DropReason::SourceRoute, buf);
+                }
                 let key = FlowKey { src: IpAddr::V4(ip.src()), dst: IpAddr::V4(ip.dst()), protocol: ip.protocol(), ports: ip.ports() };
                 let (ttl, hl, frag, total) = (ip.ttl(), ip.header_len(), ip.is_fragment(), ip.total_len());
                 // Ethernet padding after the IP packet is not part of it.
@@ -1524,6 +1540,12 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                     return self.drop_buf(port, DropReason::Malformed, buf);
                 };
                 let dst = ip.dst();
+                // To us with segments left in a Routing header: we would be a
+                // hop of its route, and process no routing type (RFC 8200
+                // §4.4, RFC 5095). Others' Routing headers are not ours to read.
+                if up.routing_left && t.is_ours(IpAddr::V6(dst)) {
+                    return self.drop_buf(port, DropReason::SourceRoute, buf);
+                }
                 let key = FlowKey { src: IpAddr::V6(ip.src()), dst: IpAddr::V6(dst), protocol: up.protocol, ports: ip.ports(&up) };
                 let (hops, total) = (ip.hop_limit(), ip.total_len());
                 let multicast = ipv6::is_multicast(&dst) || mcast_mac;
@@ -1789,6 +1811,12 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 let Ok(u) = udp::UdpPacket::new_checked(&buf.frame()[ip_end..]) else {
                     return self.drop_buf(port, DropReason::BadLength, buf);
                 };
+                // The UDP length must be the IP payload's (RFC 768): one
+                // below the header, past the packet, or short of it is a
+                // broken header, not ESP.
+                if u.length() as usize != buf.len() - ip_end {
+                    return self.drop_buf(port, DropReason::Malformed, buf);
+                }
                 // RFC 3948 §2.2–2.3: a keepalive is one 0xFF byte; four zero
                 // bytes (the non-ESP marker, where an SPI would be) is IKE;
                 // anything else is ESP. The UDP checksum is never checked
@@ -2030,6 +2058,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         // Authenticated is not forwardable: the SA's selectors may be 0/0.
         if t.martian(key.src, key.dst) {
             return self.drop_buf(port, DropReason::Martian, buf);
+        }
+        if inner_source_routed(&buf) {
+            return self.drop_buf(port, DropReason::SourceRoute, buf);
         }
         if ttl <= 1 {
             return self.drop_buf(port, DropReason::TtlExceeded, buf);

@@ -52,6 +52,41 @@ pub struct Ipv4Packet<'a> {
     header_len: usize,
 }
 
+/// Option types (RFC 791 §3.1): End of Option List, No Operation, Loose
+/// and Strict Source and Record Route.
+pub const OPT_EOL: u8 = 0;
+/// No Operation (one byte).
+pub const OPT_NOP: u8 = 1;
+/// Loose Source and Record Route.
+pub const OPT_LSRR: u8 = 0x83;
+/// Strict Source and Record Route.
+pub const OPT_SSRR: u8 = 0x89;
+
+/// Walks the IPv4 options `opts` (the header past its first 20 bytes, RFC
+/// 791 §3.1): End of Option List ends them, No Operation is one byte, any
+/// other option has a length byte of at least 2 that stays within the
+/// header. `Ok(true)` when a source route (LSRR/SSRR) is among them,
+/// `Err(offset in opts)` at the first option that breaks those rules.
+pub fn scan_options(opts: &[u8]) -> Result<bool, usize> {
+    let mut at = 0;
+    let mut routed = false;
+    while let Some(&ty) = opts.get(at) {
+        match ty {
+            OPT_EOL => break,
+            OPT_NOP => at += 1,
+            _ => {
+                let len = *opts.get(at + 1).ok_or(at)? as usize;
+                if len < 2 || at + len > opts.len() {
+                    return Err(at);
+                }
+                routed |= ty == OPT_LSRR || ty == OPT_SSRR;
+                at += len;
+            }
+        }
+    }
+    Ok(routed)
+}
+
 impl<'a> Ipv4Packet<'a> {
     /// Validates version 4, IHL ≥ 5, header checksum, and that the total
     /// length covers the header and fits in `buf`.
@@ -72,6 +107,9 @@ impl<'a> Ipv4Packet<'a> {
             return Err(WireError::BadField { layer: "ipv4", field: "total length below header length", value: total as u32 });
         }
         need("ipv4", buf, total)?;
+        if let Err(at) = scan_options(&buf[MIN_HEADER_LEN..header_len]) {
+            return Err(WireError::BadField { layer: "ipv4", field: "options", value: (MIN_HEADER_LEN + at) as u32 });
+        }
         if checksum::sum(&buf[..header_len]) != 0xffff {
             return Err(WireError::BadField { layer: "ipv4", field: "header checksum", value: be16(buf, CHECKSUM) as u32 });
         }
@@ -81,6 +119,11 @@ impl<'a> Ipv4Packet<'a> {
     /// Header length in bytes (IHL × 4).
     pub fn header_len(&self) -> usize {
         self.header_len
+    }
+    /// True if the options hold a Loose or Strict Source and Record Route
+    /// (RFC 791 §3.1).
+    pub fn source_routed(&self) -> bool {
+        scan_options(&self.buf[MIN_HEADER_LEN..self.header_len]) == Ok(true)
     }
     /// Total length in bytes.
     pub fn total_len(&self) -> usize {

@@ -78,6 +78,9 @@ pub struct UpperLayer {
     /// The Fragment header, if the chain had one (RFC 8200 §4.5). The
     /// packet is a fragment unless offset is 0 and M is clear.
     pub fragment: Option<FragmentInfo>,
+    /// A Routing header with Segments Left above 0 came before it (RFC
+    /// 8200 §4.4): the packet's destination is one hop of a source route.
+    pub routing_left: bool,
 }
 
 impl UpperLayer {
@@ -102,12 +105,13 @@ impl UpperLayer {
 /// fixed 40 bytes are assumed in front of `payload`).
 ///
 /// Errors (`BadField` / `Truncated`): a header longer than the payload,
-/// Hop-by-Hop anywhere but first (RFC 8200 §4.1), more than
-/// [`MAX_EXT_HEADERS`] headers.
+/// Hop-by-Hop anywhere but first or a second Fragment header (RFC 8200
+/// §4.1), more than [`MAX_EXT_HEADERS`] headers.
 pub fn walk_ext(next_header: u8, payload: &[u8]) -> Result<UpperLayer, WireError> {
     let mut nh = next_header;
     let mut at = 0usize;
     let mut fragment = None;
+    let mut routing_left = false;
     // Offset (from the IPv6 header) of the Next Header field naming `nh`.
     let mut nh_at = NEXT_HEADER;
     for n in 0..=MAX_EXT_HEADERS {
@@ -123,11 +127,17 @@ pub fn walk_ext(next_header: u8, payload: &[u8]) -> Result<UpperLayer, WireError
                     need: e.required_len,
                     have: rest.len(),
                 })?;
+                // Segments Left: byte 3 of a Routing header.
+                routing_left |= nh == NH_ROUTING && h.slice().get(3).is_some_and(|&left| left != 0);
                 nh = h.next_header().0;
                 nh_at = HEADER_LEN + at;
                 at += h.slice().len();
             }
             NH_FRAGMENT => {
+                // At most one (RFC 8200 §4.1): only a source fragments.
+                if fragment.is_some() {
+                    return Err(WireError::BadField { layer: "ipv6", field: "second fragment header", value: (HEADER_LEN + at) as u32 });
+                }
                 let h = etherparse::Ipv6FragmentHeaderSlice::from_slice(rest).map_err(|e| WireError::Truncated {
                     layer: "ipv6 fragment header",
                     offset: HEADER_LEN + at,
@@ -146,10 +156,10 @@ pub fn walk_ext(next_header: u8, payload: &[u8]) -> Result<UpperLayer, WireError
                 at += h.slice().len();
                 if f.offset != 0 {
                     // What follows is the middle of the original payload.
-                    return Ok(UpperLayer { protocol: nh, offset: HEADER_LEN + at, fragment });
+                    return Ok(UpperLayer { protocol: nh, offset: HEADER_LEN + at, fragment, routing_left });
                 }
             }
-            _ => return Ok(UpperLayer { protocol: nh, offset: HEADER_LEN + at, fragment }),
+            _ => return Ok(UpperLayer { protocol: nh, offset: HEADER_LEN + at, fragment, routing_left }),
         }
     }
     Err(WireError::BadField { layer: "ipv6", field: "extension headers (more than 8)", value: MAX_EXT_HEADERS as u32 + 1 })
