@@ -22,7 +22,7 @@ use super::ControlError;
 use crate::config::model::{self, Action, Config, Direction};
 use crate::crypto::{CryptoDevice, CryptoError, Session};
 use crate::dataplane::worker::MAX_SA_SLOTS;
-use crate::dataplane::WorkerCounters;
+use crate::dataplane::{DropReason, WorkerCounters};
 use crate::esp::lifetime::Expiry;
 use crate::esp::SaLife;
 use crate::policy::neighbour::{NeighbourConf, NeighbourTable};
@@ -267,7 +267,18 @@ struct Retiring {
     /// Its session was detached already (limit-1 rekey).
     detached: bool,
     why: &'static str,
+    /// Its packet count when it began to retire, and the last count seen
+    /// with when it last grew: an inbound SA still receiving at the end
+    /// of its grace has a peer that has not switched away from it.
+    packets_then: u64,
+    packets_seen: (u64, Option<Instant>),
 }
+
+/// An inbound SA that received within this much of its grace's end is
+/// reported as still in use by its peer when it goes.
+const STILL_RECEIVING: Duration = Duration::from_secs(1);
+/// At most one `no_sa` warning per this long.
+const NO_SA_WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// Where snapshots go, and the counters of the workers that take them.
 type Publisher = (Arc<ArcSwap<Tables>>, Vec<Arc<WorkerCounters>>);
@@ -298,6 +309,9 @@ pub struct Manager<'d, D: CryptoDevice> {
     in_selectors: HashMap<u32, Vec<Selector>>,
     policies: Vec<model::Policy>,
     retiring: Vec<Retiring>,
+    /// `no_sa` drops summed over the workers at the last look, when the
+    /// last look and the last warning were ([`Manager::tick`]).
+    no_sa: (u64, Option<Instant>, Option<Instant>),
     /// Counter-mode key material installed SAs hold and gone SAs held:
     /// a new SA may not take it ([`Self::key_reuse_refused`]).
     keys: KeyRegister,
@@ -361,6 +375,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             in_selectors: HashMap::new(),
             policies: Vec::new(),
             retiring: Vec::new(),
+            no_sa: (0, None, None),
             keys: KeyRegister::default(),
             events: Vec::new(),
             next_id: 1,
@@ -854,7 +869,8 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     }
 
     fn retire(&mut self, live: Live, direction: Direction, stage: Stage, detached: bool, why: &'static str) {
-        self.retiring.push(Retiring { live, direction, stage, detached, why });
+        let packets = live.life.counters.packets.get();
+        self.retiring.push(Retiring { live, direction, stage, detached, why, packets_then: packets, packets_seen: (packets, None) });
     }
 
     /// `sa del`: the SA and the policies naming it go (the SA leaves the
@@ -1263,7 +1279,35 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             self.scan_lifetimes(now);
         }
         self.tick_retiring(now);
+        self.watch_no_sa(now);
         self.neighbours.tick(now);
+    }
+
+    /// Once a second: if ESP was dropped as `no_sa` since the last look,
+    /// a warning (at most one per [`NO_SA_WARN_EVERY`]) with how many and
+    /// the SPI and source of the last one, so a peer that switched to an SA
+    /// this gateway does not have (a rekey in the wrong order, an SA
+    /// missing from the config) is named, not just counted.
+    fn watch_no_sa(&mut self, now: Instant) {
+        if self.no_sa.1.is_some_and(|t| now.saturating_duration_since(t) < Duration::from_secs(1)) {
+            return;
+        }
+        self.no_sa.1 = Some(now);
+        let Some((_, workers)) = &self.publisher else { return };
+        let total: u64 = workers.iter().map(|w| w.drops[DropReason::NoSa as usize].get()).sum();
+        if total <= self.no_sa.0 || self.no_sa.2.is_some_and(|t| now.saturating_duration_since(t) < NO_SA_WARN_EVERY) {
+            return;
+        }
+        let last = workers.iter().map(|w| w.last_no_sa.get()).find(|&v| v != 0).unwrap_or(0);
+        let (spi, src) = ((last >> 32) as u32, last as u32);
+        let from = if src == 0 { String::new() } else { format!(" from {}", std::net::Ipv4Addr::from(src)) };
+        tracing::warn!(
+            "{} ESP packets dropped as no_sa since {}; one had SPI {spi} (0x{spi:08x}){from}: no inbound SA here has that SPI and those tunnel endpoints (a peer that switched to a new SA before this gateway installed it: add the inbound SA first when rekeying; or an SA missing from the config)",
+            total - self.no_sa.0,
+            if self.no_sa.2.is_some() { "the last warning" } else { "start" }
+        );
+        self.no_sa.0 = total;
+        self.no_sa.2 = Some(now);
     }
 
     /// The neighbour table (learned and static entries; `secgw ctl neigh`).
@@ -1349,8 +1393,28 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             let stage = self.retiring[i].stage;
             let drained = matches!(stage, Stage::Draining(v) if self.quiesced(v));
             let r = &mut self.retiring[i];
+            let packets = r.live.life.counters.packets.get();
+            if packets != r.packets_seen.0 {
+                r.packets_seen = (packets, Some(now));
+            }
             match stage {
                 Stage::Grace(until) if now >= until => {
+                    // Inbound traffic within the grace's last second: the
+                    // peer still sends with it, and from now on those
+                    // packets are `no_sa`.
+                    if let (Direction::Inbound, Some(last)) = (r.direction, r.packets_seen.1) {
+                        if now.saturating_duration_since(last) < STILL_RECEIVING {
+                            let k = key_of(&r.live.sa);
+                            tracing::warn!(
+                                "SA {} inbound{} {} while its peer still sends with it: {} packets in its grace, the last {} ms before its end; the peer's packets for it are now dropped as no_sa (its peer has not switched to the new SA: rekey the peer's outbound SA within the grace)",
+                                k.0,
+                                dst_note(k.2),
+                                r.why,
+                                packets.saturating_sub(r.packets_then),
+                                now.saturating_duration_since(last).as_millis()
+                            );
+                        }
+                    }
                     let (slot, id) = (r.live.slot, r.live.id);
                     match r.direction {
                         Direction::Outbound => {

@@ -422,6 +422,12 @@ pub struct WorkerCounters {
     /// meets V's SAs and policies (what [`crate::control::manager::Manager::publish`]
     /// waits for before a change is reported done).
     pub adopted: Counter,
+    /// The last ESP packet dropped as `no_sa` for want of an SA (unknown
+    /// SPI, or a tunnel SA's endpoints not matching): its SPI in the high
+    /// 32 bits, its outer IPv4 source in the low 32 (0 for IPv6); 0 before
+    /// the first. Read by the control thread to name the SPI in its
+    /// warning (a peer that rekeyed first, a missing SA).
+    pub last_no_sa: Counter,
 }
 
 impl WorkerCounters {
@@ -456,6 +462,7 @@ impl WorkerCounters {
             frags_reassembled: Counter::default(),
             frags_pending: Counter::default(),
             quiesced: Counter::default(),
+            last_no_sa: Counter::default(),
             adopted: Counter::default(),
         }
     }

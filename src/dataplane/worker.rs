@@ -1383,6 +1383,20 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         self.recycle(buf);
     }
 
+    /// ESP from `src` with SPI `spi` for which there is no SA: dropped as
+    /// `no_sa`, the SPI and source noted in [`WorkerCounters::last_no_sa`]
+    /// for the control thread's warning.
+    #[cold]
+    #[inline(never)]
+    fn no_sa(&mut self, port: usize, spi: u32, src: IpAddr, buf: PktBuf) {
+        let v4 = match src {
+            IpAddr::V4(a) => u32::from(a),
+            IpAddr::V6(_) => 0,
+        };
+        self.counters.last_no_sa.set(((spi as u64) << 32) | v4 as u64);
+        self.drop_buf(port, DropReason::NoSa, buf)
+    }
+
     /// Sends a packet for SA work to the SA's owner, or processes it here.
     #[inline]
     fn hand_to_owner(&mut self, t: &Tables, owner: usize, port: usize, buf: PktBuf, tag: u64) {
@@ -1839,14 +1853,14 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             // transport SAs by SPI.
             let spi = esp.spi();
             let Some(i) = t.sad.inbound_lookup(spi, key.dst) else {
-                return self.drop_buf(port, DropReason::NoSa, buf);
+                return self.no_sa(port, spi, key.src, buf);
             };
             let Some(e) = t.sad.inbound_at(i) else {
-                return self.drop_buf(port, DropReason::NoSa, buf);
+                return self.no_sa(port, spi, key.src, buf);
             };
             let i = sa_ref(i, e.sa.id);
             if !e.sa.transport && (e.sa.tunnel_dst != key.dst || e.sa.tunnel_src != key.src) {
-                return self.drop_buf(port, DropReason::NoSa, buf);
+                return self.no_sa(port, spi, key.src, buf);
             }
             // ESP in UDP only for an SA with udp_encap, on its port; plain
             // ESP only for an SA without.
