@@ -1342,6 +1342,19 @@ fn packet_limits_beyond_the_sequence_space_warn() {
     assert!(warns(&edit(inb, &format!("{inb}\nhard_packets = 9999999999"))).is_empty());
 }
 
+/// Byte limits below the smallest IP packet (20 bytes) are reached by the
+/// first packet: warned about, hard and soft; 20 is not.
+#[test]
+fn byte_limits_below_one_packet_warn() {
+    let out = "tunnel_dst = \"203.0.113.2\"";
+    let warns = |lines: &str| config::warnings(&config::parse(&edit(out, &format!("{out}\n{lines}")), Path::new(FILE)).unwrap_or_else(|e| panic!("{e}")));
+    let w = warns("soft_bytes = 5\nhard_bytes = 10");
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert!(w.iter().any(|w| w.contains("sa[0].hard_bytes: 10 bytes is less than the smallest IP packet (20 bytes): SPI 1001 carries no packet")), "{w:?}");
+    assert!(w.iter().any(|w| w.contains("sa[0].soft_bytes: 5 bytes is less than the smallest IP packet (20 bytes): SPI 1001 is soft-expired by its first packet")), "{w:?}");
+    assert!(warns("soft_bytes = 20\nhard_bytes = 21").is_empty());
+}
+
 /// BASE with a `[crypto]` table of `lines` after `[gateway]`.
 fn with_crypto(lines: &str) -> String {
     edit("[gateway]\nworkers = 1\n", &format!("[gateway]\nworkers = 1\n\n[crypto]\n{lines}\n"))

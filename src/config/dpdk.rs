@@ -156,7 +156,11 @@ impl fmt::Display for Notice {
             NoticeKind::Refused => "refused",
             NoticeKind::Warning => "warning",
         };
-        write!(f, "{}:{}: {kind}: {}: {}", self.file.display(), self.line, self.keyword, self.message)
+        // About the command-line options, not a line: no line number.
+        match self.line {
+            0 => write!(f, "{}: {kind}: {}: {}", self.file.display(), self.keyword, self.message),
+            n => write!(f, "{}:{n}: {kind}: {}: {}", self.file.display(), self.keyword, self.message),
+        }
     }
 }
 
@@ -1459,6 +1463,13 @@ pub fn convert(text: &str, source: &Path, opts: &ImportOptions) -> Result<Import
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_notice_about_the_options_has_no_line_number() {
+        let n = |line| Notice { file: "ep0.cfg".into(), line, keyword: "--port".into(), kind: NoticeKind::Warning, message: "m".into() };
+        assert_eq!(n(0).to_string(), "ep0.cfg: warning: --port: m");
+        assert_eq!(n(7).to_string(), "ep0.cfg:7: warning: --port: m");
+    }
 
     const SAMPLE: &str = "# head\n\
         sa out 6 cipher_algo aes-128-cbc cipher_key a0:a0:a0:a0:a0:a0:a0:a0:a0:a0:a0:\\\n\

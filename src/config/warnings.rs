@@ -149,6 +149,15 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
                 format!("no {dir} policy protects with SPI {}", sa.spi),
             );
         }
+        // Lifetime bytes count IP packets (README: Lifetimes), none shorter
+        // than a 20-byte IPv4 header: a smaller limit is reached by the
+        // first packet.
+        for (key, limit) in [("soft_bytes", sa.lifetime.soft.bytes), ("hard_bytes", sa.lifetime.hard.bytes)] {
+            if limit < 20 {
+                let what = if key == "hard_bytes" { "carries no packet" } else { "is soft-expired by its first packet" };
+                warn(format!("sa[{i}].{key}"), format!("{limit} bytes is less than the smallest IP packet (20 bytes): SPI {} {what}", sa.spi));
+            }
+        }
         if sa.direction == Direction::Outbound && !sa.esn {
             // RFC 4303 §3.3.3: without ESN the SA ends at sequence number
             // 2^32−1, so a packet limit past that is never reached.
