@@ -277,8 +277,10 @@ struct Retiring {
 /// An inbound SA that received within this much of its grace's end is
 /// reported as still in use by its peer when it goes.
 const STILL_RECEIVING: Duration = Duration::from_secs(1);
-/// At most one `no_sa` warning per this long.
+/// At most one `no_sa` (or `replay`) warning per this long.
 const NO_SA_WARN_EVERY: Duration = Duration::from_secs(10);
+/// Replays within a second that make a warning.
+const REPLAY_BURST: u64 = 64;
 
 /// Where snapshots go, and the counters of the workers that take them.
 type Publisher = (Arc<ArcSwap<Tables>>, Vec<Arc<WorkerCounters>>);
@@ -312,6 +314,8 @@ pub struct Manager<'d, D: CryptoDevice> {
     /// `no_sa` drops summed over the workers at the last look, when the
     /// last look and the last warning were ([`Manager::tick`]).
     no_sa: (u64, Option<Instant>, Option<Instant>),
+    /// The same for `replay` drops.
+    replay: (u64, Option<Instant>),
     /// Counter-mode key material installed SAs hold and gone SAs held:
     /// a new SA may not take it ([`Self::key_reuse_refused`]).
     keys: KeyRegister,
@@ -376,6 +380,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             policies: Vec::new(),
             retiring: Vec::new(),
             no_sa: (0, None, None),
+            replay: (0, None),
             keys: KeyRegister::default(),
             events: Vec::new(),
             next_id: 1,
@@ -1293,6 +1298,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             return;
         }
         self.no_sa.1 = Some(now);
+        self.watch_replay(now);
         let Some((_, workers)) = &self.publisher else { return };
         let total: u64 = workers.iter().map(|w| w.drops[DropReason::NoSa as usize].get()).sum();
         if total <= self.no_sa.0 || self.no_sa.2.is_some_and(|t| now.saturating_duration_since(t) < NO_SA_WARN_EVERY) {
@@ -1308,6 +1314,30 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         );
         self.no_sa.0 = total;
         self.no_sa.2 = Some(now);
+    }
+
+    /// Called with [`Self::watch_no_sa`], once a second: if at least
+    /// [`REPLAY_BURST`] ESP packets were refused as replays since the last
+    /// look and no such warning came within [`NO_SA_WARN_EVERY`], a warning
+    /// with the SPI and sequence number of the last one. A stray duplicate
+    /// is the network's doing; a second's worth of replays is a peer whose
+    /// sequence numbers went back, most often a peer restarted with the
+    /// same SA (its counter from 1 again, RFC 4303 §3.3.3 assumes an SA
+    /// does not outlive its sender's state).
+    fn watch_replay(&mut self, now: Instant) {
+        let Some((_, workers)) = &self.publisher else { return };
+        let total: u64 = workers.iter().map(|w| w.drops[DropReason::Replay as usize].get()).sum();
+        let new = total.saturating_sub(self.replay.0);
+        self.replay.0 = total;
+        if new < REPLAY_BURST || self.replay.1.is_some_and(|t| now.saturating_duration_since(t) < NO_SA_WARN_EVERY) {
+            return;
+        }
+        let last = workers.iter().map(|w| w.last_replay.get()).find(|&v| v != 0).unwrap_or(0);
+        let (spi, seq) = ((last >> 32) as u32, last as u32);
+        tracing::warn!(
+            "{new} ESP packets dropped as replay in the last second; one had SPI {spi} (0x{spi:08x}) and sequence number {seq}: the peer's sequence numbers went back into this SA's window or below it (a peer restarted with the same SA counts from 1 again: rekey the SA, or restart both ends)"
+        );
+        self.replay.1 = Some(now);
     }
 
     /// The neighbour table (learned and static entries; `secgw ctl neigh`).

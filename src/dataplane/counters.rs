@@ -428,6 +428,10 @@ pub struct WorkerCounters {
     /// the first. Read by the control thread to name the SPI in its
     /// warning (a peer that rekeyed first, a missing SA).
     pub last_no_sa: Counter,
+    /// The last ESP packet refused as a replay before decryption: its
+    /// SPI in the high 32 bits, its sequence number's low 32 bits in the
+    /// low 32; 0 before the first (the control thread's warning).
+    pub last_replay: Counter,
 }
 
 impl WorkerCounters {
@@ -463,6 +467,7 @@ impl WorkerCounters {
             frags_pending: Counter::default(),
             quiesced: Counter::default(),
             last_no_sa: Counter::default(),
+            last_replay: Counter::default(),
             adopted: Counter::default(),
         }
     }

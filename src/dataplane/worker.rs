@@ -1457,9 +1457,22 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             }
             Err((err, b)) => {
                 e.sa.life.counters.errors.add(1);
+                if err == crate::esp::EspError::Replay {
+                    self.note_replay(e.sa.spi, &b, esp_off);
+                }
                 self.drop_buf(port, err.into(), b)
             }
         }
+    }
+
+    /// Notes SPI and sequence number (low 32 bits) of an ESP packet of
+    /// `buf` at `esp_off` refused as a replay before decryption, in
+    /// [`WorkerCounters::last_replay`], for the control thread's warning.
+    #[cold]
+    #[inline(never)]
+    fn note_replay(&self, spi: u32, buf: &PktBuf, esp_off: usize) {
+        let seq = buf.frame().get(esp_off + 4..esp_off + 8).map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+        self.counters.last_replay.set(((spi as u64) << 32) | seq as u64);
     }
 
     /// ESP prepare for a packet of outbound SA `sa` (in SAD slot `slot`,

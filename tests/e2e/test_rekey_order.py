@@ -9,6 +9,9 @@ gateway lacks, and that a retiring inbound SA was still in use.
 3. gw1 alone rekeys that inbound SA to 4001 (gw0 keeps sending 3001):
    when the grace (2 s here) ends while gw0's packets still arrive, gw1
    logs that SA 3001 went while its peer still sent with it.
+4. (second test) gw0 restarted with the same SAs counts from sequence
+   number 1 again: gw1 drops its ESP as `replay` and logs a warning naming
+   SA 1001 and a sequence number, and the likely cause.
 """
 from __future__ import annotations
 
@@ -47,3 +50,19 @@ def test_wrong_order_rekey_names_the_spi(testbed, start_gws, artifacts):
     err = gw1.stderr()
     assert re.search(r"SA 3001 inbound( \(tunnel_dst [0-9.]+\))? rekeyed while its peer still sends with it", err), gw1.logs()
     assert "now dropped as no_sa" in err
+
+
+def test_a_restarted_peer_is_named_by_the_replay_warning(gws, artifacts):
+    gw0, gw1 = gws["gw0"], gws["gw1"]
+    tx, rx, out = L.ping("hostA", L.B_IP, count=300, interval=0.005)
+    assert rx >= 290, out
+    gw0.stop()
+    gw0.start()
+    # At least 64 a second, for longer than a second: replays at gw1.
+    L.ping("hostA", L.B_IP, count=400, interval=0.005)
+    deadline = time.monotonic() + 5
+    while "dropped as replay" not in gw1.stderr() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert re.search(r"\d+ ESP packets dropped as replay in the last second; one had SPI 1001 \(0x000003e9\) and sequence number \d+: "
+                     r"the peer's sequence numbers went back", gw1.stderr()), gw1.logs()
+    assert int(gw1.ctl_stats()["drops"]["replay"]) >= 64
