@@ -63,10 +63,10 @@
 //!   being an exact duplicate drops the whole datagram, with RFC 5722's
 //!   reasoning (overlaps only serve to evade inspection; RFC 5722 says it
 //!   for IPv6, Linux does the same for IPv4).
-//! - Exact duplicate (same offset and length, `reasm_duplicate`): only the
-//!   duplicate is dropped and the datagram goes on; a fragment duplicated or
-//!   retransmitted by the network is harmless, and whether the kept copy is
-//!   genuine is decided by the ESP ICV after reassembly.
+//! - Exact duplicate (same offset, length and bytes, `reasm_duplicate`):
+//!   only the duplicate is dropped and the datagram goes on; a fragment
+//!   duplicated or retransmitted by the network is harmless. The same
+//!   range with other bytes is an overlap (RFC 5722 §4).
 //! - More than `max_fragments` fragments (`reasm_too_many`): dropped whole.
 //! - A dropped datagram leaves a tombstone: its later fragments are dropped
 //!   under the same reason until its timeout, rather than starting a new
@@ -516,6 +516,12 @@ impl Reassembler {
             return self.condemn_with(i, DropReason::ReasmBadFragment, buf, c);
         }
         if ctx.ranges.iter().any(|&(s, e)| s as usize == f.offset && e as usize == end) {
+            // An exact duplicate only if its bytes are those held (RFC 5722
+            // §4): other bytes in the same place are an overlap.
+            let same = ctx.buf.as_mut().is_some_and(|asm| asm.reset().get(f.offset..end) == buf.frame().get(f.head_len..f.head_len + f.len));
+            if !same {
+                return self.condemn_with(i, DropReason::ReasmOverlap, buf, c);
+            }
             if !f.more {
                 ctx.end = Some(end);
             }
@@ -1318,6 +1324,25 @@ mod tests {
         assert_eq!(h.c.frags_pending.get(), 2);
         let k = parse_ipv6(&f[0]).unwrap().key;
         assert_eq!((k.family, k.src, k.dst, k.protocol, k.id), (Family::Ipv6, SRC6, DST6, 0, 9));
+        h.check();
+    }
+
+    /// A fragment in the place of one held but with other bytes is no
+    /// duplicate: an overlap (RFC 5722 §4), the whole datagram dropped and
+    /// its later fragments after it.
+    #[test]
+    fn same_range_other_bytes_is_an_overlap() {
+        let ip = datagram(1, 500);
+        let f = split(&ip, 248);
+        let mut h = Harness::small();
+        assert!(h.push(&f[1]).is_none());
+        let mut other = f[1].clone();
+        *other.last_mut().unwrap() ^= 0xff;
+        assert!(h.push(&other).is_none());
+        assert_eq!((h.drop_of(DropReason::ReasmOverlap), h.drop_of(DropReason::ReasmDuplicate)), (2, 0));
+        assert!(h.push(&f[0]).is_none());
+        assert!(h.push(&f[2]).is_none(), "never completes");
+        assert_eq!(h.drop_of(DropReason::ReasmOverlap), 4);
         h.check();
     }
 
