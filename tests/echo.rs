@@ -112,7 +112,9 @@ fn ping_through_the_tunnel_is_answered_through_the_tunnel() {
     assert_eq!(home.len(), 1, "{home:?}");
     assert_eq!(home[0].0, "inside");
     let reply = &home[0].1[14..];
-    // gw0 forwarded the decrypted reply: its TTL is one less than gw1 set.
+    // gw1 sent its reply with TTL 64 (it did not forward it: no decrement
+    // of its own), gw0 forwarded it decrypted: 63.
+    assert_eq!(reply[8], 63, "TTL 64 from gw1, less gw0's hop");
     let mut undecremented = reply.to_vec();
     undecremented[8] += 1;
     set_ipv4_checksum(&mut undecremented);

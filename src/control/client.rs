@@ -343,17 +343,27 @@ pub fn format_time(t: f64) -> String {
 }
 
 /// A small result (`sa add`, `sa del`, `sa rekey`, `reload`) on one line:
-/// `key=value` pairs of an object, the JSON of anything else.
+/// `key=value` pairs of an object, the JSON of anything else; a
+/// `warnings` list of strings (`reload`: what `secgw check` says of the
+/// file applied) follows, one `warning: …` line each.
 pub fn render_compact(result: &Value) -> String {
     match result {
-        Value::Object(m) if !m.is_empty() => m
-            .iter()
-            .map(|(k, v)| match v {
-                Value::String(s) => format!("{k}={s}"),
-                other => format!("{k}={other}"),
-            })
-            .collect::<Vec<_>>()
-            .join(" "),
+        Value::Object(m) if !m.is_empty() => {
+            let mut out = m
+                .iter()
+                .filter(|(k, _)| k.as_str() != "warnings")
+                .map(|(k, v)| match v {
+                    Value::String(s) => format!("{k}={s}"),
+                    other => format!("{k}={other}"),
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+            for w in m.get("warnings").and_then(Value::as_array).into_iter().flatten() {
+                out.push_str("\nwarning: ");
+                out.push_str(w.as_str().unwrap_or_default());
+            }
+            out
+        }
         Value::Null => "ok".into(),
         other => other.to_string(),
     }

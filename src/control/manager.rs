@@ -227,6 +227,27 @@ fn dst_note(dst: Option<IpAddr>) -> String {
     dst.map_or(String::new(), |d| format!(" (tunnel_dst {d})"))
 }
 
+/// What changed in `[gateway]` from `old` to `new`, each field with its
+/// values (`gateway.name "gw0" → "gwX"`), for a reload's refusal.
+fn gateway_changes(old: &model::Gateway, new: &model::Gateway) -> String {
+    let mut out = Vec::new();
+    macro_rules! field {
+        ($($f:ident),*) => {$(
+            if old.$f != new.$f {
+                out.push(format!("gateway.{} {:?} → {:?}", stringify!($f), old.$f, new.$f));
+            }
+        )*};
+    }
+    field!(name, workers, cores, stats_interval, outer_ttl, burst, idle_sleep_us, idle_spin_us, pmtu_timeout_s, pool_size, handoff_depth, icmp_echo);
+    // Every field is listed above: a new one fails to compile here.
+    let model::Gateway { name: _, workers: _, cores: _, stats_interval: _, outer_ttl: _, burst: _, idle_sleep_us: _, idle_spin_us: _, pmtu_timeout_s: _, pool_size: _, handoff_depth: _, icmp_echo: _ } = old;
+    if out.is_empty() {
+        // A field this list does not know yet.
+        out.push("[gateway]".to_string());
+    }
+    out.join(", ")
+}
+
 /// `{"spi", "direction", "tunnel_dst"?}` of an SA in answers (tunnel_dst
 /// for SAs found by SPI and destination).
 fn sa_id_json((spi, d, dst): SaKey) -> Value {
@@ -1068,27 +1089,27 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     pub fn reload(&mut self, now: Instant) -> Result<Value, MgrError> {
         let opts = self.cfg.dpdk_import.clone().unwrap_or_default();
         let new = crate::config::load_any(&self.cfg.source, &opts).map_err(|e| err(MgrErrorKind::Invalid, e.to_string()))?.0;
-        let mut fixed = Vec::new();
+        let mut fixed: Vec<String> = Vec::new();
         if new.gateway != self.cfg.gateway {
-            fixed.push("[gateway]");
+            fixed.push(gateway_changes(&self.cfg.gateway, &new.gateway));
         }
         if new.crypto != self.cfg.crypto {
-            fixed.push("[crypto]");
+            fixed.push("[crypto]".into());
         }
         if new.reassembly != self.cfg.reassembly {
-            fixed.push("[reassembly]");
+            fixed.push("[reassembly]".into());
         }
         // The workers' pending queues are sized at start.
         let nt = (&new.neighbour_table, &self.cfg.neighbour_table);
         if (nt.0.pending_packets, nt.0.pending_per_hop) != (nt.1.pending_packets, nt.1.pending_per_hop) {
-            fixed.push("neighbour_table.pending_packets/pending_per_hop");
+            fixed.push("neighbour_table.pending_packets/pending_per_hop".into());
         }
         let ports = port_changes(&self.cfg.ports, &new.ports);
         if !ports.is_empty() {
-            fixed.push("[[port]]");
+            fixed.push("[[port]]".into());
         }
         if new.control.socket != self.cfg.control.socket {
-            fixed.push("control.socket");
+            fixed.push(format!("control.socket {:?} → {:?}", self.cfg.control.socket, new.control.socket));
         }
         if !fixed.is_empty() {
             let detail = if ports.is_empty() {
@@ -1155,7 +1176,14 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         self.cfg.control = new.control.clone();
         self.dirty = true;
         self.tick_retiring(now);
-        Ok(json!({ "added": added, "removed": removed, "replaced": replaced, "sas": self.live.len(), "policies": self.policies.len() }))
+        // What `secgw check` would warn about in the file now running.
+        let warnings = crate::config::warnings(&new);
+        for w in &warnings {
+            tracing::warn!("reload: {}: {w}", new.source.display());
+        }
+        let r = json!({ "added": added, "removed": removed, "replaced": replaced, "sas": self.live.len(), "policies": self.policies.len(), "warnings": warnings });
+        tracing::info!(result = %r, "config reloaded from {}", new.source.display());
+        Ok(r)
     }
 
     /// `Invalid` when `sa` (about to be installed: `sa add`, `sa rekey`,

@@ -549,6 +549,12 @@ fn reload_applies_a_new_rekey_grace_and_refuses_a_new_socket_path() {
     let e = fx.m.reload(now).unwrap_err();
     assert_eq!(e.kind, MgrErrorKind::Invalid);
     assert!(e.message.contains("control.socket") && e.message.contains("nothing applied"), "{}", e.message);
+    assert!(e.message.contains("→ \"/tmp/elsewhere.sock\""), "the message gives the values: {}", e.message);
+    // A [gateway] field: named with its values.
+    assert!(base.contains("[gateway]\n") && !base.contains("icmp_echo"), "{base}");
+    std::fs::write(&path, base.replacen("[gateway]\n", "[gateway]\nicmp_echo = false\n", 1)).unwrap();
+    let e = fx.m.reload(now).unwrap_err();
+    assert!(e.message.contains("gateway.icmp_echo true → false changed; these take effect on restart only"), "{}", e.message);
     let r = fx.m.rekey(1001, None, None, 4001, hex::decode(key(0x43)).unwrap(), None, now).unwrap();
     assert_eq!(r["old_valid_ms"].as_u64(), Some(100), "outbound: {r}");
     let r = fx.m.rekey(4002, None, None, 5002, hex::decode(key(0x44)).unwrap(), None, now).unwrap();

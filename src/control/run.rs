@@ -124,12 +124,21 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
     for p in &cfg.ports {
         // A virtual interface (no device behind it: veth) in skb mode hands
         // generic XDP every frame on queue 0, whatever its queue count.
-        let virtual_skb = p.xdp_mode == XdpMode::Skb && !std::path::Path::new(&format!("/sys/class/net/{}/device", p.interface)).exists();
+        let virtual_if = !std::path::Path::new(&format!("/sys/class/net/{}/device", p.interface)).exists();
+        let virtual_skb = p.xdp_mode == XdpMode::Skb && virtual_if;
+        if virtual_skb && p.queue != 0 {
+            tracing::warn!(
+                "port {} ({}): queue = {} on a virtual interface (a veth) in xdp_mode \"skb\": generic XDP gets every frame there on queue 0, which no worker reads; this port will receive nothing (queue = 0, or xdp_mode = \"native\")",
+                p.name,
+                p.interface,
+                p.queue
+            );
+        }
         if let Ok((rx, tx)) = af_xdp::interface_queues(&p.interface) {
             if let Some(e) = af_xdp::queues_past_end(&p.name, &p.interface, p.queue, cfg.gateway.workers as u32, rx, tx) {
                 return Err(ControlError::Unsupported(e));
             }
-            if let Some(w) = af_xdp::unread_queues(&p.name, &p.interface, p.queue, cfg.gateway.workers as u32, rx).filter(|_| !virtual_skb) {
+            if let Some(w) = af_xdp::unread_queues(&p.name, &p.interface, p.queue, cfg.gateway.workers as u32, rx, virtual_if).filter(|_| !virtual_skb) {
                 tracing::warn!("{w}");
             }
         }
@@ -137,6 +146,20 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
         // `mtu` says: above what a packet buffer holds they are lost in the
         // backend (`rx_dropped_backend`).
         let if_mtu = std::fs::read_to_string(format!("/sys/class/net/{}/mtu", p.interface)).ok().and_then(|m| m.trim().parse::<usize>().ok());
+        // A port `mtu` above the interface's: secgw would send frames the
+        // interface drops unseen and uncounted (a veth does), and send no
+        // "fragmentation needed" / Packet Too Big for what the link cannot take.
+        if let Some(m) = if_mtu.filter(|&m| m < p.mtu as usize) {
+            tracing::warn!(
+                "port {} ({}): mtu {} is above the interface's MTU, {m}: packets longer than {m} bytes that secgw sends out of it are dropped by the interface, and counted nowhere; set the port's mtu = {m}, or the interface's MTU to {} (ip link set {} mtu {})",
+                p.name,
+                p.interface,
+                p.mtu,
+                p.mtu,
+                p.interface,
+                p.mtu
+            );
+        }
         if let Some(m) = if_mtu.filter(|&m| m > crate::config::MAX_PORT_MTU as usize) {
             tracing::warn!(
                 "port {} ({}): the interface's MTU is {m}, above the largest port mtu, {} (packet buffers hold 2048-byte frames): frames longer than that are dropped as rx_dropped_backend; set the interface's MTU to the port's mtu ({}), e.g. ip link set {} mtu {}",
@@ -261,9 +284,10 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
             last_request = Instant::now();
         }
         if hup.swap(false, Ordering::Relaxed) {
-            match mgr.reload(now) {
-                Ok(r) => tracing::info!(result = %r, "SIGHUP: config reloaded"),
-                Err(e) => tracing::error!(error = %e, "SIGHUP: reload refused"),
+            // A reload logs what it applied and its warnings itself.
+            tracing::info!("SIGHUP: reloading the config");
+            if let Err(e) = mgr.reload(now) {
+                tracing::error!(error = %e, "SIGHUP: reload refused");
             }
         }
         mgr.tick(now);

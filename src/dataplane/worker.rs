@@ -1777,13 +1777,19 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 // in): it could not be encrypted whole (`no_room`).
                 let no_room = outbound::encapsulated_len(sa, hl, buf.len() - ethernet::HEADER_LEN) + ethernet::HEADER_LEN > crate::io::BUF_SIZE - crate::io::HEADROOM;
                 if !sa.transport && (sa.tunnel_dst.is_ipv6() || sa.df == crate::esp::DfMode::Set || no_room) {
-                    decrement_hops(&mut buf);
+                    if error_to.is_none() {
+                        decrement_hops(&mut buf);
+                    }
                     let owner = sa.owner;
                     return self.fragment(t, port, FragSink::Sa { sa: i, owner }, buf, fits);
                 }
             }
         }
-        decrement_hops(&mut buf);
+        // A packet the gateway built (`error_to`: an ICMP error, an Echo
+        // Reply) leaves with the TTL it was given: it is not forwarded.
+        if error_to.is_none() {
+            decrement_hops(&mut buf);
+        }
         let owner = sa.owner;
         if owner == self.conf.id {
             // An error built while crypto completions are drained: the ops

@@ -859,8 +859,10 @@ pub fn queues_past_end(port: &str, interface: &str, first: u32, workers: u32, rx
 /// naming the port, the interface, the queues read and the ones not read,
 /// and what to change. Frames the interface steers (RSS, or a veth's
 /// per-queue NAPI in native mode) to an unread queue are never seen by
-/// the gateway and never counted by it.
-pub fn unread_queues(port: &str, interface: &str, first: u32, workers: u32, rx_queues: u32) -> Option<String> {
+/// the gateway and never counted by it. `virtual_if`: the interface has no
+/// device behind it (a veth: rx and tx channels, no combined ones, so the
+/// advice differs).
+pub fn unread_queues(port: &str, interface: &str, first: u32, workers: u32, rx_queues: u32, virtual_if: bool) -> Option<String> {
     let end = first.saturating_add(workers);
     if first == 0 && end >= rx_queues {
         return None;
@@ -869,8 +871,15 @@ pub fn unread_queues(port: &str, interface: &str, first: u32, workers: u32, rx_q
     if unread.is_empty() {
         return None;
     }
+    // A veth has rx and tx channels, no combined ones; what arrives on its
+    // rx queue q left its peer by tx queue q.
+    let reduce = if virtual_if {
+        format!("ethtool -L {interface} rx {workers} tx {workers}, and the same on its peer; or xdp_mode = \"skb\", in which a veth delivers everything on queue 0")
+    } else {
+        format!("ethtool -L {interface} combined {workers}")
+    };
     Some(format!(
-        "port {port}: interface {interface} has {rx_queues} receive queues and secgw reads queue(s) {first}..{} (one per worker): frames it receives on queue(s) {} are never seen nor counted by secgw; reduce its queues (ethtool -L {interface} combined {workers}) or steer the traffic to the queues read (a veth in xdp_mode = \"skb\" delivers everything on queue 0)",
+        "port {port}: interface {interface} has {rx_queues} receive queues and secgw reads queue(s) {first}..{} (one per worker): frames it receives on queue(s) {} are never seen nor counted by secgw; reduce its queues ({reduce}) or steer the traffic to the queues read",
         end - 1,
         unread.join(", ")
     ))
@@ -1191,13 +1200,15 @@ mod tests {
 
     #[test]
     fn unread_queues_names_the_queues_no_worker_reads() {
-        assert_eq!(unread_queues("inside", "eth0", 0, 2, 2), None);
-        assert_eq!(unread_queues("inside", "eth0", 0, 4, 2), None, "more workers than queues: all read (the bind refuses the rest)");
-        let w = unread_queues("inside", "tcr-g0i", 0, 1, 2).unwrap();
+        assert_eq!(unread_queues("inside", "eth0", 0, 2, 2, false), None);
+        assert_eq!(unread_queues("inside", "eth0", 0, 4, 2, false), None, "more workers than queues: all read (the bind refuses the rest)");
+        let w = unread_queues("inside", "tcr-g0i", 0, 1, 2, false).unwrap();
         assert!(w.starts_with("port inside: interface tcr-g0i has 2 receive queues and secgw reads queue(s) 0..0"), "{w}");
         assert!(w.contains("on queue(s) 1 are never seen") && w.contains("ethtool -L tcr-g0i combined 1"), "{w}");
-        let w = unread_queues("outside", "eth1", 2, 1, 4).unwrap();
+        let w = unread_queues("outside", "eth1", 2, 1, 4, false).unwrap();
         assert!(w.contains("reads queue(s) 2..2") && w.contains("queue(s) 0, 1, 3 are never seen"), "{w}");
+        let w = unread_queues("inside", "gw0-in", 0, 1, 2, true).unwrap();
+        assert!(w.contains("ethtool -L gw0-in rx 1 tx 1, and the same on its peer") && !w.contains("combined"), "{w}");
         assert_eq!(interface_queues("lo").map(|(rx, tx)| rx.min(tx)), Ok(1));
     }
 

@@ -445,7 +445,7 @@ def test_sighup_reload(start_gws, artifacts):
     assert [p["action"] for p in cfg["policy"]] == ["protect 1002", "protect 1001"], cfg["policy"]
     hup(gw1)
     L.wait_for(lambda: sa_keys(gw1) == full - {(1003, "inbound")}, "SA 1003 gone from `sa list` after SIGHUP")
-    assert "SIGHUP: config reloaded" in gw1.stderr(), gw1.logs()
+    assert "SIGHUP: reloading the config" in gw1.stderr() and "config reloaded from" in gw1.stderr(), gw1.logs()
     assert sorted(p["action"] for p in policies(gw1)) == ["protect 1001", "protect 1002"], policies(gw1)
     deliver(gws, artifacts)
 
@@ -477,6 +477,19 @@ def test_sighup_reload(start_gws, artifacts):
     assert msg in line, f"socket error {msg!r} differs from the SIGHUP log line {line!r}"
     assert strip(ctl_json(gw1, "sa", "list")["sas"]) == strip(sas)
     assert gw1.alive()
+
+    # ---- 4. a file `check` warns about is applied, and the warning said:
+    # the wan's /24 routed out of the protected port (gw1's ESP to gw0
+    # would leave on the inside). Last: it breaks the tunnel.
+    text = copy.read_text().replace('mtu = 1400\n', '')
+    route = '[[route]]\nprefix = "203.0.113.0/24"\nport = "outside"\n'
+    assert text.count(route) == 1
+    copy.write_text(text.replace(route, route.replace('"outside"', '"inside"')))
+    r = ctl_raw(gw1, "reload")
+    out = r.stdout.decode()
+    assert r.returncode == 0, (out, r.stderr.decode())
+    assert "\nwarning: " in out and "203.0.113.1 is routed out of protected port inside" in out, out
+    assert "reload: " in gw1.stderr() and "is routed out of protected port inside" in gw1.stderr(), gw1.logs()
 
 
 # --------------------------------------------------------------------------
