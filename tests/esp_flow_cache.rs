@@ -320,11 +320,13 @@ fn a_cached_esp_flow_follows_the_next_tables_snapshot() {
 }
 
 #[test]
-fn only_the_owner_of_the_sa_caches_its_flow() {
+fn a_flow_received_by_another_worker_is_cached_and_handed_to_the_owner() {
     // configs/ep1-2w.toml: two workers, inbound SAs 2001 and 2002 bound
-    // one per worker. ESP of SA 2002 received by the other worker goes to
-    // the owner by handoff every time; received by the owner, the second
-    // packet hits.
+    // one per worker. ESP of SA 2002 received by the owner: the second
+    // packet hits and is decrypted there. Received by the other worker
+    // (RSS put it on that worker's queue): the second packet hits too and
+    // goes to the owner by the same handoff as the first, which decrypts
+    // both.
     let probe = MemGateway::from_config("configs/ep1-2w.toml");
     let owner = {
         let t = probe.published.load();
@@ -332,7 +334,7 @@ fn only_the_owner_of_the_sa_caches_its_flow() {
         t.sad.inbound_at(i).expect("SA 2002").sa.owner
     };
     let key = probe.cfg.sas.iter().find(|s| s.spi == 2002).expect("SA 2002").key.to_vec();
-    for (worker, hits, handed) in [(owner, 1, 0), (1 - owner, 0, 2)] {
+    for (worker, hits, handed) in [(owner, 1, 0), (1 - owner, 1, 2)] {
         let mut gw = MemGateway::from_config("configs/ep1-2w.toml");
         let mut out = Vec::new();
         for seq in [1, 2] {
@@ -345,5 +347,8 @@ fn only_the_owner_of_the_sa_caches_its_flow() {
         assert_eq!(esp_hits(&s), hits, "worker {worker}");
         assert_eq!(s.workers.iter().map(|w| w.handoff_out).sum::<u64>(), handed, "worker {worker}");
         assert!(drops(&s).is_empty(), "worker {worker}: {:?}", drops(&s));
+        assert_eq!(s.workers[owner].handoff_in, handed, "the owner took what was handed");
+        let sa = s.sas.iter().find(|x| x.spi == 2002 && x.direction == "inbound").expect("SA 2002");
+        assert_eq!(sa.packets, 2, "both counted by the SA, at its owner");
     }
 }

@@ -814,7 +814,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                     Some((mac, false)) if buf.port as usize == p => {
                         if let Some(f) = self.esp_fast_path(&t, p, mac, buf.frame()) {
                             esp_hits += 1;
-                            self.esp_fast_forward(f, buf);
+                            self.esp_fast_forward(&t, f, buf);
                             continue;
                         }
                     }
@@ -1889,11 +1889,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             let owner = e.sa.owner;
             // The flow's next packets skip what was decided up to here
             // (`flow`): plain ESP under an IPv4 header without options, to
-            // an SA of this worker.
+            // this worker's SA or handed to its owner.
             if let (IpAddr::V4(s), IpAddr::V4(d), None, ipv4::MIN_HEADER_LEN) = (key.src, key.dst, udp_dport, hl) {
-                if owner == self.conf.id {
-                    self.esp_flows.learn_esp(t.version, port, s, d, spi, i);
-                }
+                self.esp_flows.learn_esp(t.version, port, s, d, spi, i);
             }
             return self.hand_to_owner(t, owner, port, buf, tag(true, i, esp_off, port as u16));
         }

@@ -40,19 +40,21 @@
 //! owner. For plain ESP under an IPv4 header every one of those answers
 //! depends only on (receive port, source, destination, SPI) and the
 //! tables snapshot, so a second [`FlowCache`] holds the inbound SA of such
-//! flows, learned by the slow path when this worker owns the SA, and
-//! [`Worker::esp_fast_path`] takes a frame only when it is plain ESP the
-//! slow path would parse the same way (no IPv4 options, not a fragment,
-//! header checksum right, room for the ESP header), its flow hits and the
-//! SA is still this worker's: exactly the packets the slow path would
-//! hand to `prepare_inbound`. The replay check, the lifetime, the ICV and
-//! everything after decryption are per packet on both paths.
+//! flows, learned by the slow path, and [`Worker::esp_fast_path`] takes a
+//! frame only when it is plain ESP the slow path would parse the same way
+//! (no IPv4 options, not a fragment, header checksum right, room for the
+//! ESP header) and its flow hits: exactly the packets the slow path would
+//! hand to the SA's owner, which [`Worker::esp_fast_forward`] does the
+//! same way (`prepare_inbound` here, or the handoff to the owning worker,
+//! where RSS put an SA's ESP on another worker's queue). The replay
+//! check, the lifetime, the ICV and everything after decryption are per
+//! packet, by the owner, on both paths.
 //!
 //! Each cache is direct-mapped ([`FLOW_SLOTS`] entries, one per hash
 //! bucket: a colliding flow replaces the entry), allocated when the worker
 //! starts; nothing allocates or locks per packet.
 
-use super::{decrement_hops, in_sa, sa_ref, Worker};
+use super::{decrement_hops, in_sa, sa_ref, tag, Worker};
 use crate::crypto::QueuePair;
 use crate::dataplane::counters::DropReason;
 use crate::esp::outbound::{self, TunnelPlan};
@@ -305,26 +307,30 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let dst = u32::from_be_bytes([h[ipv4::DST], h[ipv4::DST + 1], h[ipv4::DST + 2], h[ipv4::DST + 3]]);
         let spi = u32::from_be_bytes([f[ESP], f[ESP + 1], f[ESP + 2], f[ESP + 3]]);
         let r = self.esp_flows.hit(t.version, rx_port, src, dst, ipv4::PROTO_ESP, Some(spi))? as usize;
-        // Learned only for this worker's SAs and cleared on adopt, so the
-        // owner check holds by construction; it stays, as the guard of
-        // the SA's per-worker state (replay window), and the SA found is
-        // what `prepare_inbound_sa` goes on with (one lookup a packet).
+        // Cleared on adopt: the SA (and its owner) is the one learned; the
+        // SA found is what the fast path goes on with (one lookup a packet).
         let (_, e) = in_sa(t, r)?;
-        (e.sa.owner == self.conf.id).then_some(EspFast { r, e, total })
+        Some(EspFast { r, e, total })
     }
 
     /// The inbound fast path of a frame [`Self::esp_fast_path`] took:
     /// counted as received, cut to its IPv4 total length (Ethernet padding
-    /// off) and handed to `prepare_inbound_sa` with the SA it found, as the
-    /// slow path goes on with such a packet.
+    /// off) and handed to `prepare_inbound_sa` with the SA it found when
+    /// this worker owns it, else to the owner, as the slow path goes on
+    /// with such a packet.
     #[inline(always)]
-    pub(super) fn esp_fast_forward(&mut self, fast: EspFast<'_>, mut buf: PktBuf) {
+    pub(super) fn esp_fast_forward(&mut self, t: &Tables, fast: EspFast<'_>, mut buf: PktBuf) {
+        const ESP: usize = ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN;
         let port = buf.port as usize;
         if !self.count_fast_rx(&buf) {
             return self.drop_buf(0, DropReason::Malformed, buf);
         }
         buf.trim_to(ethernet::HEADER_LEN + fast.total);
-        self.prepare_inbound_sa(fast.e, fast.r, ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN, port, buf)
+        let owner = fast.e.sa.owner;
+        if owner != self.conf.id {
+            return self.hand_to_owner(t, owner, port, buf, tag(true, fast.r, ESP, port as u16));
+        }
+        self.prepare_inbound_sa(fast.e, fast.r, ESP, port, buf)
     }
 
     /// The fast path of a frame [`Self::fast_path`] took: counted as
