@@ -262,13 +262,21 @@ fn ip_dst(buf: &PktBuf) -> IpAddr {
 /// True if the packet after the Ethernet header is IPv4 with a source
 /// route option (LSRR/SSRR, [`ipv4::scan_options`]); only a header with
 /// options is looked at.
-#[inline]
+#[inline(always)]
 fn inner_source_routed(buf: &PktBuf) -> bool {
-    let f = buf.frame().get(ethernet::HEADER_LEN..).unwrap_or(&[]);
-    match f.first() {
-        Some(&b) if b >> 4 == 4 && (b & 0x0f) > 5 => f.get(ipv4::MIN_HEADER_LEN..(b & 0x0f) as usize * 4).is_some_and(|o| ipv4::scan_options(o) == Ok(true)),
+    match buf.frame().get(ethernet::HEADER_LEN) {
+        Some(&b) if b >> 4 == 4 && (b & 0x0f) > 5 => options_source_routed(buf, (b & 0x0f) as usize * 4),
         _ => false,
     }
+}
+
+/// [`inner_source_routed`] for an IPv4 header of `hl` bytes, options and
+/// all (rare: kept out of the per-packet path).
+#[cold]
+#[inline(never)]
+fn options_source_routed(buf: &PktBuf, hl: usize) -> bool {
+    let f = buf.frame();
+    f.get(ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN..ethernet::HEADER_LEN + hl).is_some_and(|o| ipv4::scan_options(o) == Ok(true))
 }
 
 /// The [`inbound::InnerHeader`] of the IPv4 or IPv6 packet after the

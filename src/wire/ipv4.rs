@@ -67,6 +67,9 @@ pub const OPT_SSRR: u8 = 0x89;
 /// other option has a length byte of at least 2 that stays within the
 /// header. `Ok(true)` when a source route (LSRR/SSRR) is among them,
 /// `Err(offset in opts)` at the first option that breaks those rules.
+/// Out of line: most headers have no options, and the header parse it is
+/// called from stays small enough to inline.
+#[inline(never)]
 pub fn scan_options(opts: &[u8]) -> Result<bool, usize> {
     let mut at = 0;
     let mut routed = false;
@@ -107,8 +110,10 @@ impl<'a> Ipv4Packet<'a> {
             return Err(WireError::BadField { layer: "ipv4", field: "total length below header length", value: total as u32 });
         }
         need("ipv4", buf, total)?;
-        if let Err(at) = scan_options(&buf[MIN_HEADER_LEN..header_len]) {
-            return Err(WireError::BadField { layer: "ipv4", field: "options", value: (MIN_HEADER_LEN + at) as u32 });
+        if header_len > MIN_HEADER_LEN {
+            if let Err(at) = scan_options(&buf[MIN_HEADER_LEN..header_len]) {
+                return Err(WireError::BadField { layer: "ipv4", field: "options", value: (MIN_HEADER_LEN + at) as u32 });
+            }
         }
         if checksum::sum(&buf[..header_len]) != 0xffff {
             return Err(WireError::BadField { layer: "ipv4", field: "header checksum", value: be16(buf, CHECKSUM) as u32 });
