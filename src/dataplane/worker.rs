@@ -1914,13 +1914,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             if too_big {
                 return self.pmtu_report(t, port, buf, key.dst, hl);
             }
-            let Some(buf) = self.echo(t, port, buf, ErrorPath::Back) else { return };
-            return self.drop_buf(port, DropReason::ToUs, buf);
         }
-        // To the address of another of our ports: answered the same way,
-        // never forwarded (ESP and ICMP errors are taken on the address of
-        // the port they arrive on only).
-        if t.is_ours(key.dst) {
+        // To this port's address, or another of our ports' (answered the
+        // same way, never forwarded; ESP and ICMP errors are taken on the
+        // address of the port they arrive on only).
+        if local || t.is_ours(key.dst) {
             let Some(buf) = self.echo(t, port, buf, ErrorPath::Back) else { return };
             return self.drop_buf(port, DropReason::ToUs, buf);
         }
