@@ -303,6 +303,20 @@ const NO_SA_WARN_EVERY: Duration = Duration::from_secs(10);
 /// Replays within a second that make a warning.
 const REPLAY_BURST: u64 = 64;
 
+/// State of [`Manager::watch_drops`]: when it last looked, and per
+/// watched reason the count summed over the workers it compares with and
+/// when it last warned.
+#[derive(Default)]
+struct DropWatch {
+    looked: Option<Instant>,
+    /// `no_sa` drops at the last warning (a warning covers all since).
+    no_sa: u64,
+    no_sa_warned: Option<Instant>,
+    /// `replay` drops at the last look (a warning covers one second).
+    replay: u64,
+    replay_warned: Option<Instant>,
+}
+
 /// Where snapshots go, and the counters of the workers that take them.
 type Publisher = (Arc<ArcSwap<Tables>>, Vec<Arc<WorkerCounters>>);
 
@@ -332,11 +346,8 @@ pub struct Manager<'d, D: CryptoDevice> {
     in_selectors: HashMap<u32, Vec<Selector>>,
     policies: Vec<model::Policy>,
     retiring: Vec<Retiring>,
-    /// `no_sa` drops summed over the workers at the last look, when the
-    /// last look and the last warning were ([`Manager::tick`]).
-    no_sa: (u64, Option<Instant>, Option<Instant>),
-    /// The same for `replay` drops.
-    replay: (u64, Option<Instant>),
+    /// What [`Manager::watch_drops`] saw and said last.
+    drop_watch: DropWatch,
     /// Counter-mode key material installed SAs hold and gone SAs held:
     /// a new SA may not take it ([`Self::key_reuse_refused`]).
     keys: KeyRegister,
@@ -400,8 +411,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             in_selectors: HashMap::new(),
             policies: Vec::new(),
             retiring: Vec::new(),
-            no_sa: (0, None, None),
-            replay: (0, None),
+            drop_watch: DropWatch::default(),
             keys: KeyRegister::default(),
             events: Vec::new(),
             next_id: 1,
@@ -1312,60 +1322,61 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             self.scan_lifetimes(now);
         }
         self.tick_retiring(now);
-        self.watch_no_sa(now);
+        self.watch_drops(now);
         self.neighbours.tick(now);
     }
 
-    /// Once a second: if ESP was dropped as `no_sa` since the last look,
-    /// a warning (at most one per [`NO_SA_WARN_EVERY`]) with how many and
-    /// the SPI and source of the last one, so a peer that switched to an SA
-    /// this gateway does not have (a rekey in the wrong order, an SA
-    /// missing from the config) is named, not just counted.
-    fn watch_no_sa(&mut self, now: Instant) {
-        if self.no_sa.1.is_some_and(|t| now.saturating_duration_since(t) < Duration::from_secs(1)) {
+    /// Once a second, the workers' `no_sa` and `replay` drops, so that a
+    /// peer's mistake is named, not just counted (each warning at most
+    /// once per [`NO_SA_WARN_EVERY`]):
+    /// - any `no_sa` since the last warning: how many, and the SPI and
+    ///   source of one ([`WorkerCounters::last_no_sa`]): a peer that
+    ///   switched to an SA this gateway does not have (a rekey in the
+    ///   wrong order, an SA missing from the config);
+    /// - at least [`REPLAY_BURST`] `replay` within the second: the SPI and
+    ///   sequence number of one ([`WorkerCounters::last_replay`]). A stray
+    ///   duplicate is the network's doing; a second's worth is a peer whose
+    ///   sequence numbers went back, most often one restarted with the same
+    ///   SA (its counter from 1 again; RFC 4303 §3.3.3 assumes an SA does
+    ///   not outlive its sender's state).
+    fn watch_drops(&mut self, now: Instant) {
+        let w = &mut self.drop_watch;
+        if w.looked.is_some_and(|t| now.saturating_duration_since(t) < Duration::from_secs(1)) {
             return;
         }
-        self.no_sa.1 = Some(now);
-        self.watch_replay(now);
+        w.looked = Some(now);
         let Some((_, workers)) = &self.publisher else { return };
-        let total: u64 = workers.iter().map(|w| w.drops[DropReason::NoSa as usize].get()).sum();
-        if total <= self.no_sa.0 || self.no_sa.2.is_some_and(|t| now.saturating_duration_since(t) < NO_SA_WARN_EVERY) {
-            return;
-        }
-        let last = workers.iter().map(|w| w.last_no_sa.get()).find(|&v| v != 0).unwrap_or(0);
-        let (spi, src) = ((last >> 32) as u32, last as u32);
-        let from = if src == 0 { String::new() } else { format!(" from {}", std::net::Ipv4Addr::from(src)) };
-        tracing::warn!(
-            "{} ESP packets dropped as no_sa since {}; one had SPI {spi} (0x{spi:08x}){from}: no inbound SA here has that SPI and those tunnel endpoints (a peer that switched to a new SA before this gateway installed it: add the inbound SA first when rekeying; or an SA missing from the config)",
-            total - self.no_sa.0,
-            if self.no_sa.2.is_some() { "the last warning" } else { "start" }
-        );
-        self.no_sa.0 = total;
-        self.no_sa.2 = Some(now);
-    }
+        let sum = |r: DropReason| workers.iter().map(|c| c.drops[r as usize].get()).sum::<u64>();
+        // (SPI, low 32 bits) of the first worker that noted one.
+        let noted = |f: fn(&WorkerCounters) -> u64| {
+            let v = workers.iter().map(|c| f(c)).find(|&v| v != 0).unwrap_or(0);
+            ((v >> 32) as u32, v as u32)
+        };
+        let quiet = |warned: Option<Instant>| warned.is_some_and(|t| now.saturating_duration_since(t) < NO_SA_WARN_EVERY);
 
-    /// Called with [`Self::watch_no_sa`], once a second: if at least
-    /// [`REPLAY_BURST`] ESP packets were refused as replays since the last
-    /// look and no such warning came within [`NO_SA_WARN_EVERY`], a warning
-    /// with the SPI and sequence number of the last one. A stray duplicate
-    /// is the network's doing; a second's worth of replays is a peer whose
-    /// sequence numbers went back, most often a peer restarted with the
-    /// same SA (its counter from 1 again, RFC 4303 §3.3.3 assumes an SA
-    /// does not outlive its sender's state).
-    fn watch_replay(&mut self, now: Instant) {
-        let Some((_, workers)) = &self.publisher else { return };
-        let total: u64 = workers.iter().map(|w| w.drops[DropReason::Replay as usize].get()).sum();
-        let new = total.saturating_sub(self.replay.0);
-        self.replay.0 = total;
-        if new < REPLAY_BURST || self.replay.1.is_some_and(|t| now.saturating_duration_since(t) < NO_SA_WARN_EVERY) {
-            return;
+        let no_sa = sum(DropReason::NoSa);
+        if no_sa > w.no_sa && !quiet(w.no_sa_warned) {
+            let (spi, src) = noted(|c| c.last_no_sa.get());
+            let from = if src == 0 { String::new() } else { format!(" from {}", std::net::Ipv4Addr::from(src)) };
+            tracing::warn!(
+                "{} ESP packets dropped as no_sa since {}; one had SPI {spi} (0x{spi:08x}){from}: no inbound SA here has that SPI and those tunnel endpoints (a peer that switched to a new SA before this gateway installed it: add the inbound SA first when rekeying; or an SA missing from the config)",
+                no_sa - w.no_sa,
+                if w.no_sa_warned.is_some() { "the last warning" } else { "start" }
+            );
+            w.no_sa = no_sa;
+            w.no_sa_warned = Some(now);
         }
-        let last = workers.iter().map(|w| w.last_replay.get()).find(|&v| v != 0).unwrap_or(0);
-        let (spi, seq) = ((last >> 32) as u32, last as u32);
-        tracing::warn!(
-            "{new} ESP packets dropped as replay in the last second; one had SPI {spi} (0x{spi:08x}) and sequence number {seq}: the peer's sequence numbers went back into this SA's window or below it (a peer restarted with the same SA counts from 1 again: rekey the SA, or restart both ends)"
-        );
-        self.replay.1 = Some(now);
+
+        let replay = sum(DropReason::Replay);
+        let new = replay.saturating_sub(w.replay);
+        w.replay = replay;
+        if new >= REPLAY_BURST && !quiet(w.replay_warned) {
+            let (spi, seq) = noted(|c| c.last_replay.get());
+            tracing::warn!(
+                "{new} ESP packets dropped as replay in the last second; one had SPI {spi} (0x{spi:08x}) and sequence number {seq}: the peer's sequence numbers went back into this SA's window or below it (a peer restarted with the same SA counts from 1 again: rekey the SA, or restart both ends)"
+            );
+            w.replay_warned = Some(now);
+        }
     }
 
     /// The neighbour table (learned and static entries; `secgw ctl neigh`).
