@@ -713,3 +713,44 @@ fn stats_json_validates_against_the_committed_schema() {
         assert!(!ok, "breakage {i} was accepted");
     }
 }
+
+/// `secgw run` with ports on interfaces that do not exist names the field
+/// by file, line and column (brief: bad config gets a message naming the
+/// file, line and field), both where the MAC is read from the interface
+/// (no `mac` in the port) and where the worker opens its AF_XDP socket
+/// (a `mac` given); it exits 1 without starting.
+#[test]
+fn run_names_file_line_and_field_of_a_missing_interface() {
+    let dir = std::env::temp_dir().join(format!("secgw-run-noif-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ep0 = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/ep0.toml")).unwrap();
+    let renamed = ep0.replace("interface = \"gw0-in\"", "interface = \"nosuch-in\"").replace("interface = \"gw0-out\"", "interface = \"nosuch-out\"");
+    assert_ne!(renamed, ep0, "configs/ep0.toml names gw0-in / gw0-out");
+    // The line of the first port's `interface` (1-based).
+    let line_of = |text: &str, key: &str| text.lines().position(|l| l.starts_with(key)).unwrap() + 1;
+    // Without the ports' `mac`: the MAC read from the interface fails.
+    let mut seen_port = false;
+    let no_mac: String = renamed
+        .lines()
+        .filter(|l| {
+            seen_port |= l.starts_with("[[port]]");
+            if l.starts_with("[[") && !l.starts_with("[[port]]") {
+                seen_port = false;
+            }
+            !(seen_port && l.starts_with("mac = "))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(renamed.matches("\nmac = ").count(), no_mac.matches("\nmac = ").count() + 2, "the two ports' mac lines removed");
+    for (name, text) in [("with-mac.toml", renamed.clone()), ("no-mac.toml", no_mac)] {
+        let cfg = dir.join(name);
+        std::fs::write(&cfg, &text).unwrap();
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_secgw"));
+        c.arg("run").arg("--config").arg(&cfg).arg("--socket").arg(dir.join(format!("{name}.sock")));
+        let (ok, code, _, err) = run(c, "");
+        let line = line_of(&text, "interface = \"nosuch-in\"");
+        let want = format!("{}:{line}:13: port[0].interface: interface \"nosuch-in\" not found", cfg.display());
+        assert!(!ok && code == 1 && err.contains(&want), "{name}: exit {code}, stderr:\n{err}\nwanted: {want}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

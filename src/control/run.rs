@@ -114,21 +114,27 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
             .map_err(|e| ControlError::Unsupported(format!("--stats-file {}: {e}", path.display())))?;
     }
 
+    // Where each port's fields are in the file (`file:line:column: field`),
+    // for the messages about them made here and on the worker threads: the
+    // file is read once.
+    let positions = crate::config::Positions::read(cfg);
+    let port_at = |i: usize, field: &str| positions.locate(&cfg.source, &format!("port[{i}].{field}")).to_string();
     let mut macs = Vec::with_capacity(cfg.ports.len());
-    for p in &cfg.ports {
+    for (i, p) in cfg.ports.iter().enumerate() {
         macs.push(match p.mac {
             Some(m) => m,
-            None => af_xdp::interface_mac(&p.interface)?,
+            None => af_xdp::interface_mac(&p.interface).map_err(|e| ControlError::Unsupported(format!("{}: {e}", port_at(i, "interface"))))?,
         });
     }
-    for p in &cfg.ports {
+    for (i, p) in cfg.ports.iter().enumerate() {
         // A virtual interface (no device behind it: veth) in skb mode hands
         // generic XDP every frame on queue 0, whatever its queue count.
         let virtual_if = !std::path::Path::new(&format!("/sys/class/net/{}/device", p.interface)).exists();
         let virtual_skb = p.xdp_mode == XdpMode::Skb && virtual_if;
         if virtual_skb && p.queue != 0 {
             tracing::warn!(
-                "port {} ({}): queue = {} on a virtual interface (a veth) in xdp_mode \"skb\": generic XDP gets every frame there on queue 0, which no worker reads; this port will receive nothing (queue = 0, or xdp_mode = \"native\")",
+                "{}: port {} ({}): queue = {} on a virtual interface (a veth) in xdp_mode \"skb\": generic XDP gets every frame there on queue 0, which no worker reads; this port will receive nothing (queue = 0, or xdp_mode = \"native\")",
+                port_at(i, "queue"),
                 p.name,
                 p.interface,
                 p.queue
@@ -136,10 +142,10 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
         }
         if let Ok((rx, tx)) = af_xdp::interface_queues(&p.interface) {
             if let Some(e) = af_xdp::queues_past_end(&p.name, &p.interface, p.queue, cfg.gateway.workers as u32, rx, tx) {
-                return Err(ControlError::Unsupported(e));
+                return Err(ControlError::Unsupported(format!("{}: {e}", port_at(i, "queue"))));
             }
             if let Some(w) = af_xdp::unread_queues(&p.name, &p.interface, p.queue, cfg.gateway.workers as u32, rx, virtual_if).filter(|_| !virtual_skb) {
-                tracing::warn!("{w}");
+                tracing::warn!("{}: {w}", port_at(i, "queue"));
             }
         }
         // The interface takes frames up to its own MTU, whatever the port's
@@ -151,7 +157,8 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
         // "fragmentation needed" / Packet Too Big for what the link cannot take.
         if let Some(m) = if_mtu.filter(|&m| m < p.mtu as usize) {
             tracing::warn!(
-                "port {} ({}): mtu {} is above the interface's MTU, {m}: packets longer than {m} bytes that secgw sends out of it are dropped by the interface, and counted nowhere; set the port's mtu = {m}, or the interface's MTU to {} (ip link set {} mtu {})",
+                "{}: port {} ({}): mtu {} is above the interface's MTU, {m}: packets longer than {m} bytes that secgw sends out of it are dropped by the interface, and counted nowhere; set the port's mtu = {m}, or the interface's MTU to {} (ip link set {} mtu {})",
+                port_at(i, "mtu"),
                 p.name,
                 p.interface,
                 p.mtu,
@@ -162,7 +169,8 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
         }
         if let Some(m) = if_mtu.filter(|&m| m > crate::config::MAX_PORT_MTU as usize) {
             tracing::warn!(
-                "port {} ({}): the interface's MTU is {m}, above the largest port mtu, {} (packet buffers hold 2048-byte frames): frames longer than that are dropped as rx_dropped_backend; set the interface's MTU to the port's mtu ({}), e.g. ip link set {} mtu {}",
+                "{}: port {} ({}): the interface's MTU is {m}, above the largest port mtu, {} (packet buffers hold 2048-byte frames): frames longer than that are dropped as rx_dropped_backend; set the interface's MTU to the port's mtu ({}), e.g. ip link set {} mtu {}",
+                port_at(i, "mtu"),
                 p.name,
                 p.interface,
                 crate::config::MAX_PORT_MTU,
@@ -216,6 +224,7 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
                 pc
             })
             .collect();
+        let opened_at: Vec<String> = (0..cfg.ports.len()).map(|i| port_at(i, "interface")).collect();
         let core = cores[w];
         let wconf = WorkerConf { id: w, burst: cfg.gateway.burst, pool_size: cfg.gateway.pool_size, nb_workers: nworkers, idle_sleep_us: cfg.gateway.idle_sleep_us, idle_spin_us: cfg.gateway.idle_spin_us, reasm: reassembly_conf(&cfg.reassembly), neigh: pending_conf(&cfg.neighbour_table), pmtu_timeout_ms: cfg.gateway.pmtu_timeout_s.saturating_mul(1000), icmp_echo: cfg.gateway.icmp_echo };
         let (wstop, wtables, ready) = (stop.clone(), tables.clone(), ready_tx.clone());
@@ -231,7 +240,7 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
                     match AfXdpPort::open(i as u16, pc) {
                         Ok(p) => ports.push(p),
                         Err(e) => {
-                            let _ = ready.send((w, Err(e.to_string())));
+                            let _ = ready.send((w, Err(format!("{}: {e}", opened_at[i]))));
                             return;
                         }
                     }
