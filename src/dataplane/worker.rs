@@ -1301,8 +1301,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 let pc = &self.counters.ports[p];
                 pc.tx_packets.add(sent as u64);
                 pc.tx_bytes.add(q[..sent].iter().map(|b| b.len() as u64).sum());
-                if sent < q.len() {
-                    self.counters.drops[DropReason::TxFull as usize].add((q.len() - sent) as u64);
+                // Each frame the tx ring had no room for is a drop of the
+                // port it was received on (as every other reason).
+                for b in &q[sent..] {
+                    self.counters.count_drop(b.port as usize, DropReason::TxFull);
                 }
                 for b in q.drain(..) {
                     self.recycle(b);
