@@ -114,3 +114,55 @@ fn a_packet_with_the_new_spi_right_after_an_inbound_rekey_is_accepted() {
     assert!(drops.is_empty(), "drops (reason index, count): {drops:?}");
     assert_eq!(delivered, ROUNDS as usize);
 }
+
+/// An outbound op whose SA leaves the tables while the op is in the
+/// crypto device (a limit-1 rekey detaches the old SA at once; helper-84
+/// counted such packets as `no_sa`): sealed, the packet is complete and
+/// goes to the peer, whose inbound SA outlives it by the grace; it is not
+/// dropped. gw0 (configs/ep0.toml) on the descriptor device, its engines
+/// held while the worker prepares and enqueues 4 packets; then tables
+/// without SA 1001 (and its policy) are published and the engines let go.
+#[test]
+fn ops_in_flight_when_their_outbound_sa_leaves_are_still_sent() {
+    use secgw::testkit::{descriptor_device, MemGateway};
+    let text = std::fs::read_to_string(format!("{}/configs/ep0.toml", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let with = |t: &str| t.replacen("backend = \"software\"", "backend = \"descriptor\"", 1);
+    let text = if text.contains("backend = \"software\"") { with(&text) } else { text.replacen("[gateway]", "[crypto]\nbackend = \"descriptor\"\n\n[gateway]", 1) };
+    let path = std::env::temp_dir().join(format!("secgw-inflight-{}.toml", std::process::id()));
+    std::fs::write(&path, &text).unwrap();
+    let cfg = secgw::config::load(&path).unwrap();
+    // The same gateway without outbound SA 1001 and the policy that uses it.
+    let sa = text.find("[[sa]]\nspi = 1001").expect("SA 1001");
+    let sa_end = sa + text[sa..].find("\n\n").unwrap() + 2;
+    let pol = "[[policy]]\ndirection = \"outbound\"\nsrc = \"192.0.2.0/24\"\ndst = \"198.51.100.0/24\"\npriority = 10\naction = \"protect 1001\"\n";
+    let gone = text[..sa].to_string() + &text[sa_end..];
+    assert!(gone.contains(pol), "ep0.toml's outbound policy");
+    let gone = gone.replacen(pol, "", 1);
+    let gone_path = std::env::temp_dir().join(format!("secgw-inflight-gone-{}.toml", std::process::id()));
+    std::fs::write(&gone_path, &gone).unwrap();
+    let cfg_gone = secgw::config::load(&gone_path).unwrap();
+
+    let dev = descriptor_device(&cfg).unwrap();
+    let mut gw = MemGateway::with_device(cfg.clone(), dev).unwrap();
+    gw.dev.engines_hold();
+    for n in 0..4u8 {
+        let ip = udp_packet(Ipv4Addr::new(192, 0, 2, 10), Ipv4Addr::new(198, 51, 100, 10), 0, 64, 40000, 5001, &[n; 20]);
+        gw.inject(0, "inside", &eth(mac("02:00:00:00:00:01"), mac("02:00:00:00:0a:01"), 0x0800, &ip));
+    }
+    gw.workers[0].poll_once();
+    assert_eq!(gw.workers[0].inflight(), 4, "the 4 ops wait in the held device");
+    let macs: Vec<[u8; 6]> = cfg.ports.iter().map(|p| p.mac.unwrap()).collect();
+    let (mut t, _) = secgw::control::tables::install(&cfg_gone, &gw.dev, &macs).unwrap();
+    assert!(t.sad.outbound_sas().next().is_none(), "no outbound SA in the new tables");
+    t.version = gw.published.load().version + 1;
+    gw.published.store(std::sync::Arc::new(t));
+    gw.dev.engines_resume();
+    let out = gw.run();
+    let esp: Vec<_> = out.iter().filter(|(_, p, f)| p == "outside" && f.len() > 42 && f[23] == 50).collect();
+    assert_eq!(esp.len(), 4, "the 4 sealed packets are sent; drops {:?}", gw.stats().drops);
+    for (_, _, f) in &esp {
+        assert_eq!(u32::from_be_bytes(f[34..38].try_into().unwrap()), 1001, "SPI of the SA that sealed them");
+    }
+    assert_eq!(gw.stats().drops.values().sum::<u64>(), 0, "{:?}", gw.stats().drops);
+    let _ = (std::fs::remove_file(&path), std::fs::remove_file(&gone_path));
+}

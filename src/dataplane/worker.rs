@@ -7,7 +7,7 @@ pub use resolve::PendingConf;
 
 use super::counters::{DropReason, WorkerCounters};
 use super::reassembly::{ReassemblyConf, Reassembler};
-use crate::crypto::{CryptoOp, QueuePair};
+use crate::crypto::{CryptoOp, OpStatus, QueuePair};
 use crate::esp::{inbound, outbound, pmtu, transport, InboundState, OutboundSa, OutboundState, SessionCache};
 use crate::io::{PktBuf, Port};
 use crate::policy::neighbour::Neighbours;
@@ -2013,20 +2013,31 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     fn finish(&mut self, t: &Tables, op: CryptoOp<PktBuf>) {
         let (is_in, r, inner_len, port) = untag(op.user[1]);
         if !is_in {
-            let Some((_, sa)) = out_sa(t, r) else {
-                return self.drop_buf(port, DropReason::NoSa, op.buf);
+            // The SA may have left the tables while its op was in the
+            // device (a rekey or delete, its slot freed): the op still
+            // finishes. Sealed, the packet is complete and goes to the
+            // outer header's destination (the peer keeps its inbound SA
+            // through the grace); failed, it drops with the op's own reason
+            // (`session_not_attached` after a limit-1 queue pair restarted
+            // with the new session), not as `no_sa`.
+            let sa = out_sa(t, r).map(|(_, sa)| sa);
+            let dst = match sa {
+                Some(sa) if !sa.transport => sa.tunnel_dst,
+                _ => ip_dst(&op.buf),
             };
-            let dst = if sa.transport { ip_dst(&op.buf) } else { sa.tunnel_dst };
             let dummy = op.user[1] & TAG_DUMMY != 0;
             match outbound::finish_cached(op, &mut self.sessions) {
                 Ok(buf) => {
-                    let c = &sa.life.counters;
+                    if let Some(c) = sa.map(|sa| &sa.life.counters) {
+                        if dummy {
+                            c.dummies.add(1);
+                        } else {
+                            c.packets.add(1);
+                            c.bytes.add(inner_len);
+                        }
+                    }
                     if dummy {
-                        c.dummies.add(1);
                         self.counters.dummies_sent.add(1);
-                    } else {
-                        c.packets.add(1);
-                        c.bytes.add(inner_len);
                     }
                     if buf.outer_frag_mtu != 0 {
                         return self.fragment_outer(t, port, buf, dst);
@@ -2034,14 +2045,25 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                     self.forward(t, port, buf, dst)
                 }
                 Err((e, b)) => {
-                    sa.life.counters.errors.add(1);
+                    if let Some(sa) = sa {
+                        sa.life.counters.errors.add(1);
+                    }
                     self.drop_buf(port, e.into(), b)
                 }
             }
             return;
         }
         let Some((i, e)) = in_sa(t, r) else {
-            return self.drop_buf(port, DropReason::NoSa, op.buf);
+            // Gone while the op was in the device: a decrypted packet can
+            // no longer be checked against the SA's selectors (`no_sa`); a
+            // failed op drops with its own reason.
+            let reason = match op.status {
+                OpStatus::Success | OpStatus::NotProcessed => DropReason::NoSa,
+                OpStatus::SessionNotAttached => DropReason::SessionNotAttached,
+                OpStatus::AuthFailed => DropReason::AuthFailed,
+                OpStatus::InvalidOp | OpStatus::DeviceError => DropReason::CryptoError,
+            };
+            return self.drop_buf(port, reason, op.buf);
         };
         let Some(st) = self.in_state.get_mut(i) else {
             return self.drop_buf(port, DropReason::NoSa, op.buf);
