@@ -345,6 +345,15 @@ fn garbage_and_oversized_lines_get_errors_and_the_connection_goes_on() {
     assert_eq!(r.read_to_string(&mut rest).unwrap(), 0, "then the server closes: {rest:?}");
     // And another connection is served.
     assert!(client::request(&h.path, &Command::Version).is_ok());
+    // An oversized last line without its newline, then a half-close: the
+    // error, then EOF at once (not after the 60 s idle limit: helper-84).
+    let (mut w, mut r) = raw_conn(&h.path);
+    w.write_all(&vec![b'x'; MAX_REQUEST_BYTES + 50_000]).unwrap();
+    w.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(error_code(&read_json(&mut r)), "too_large");
+    r.get_ref().set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut rest = String::new();
+    assert_eq!(r.read_to_string(&mut rest).expect("EOF within 10 s, not a timeout"), 0, "then the server closes: {rest:?}");
 }
 
 #[test]
@@ -500,7 +509,25 @@ fn idle_connections_are_closed_subscribers_are_not() {
         bw.write_all(protocol::request_line(Some(&json!(i)), &Command::Version).as_bytes()).unwrap();
         assert_eq!(read_json(&mut br)["id"], json!(i));
     }
-    h.wait_for("the idle one closed", |h| h.connections.load(Ordering::Relaxed) == 2);
+    // Nor is a client that trickles a line it never finishes busy: bytes
+    // without a complete request do not hold the slot (helper-84 held all
+    // 64 with a byte every 25 s).
+    let (mut tw, mut tr) = raw_conn(&h.path);
+    tr.get_ref().set_nonblocking(true).unwrap();
+    let started = std::time::Instant::now();
+    let closed = loop {
+        std::thread::sleep(Duration::from_millis(50));
+        let _ = tw.write_all(b"{");
+        let mut b = [0u8; 64];
+        match tr.get_mut().read(&mut b) {
+            Ok(0) => break true,
+            Ok(n) => panic!("the trickling client got {:?}", String::from_utf8_lossy(&b[..n])),
+            Err(_) if started.elapsed() > Duration::from_secs(3) => break false,
+            Err(_) => {}
+        }
+    };
+    assert!(closed, "a client trickling an unfinished line for 3 s (idle limit 0.3 s) was not closed");
+    h.wait_for("the idle one closed", |h| h.connections.load(Ordering::Relaxed) <= 2);
     let mut rest = Vec::new();
     assert_eq!(idle_r.read_to_end(&mut rest).unwrap(), 0, "closed with EOF, nothing sent");
     assert_eq!(h.subscribers.load(Ordering::Relaxed), 1, "the subscriber stays");

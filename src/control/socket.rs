@@ -54,8 +54,10 @@ pub struct Limits {
     /// for this long (default 2 s) is dropped: its client does not read.
     pub stall: Duration,
     /// A connection that is not an events subscriber, has no output
-    /// waiting and has sent nothing for this long (default 60 s) is
-    /// closed, so idle clients cannot hold all `max_connections` slots.
+    /// waiting and has completed no request line for this long (default
+    /// 60 s) is closed, so idle clients cannot hold all `max_connections`
+    /// slots: bytes of a line still unfinished do not count (a client
+    /// trickling a byte at a time is idle).
     pub idle: Duration,
 }
 
@@ -89,8 +91,8 @@ struct Conn {
     sent: usize,
     /// Last time the socket took output, or had none waiting.
     progress: Instant,
-    /// Last time the client sent bytes (or connected).
-    last_input: Instant,
+    /// Last time a request line was complete (or the client connected).
+    last_request: Instant,
     /// Sent `events`.
     subscriber: bool,
     /// Drop it at the end of this poll.
@@ -108,7 +110,7 @@ impl Conn {
             out: Vec::new(),
             sent: 0,
             progress: Instant::now(),
-            last_input: Instant::now(),
+            last_request: Instant::now(),
             subscriber: false,
             dead: false,
         }
@@ -137,7 +139,6 @@ impl Conn {
                 Ok(0) => self.eof = true,
                 Ok(n) => {
                     budget = budget.saturating_sub(n);
-                    self.last_input = Instant::now();
                     self.take(&chunk[..n]);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
@@ -164,6 +165,15 @@ impl Conn {
     /// The next request line to answer (without its `\n`): `Ok(line)`, or
     /// `Err(error)` for a line too long; `None` if no complete line is here.
     fn next_line(&mut self) -> Option<Result<Vec<u8>, CtlError>> {
+        let line = self.take_line();
+        if line.is_some() {
+            self.last_request = Instant::now();
+        }
+        line
+    }
+
+    /// [`Conn::next_line`] without the idle clock.
+    fn take_line(&mut self) -> Option<Result<Vec<u8>, CtlError>> {
         if let Some(i) = self.pending().iter().position(|&b| b == b'\n') {
             let line = self.inbuf[self.start..self.start + i].to_vec();
             self.start += i + 1;
@@ -227,10 +237,12 @@ impl Conn {
         if self.unsent() > 0 && self.progress.elapsed() > limits.stall {
             return Some("client does not read its responses");
         }
-        if !self.subscriber && self.unsent() == 0 && self.last_input.elapsed() > limits.idle {
+        if !self.subscriber && self.unsent() == 0 && self.last_request.elapsed() > limits.idle {
             return Some("idle: no request within the idle limit");
         }
-        if self.eof && self.unsent() == 0 && (self.subscriber || (self.pending().is_empty() && !self.skipping)) {
+        // At the end of input the rest of an oversized line being skipped
+        // is over too: its error was queued when the skipping began.
+        if self.eof && self.unsent() == 0 && (self.subscriber || self.pending().is_empty()) {
             return Some("");
         }
         None
