@@ -227,25 +227,31 @@ fn dst_note(dst: Option<IpAddr>) -> String {
     dst.map_or(String::new(), |d| format!(" (tunnel_dst {d})"))
 }
 
+/// `table.field old → new` for each field of `$ty` (every field listed:
+/// the destructuring fails to compile when one is added) that differs
+/// between `$old` and `$new`, e.g. `gateway.name "gw0" → "gwX"`, for a
+/// reload's refusal; `[table]` alone if none does.
+macro_rules! changes {
+    ($table:literal, $ty:path, $old:expr, $new:expr, $($f:ident),*) => {{
+        let (old, new) = ($old, $new);
+        let mut out: Vec<String> = Vec::new();
+        $(
+            if old.$f != new.$f {
+                out.push(format!("{}.{} {:?} → {:?}", $table, stringify!($f), old.$f, new.$f));
+            }
+        )*
+        let $ty { $($f: _),* } = old;
+        if out.is_empty() {
+            out.push(format!("[{}]", $table));
+        }
+        out.join(", ")
+    }};
+}
+
 /// What changed in `[gateway]` from `old` to `new`, each field with its
 /// values (`gateway.name "gw0" → "gwX"`), for a reload's refusal.
 fn gateway_changes(old: &model::Gateway, new: &model::Gateway) -> String {
-    let mut out = Vec::new();
-    macro_rules! field {
-        ($($f:ident),*) => {$(
-            if old.$f != new.$f {
-                out.push(format!("gateway.{} {:?} → {:?}", stringify!($f), old.$f, new.$f));
-            }
-        )*};
-    }
-    field!(name, workers, cores, stats_interval, outer_ttl, burst, idle_sleep_us, idle_spin_us, pmtu_timeout_s, pool_size, handoff_depth, icmp_echo);
-    // Every field is listed above: a new one fails to compile here.
-    let model::Gateway { name: _, workers: _, cores: _, stats_interval: _, outer_ttl: _, burst: _, idle_sleep_us: _, idle_spin_us: _, pmtu_timeout_s: _, pool_size: _, handoff_depth: _, icmp_echo: _ } = old;
-    if out.is_empty() {
-        // A field this list does not know yet.
-        out.push("[gateway]".to_string());
-    }
-    out.join(", ")
+    changes!("gateway", model::Gateway, old, new, name, workers, cores, stats_interval, outer_ttl, burst, idle_sleep_us, idle_spin_us, pmtu_timeout_s, pool_size, handoff_depth, icmp_echo)
 }
 
 /// `{"spi", "direction", "tunnel_dst"?}` of an SA in answers (tunnel_dst
@@ -699,6 +705,18 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             return Err(err(MgrErrorKind::Exists, format!("an {what} is installed already{hint}")));
         }
         self.retiring_clash(sa.spi, d, sa.sad_dst(), now)?;
+        if self.limit > 0 && sa.worker.is_none() && self.per_qp.len() > 1 && self.per_qp.iter().all(|&n| n >= self.limit) {
+            let held: Vec<String> = self.per_qp.iter().enumerate().map(|(w, n)| format!("{w}: {n}")).collect();
+            return Err(err(
+                MgrErrorKind::Busy,
+                format!(
+                    "every queue pair holds its limit of sessions (max_sessions_per_qp = {}; held per queue pair {}){}; a new SA (and a rekey, whose new session is attached beside the old one) needs room on one: delete an SA, or raise the limit",
+                    self.limit,
+                    held.join(", "),
+                    self.retiring_note(owner, now)
+                ),
+            ));
+        }
         if self.limit > 0 && self.per_qp[owner] >= self.limit {
             return Err(err(
                 MgrErrorKind::Busy,
@@ -798,7 +816,10 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         let mut done: Vec<SaKey> = Vec::with_capacity(frag.sas.len());
         for sa in frag.sas {
             let key = key_of(&sa);
-            let r = self.pick_owner(&sa, &[]).and_then(|w| self.install(sa, w, now));
+            let r = match self.pick_owner(&sa, &[]) {
+                Ok(w) => self.install(sa, w, now).map_err(|e| self.rolled_back_note(e, &done, w)),
+                Err(e) => Err(e),
+            };
             if let Err(e) = r {
                 for k in done {
                     self.remove_now(k);
@@ -816,6 +837,18 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             self.event("added", (spi, d, dst), format!("SA {spi} {}{} added on worker {owner}", dir_name(d), dst_note(dst)), None);
         }
         Ok(json!({ "added": done.iter().map(|&k| sa_id_json(k)).collect::<Vec<_>>(), "policies": npol }))
+    }
+
+    /// `e` (an `add` refused on worker `w` after it installed the SAs
+    /// `done` of the same request) with a note when it is `Busy` and some
+    /// of the sessions its message counts are those SAs', rolled back
+    /// with the refusal.
+    fn rolled_back_note(&self, mut e: MgrError, done: &[SaKey], w: usize) -> MgrError {
+        let ours = done.iter().filter(|k| self.live.get(k).is_some_and(|l| l.owner == w)).count();
+        if e.kind == MgrErrorKind::Busy && ours > 0 {
+            e.message += &format!(" ({ours} of those sessions were this request's earlier SAs, rolled back with it: the request as a whole needs room for {} on worker {w})", ours + 1);
+        }
+        e
     }
 
     /// Removes an SA that was never published (a failed `add`): its slot
@@ -1104,15 +1137,17 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             fixed.push(gateway_changes(&self.cfg.gateway, &new.gateway));
         }
         if new.crypto != self.cfg.crypto {
-            fixed.push("[crypto]".into());
+            fixed.push(changes!("crypto", model::Crypto, &self.cfg.crypto, &new.crypto, backend, provider, ring_depth, max_sessions_per_qp, engines));
         }
         if new.reassembly != self.cfg.reassembly {
-            fixed.push("[reassembly]".into());
+            fixed.push(changes!("reassembly", model::Reassembly, &self.cfg.reassembly, &new.reassembly, contexts, max_fragments, timeout_ms));
         }
         // The workers' pending queues are sized at start.
-        let nt = (&new.neighbour_table, &self.cfg.neighbour_table);
-        if (nt.0.pending_packets, nt.0.pending_per_hop) != (nt.1.pending_packets, nt.1.pending_per_hop) {
-            fixed.push("neighbour_table.pending_packets/pending_per_hop".into());
+        let nt = (&self.cfg.neighbour_table, &new.neighbour_table);
+        for (f, old, new) in [("pending_packets", nt.0.pending_packets, nt.1.pending_packets), ("pending_per_hop", nt.0.pending_per_hop, nt.1.pending_per_hop)] {
+            if old != new {
+                fixed.push(format!("neighbour_table.{f} {old:?} → {new:?}"));
+            }
         }
         let ports = port_changes(&self.cfg.ports, &new.ports);
         if !ports.is_empty() {
@@ -1209,7 +1244,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         let Some(u) = self.keys.user(&sa.key) else { return Ok(()) };
         let (spi, d, dst) = u.sa;
         let state = if u.gone {
-            "which is gone, but its packets were sent"
+            "which is gone (a key once installed is not used again: nonces under it may have been sent)"
         } else if self.live.get(&u.sa).is_some_and(|l| l.id == u.id) {
             "which is installed"
         } else {

@@ -172,6 +172,8 @@ fn a_fragment_past_the_limit_is_busy_and_rolls_back_its_first_sa() {
     let e = fx.m.add(&frag, Instant::now()).unwrap_err();
     assert_eq!(e.kind, MgrErrorKind::Busy, "{e}");
     assert!(e.message.contains("max_sessions_per_qp = 3"), "{}", e.message);
+    // The 3 held include 3001's, installed by this request and rolled back.
+    assert!(e.message.contains("queue pair 0 holds 3 session(s)") && e.message.contains("(1 of those sessions were this request's earlier SAs, rolled back with it: the request as a whole needs room for 2 on worker 0)"), "{}", e.message);
     fx.m.publish();
     assert!(fx.out_slot(3001).is_none(), "the rolled-back SA is in no snapshot (version {v} -> {})", fx.snap().version);
     assert_eq!(fx.m.len(), 2);
@@ -185,6 +187,17 @@ fn a_fragment_past_the_limit_is_busy_and_rolls_back_its_first_sa() {
     assert_eq!(fx.m.retiring(), 0);
     // It never carried a packet: its key may be offered again.
     fx.m.add(&sa(3001, "outbound", &key(0x31)), Instant::now()).unwrap();
+}
+
+#[test]
+fn busy_with_every_queue_pair_full_names_each_one() {
+    // Two workers, limit 1: the base config's two SAs take both queue pairs.
+    let cfg = load("busy-all", &config_text(&desc_cfg(1), "").replacen("workers = 1", "workers = 2", 1));
+    let d = DescriptorDevice::new(DescriptorConfig { nb_queue_pairs: 2, ring_depth: 64, max_sessions_per_qp: 1, nb_engines: 1 }).unwrap();
+    let mut fx = fixture(&cfg, &d);
+    let e = fx.m.add(&sa(3001, "outbound", &key(0x31)), Instant::now()).unwrap_err();
+    assert_eq!(e.kind, MgrErrorKind::Busy, "{e}");
+    assert!(e.message.contains("every queue pair holds its limit of sessions (max_sessions_per_qp = 1; held per queue pair 0: 1, 1: 1)"), "{}", e.message);
 }
 
 #[test]
@@ -555,6 +568,18 @@ fn reload_applies_a_new_rekey_grace_and_refuses_a_new_socket_path() {
     std::fs::write(&path, base.replacen("[gateway]\n", "[gateway]\nicmp_echo = false\n", 1)).unwrap();
     let e = fx.m.reload(now).unwrap_err();
     assert!(e.message.contains("gateway.icmp_echo true → false changed; these take effect on restart only"), "{}", e.message);
+    // [crypto], [reassembly] and the neighbour queues: each field named
+    // with its values too (helper-84 got "[crypto] changed").
+    assert!(base.contains("backend = \"software\"\n") && !base.contains("[reassembly]") && !base.contains("[neighbour_table]"), "{base}");
+    let text = base.replacen("backend = \"software\"\n", "backend = \"software\"\nring_depth = 128\n", 1) + "[reassembly]\ncontexts = 8\n[neighbour_table]\npending_per_hop = 3\n";
+    std::fs::write(&path, text).unwrap();
+    let e = fx.m.reload(now).unwrap_err();
+    let ring = cfg.crypto.ring_depth;
+    let ctx = cfg.reassembly.contexts;
+    let hop = cfg.neighbour_table.pending_per_hop;
+    for want in [format!("crypto.ring_depth {ring} → 128"), format!("reassembly.contexts {ctx} → 8"), format!("neighbour_table.pending_per_hop {hop} → 3")] {
+        assert!(e.message.contains(&want), "wanted {want:?} in: {}", e.message);
+    }
     let r = fx.m.rekey(1001, None, None, 4001, hex::decode(key(0x43)).unwrap(), None, now).unwrap();
     assert_eq!(r["old_valid_ms"].as_u64(), Some(100), "outbound: {r}");
     let r = fx.m.rekey(4002, None, None, 5002, hex::decode(key(0x44)).unwrap(), None, now).unwrap();
@@ -806,7 +831,7 @@ fn sa_add_refuses_key_material_an_installed_or_gone_sa_holds() {
     assert_eq!(fx.m.retiring(), 0, "SA 1001 gone");
     assert!(fx.m.take_events().iter().any(|e| e.kind == "deleted" && e.spi == 1001));
     let e = fx.m.add(&sa(1001, "outbound", OUT_KEY), now + Duration::from_secs(2)).unwrap_err();
-    assert!(e.kind == MgrErrorKind::Invalid && e.message.contains("outbound SA 1001, which is gone, but its packets were sent"), "{e}");
+    assert!(e.kind == MgrErrorKind::Invalid && e.message.contains("outbound SA 1001, which is gone (a key once installed is not used again"), "{e}");
     fx.m.add(&sa(1001, "outbound", &key(0x62)), now + Duration::from_secs(2)).unwrap();
     // A new inbound SA: the peer's nonces, and a replay window afresh.
     let e = fx.m.add(&sa(2003, "inbound", &key(0x62)), now).unwrap_err();
