@@ -3,7 +3,8 @@
 //! purpose: the sink's counts must say exactly what was done. In ESP mode
 //! the generator seals with configs/ep0.toml's SA 1001 and the sink opens
 //! with configs/ep1.toml's inbound SAs (the interop of the ESP itself with
-//! scapy is in tests/e2e/test_pktgen.py). No timing is asserted.
+//! scapy is in tests/e2e/test_pktgen.py). No timing is asserted: rates are
+//! checked with receive times handed to the sink.
 
 use secgw::io::{mem, PktBuf};
 use secgw::pktgen::build::{FlowSpec, PacketBuilder, Size};
@@ -459,4 +460,59 @@ fn the_decrypting_sink_opens_transport_sas_and_checks_the_tunnel_source() {
     let mut rx = EspRx::from_config(&root.join("ep1.toml")).unwrap();
     let s = receive(&frames, FLOWS, Some(&mut rx), &g);
     assert_eq!((s.esp_decrypted, s.esp_failures.get("no_sa")), (0, Some(&g.tx_packets)), "{:?}", s.esp_failures);
+}
+
+/// A sink tracking `max_flows` flows, handed `n` measured 64-byte packets
+/// of flows 0..flows in turn, packet i received at 1 s + i × `gap_ns`
+/// (`Sink::frame` with the time given: no clock involved); with the
+/// generator's report of the same packets.
+fn paced(n: u64, flows: u32, max_flows: u32, gap_ns: u64) -> (sink::Sink, GenReport) {
+    let b = PacketBuilder::new(FlowSpec { flows, ..*generate_spec() }, Size::Fixed(64)).unwrap();
+    let mut s = sink::Sink::new(max_flows);
+    let mut buf = PktBuf::new();
+    let mut gen = GenReport { flows: (0..flows).map(|flow| gen::FlowTx { flow, ..Default::default() }).collect(), ..Default::default() };
+    for i in 0..n {
+        let (flow, seq, now) = ((i % u64::from(flows)) as u32, i / u64::from(flows), 1_000_000_000 + i * gap_ns);
+        assert_eq!(b.build(&mut buf, i, &Payload { flow, seq, tx_ns: now - 1000, flags: FLAG_MEASURED }), 78);
+        s.frame(buf.frame(), now);
+        gen.measured_tx_packets += 1;
+        gen.measured_tx_bytes += 78;
+        gen.flows[flow as usize].tx_packets += 1;
+        gen.flows[flow as usize].measured_tx_packets += 1;
+    }
+    (s, gen)
+}
+
+#[test]
+fn the_rate_counts_the_intervals_between_arrivals_and_needs_two_packets() {
+    // gen --rate 2 --duration 1 --warmup 0: 2 packets 0.5 s apart are
+    // 2 pps (one interval of 0.5 s), not 4.
+    let (s, g) = paced(2, 1, 1, 500_000_000);
+    let r = s.report(Some(&g));
+    assert_eq!((r.packets, r.measured_s, r.rate_pps), (2, 0.5, Some(2.0)));
+    assert!((r.gbps.unwrap() - 2.0 * 78.0 * 8.0 / 1e9).abs() < 1e-15, "{:?}", r.gbps);
+    assert!(r.text().contains("2 measured packets in 0.500 s: 2 pps, 0.0000 Gbit/s;"), "{}", r.text());
+    let c = secgw::pktgen::report::combine(&g, &r);
+    assert_eq!(c.mpps, Some(2e-6));
+    // 1000 packets 1 ms apart: 1000 pps.
+    let (s, g) = paced(1000, 1, 1, 1_000_000);
+    assert!((s.report(Some(&g)).rate_pps.unwrap() - 1000.0).abs() < 1e-9);
+    // One packet, or several in one burst (one receive time): no rate,
+    // JSON null and "rate n/a", in the sink and in report.
+    for (n, gap) in [(1, 1_000_000), (5, 0)] {
+        let (s, g) = paced(n, 1, 1, gap);
+        let r = s.report(Some(&g));
+        assert_eq!((r.packets, r.lost, r.rate_pps, r.gbps), (n, 0, None, None), "{n} packets {gap} ns apart");
+        let json = serde_json::to_value(&r).unwrap();
+        assert!(json["rate_pps"].is_null() && json["gbps"].is_null(), "{json}");
+        assert!(r.text().contains(&format!("{n} measured packets in 0.000 s: rate n/a; lost 0")), "{}", r.text());
+        assert_eq!(serde_json::from_value::<SinkReport>(json).unwrap(), r);
+        let c = secgw::pktgen::report::combine(&g, &r);
+        assert_eq!((c.rx_packets, c.mpps, c.gbps), (n, None, None));
+        assert!(secgw::pktgen::report::table_row(&c).contains("n/a"));
+    }
+    // A sink report of an older version (a number) still reads.
+    let mut old = serde_json::to_value(paced(2, 1, 1, 1_000_000).0.report(None)).unwrap();
+    old["rate_pps"] = serde_json::json!(3.999);
+    assert_eq!(serde_json::from_value::<SinkReport>(old).unwrap().rate_pps, Some(3.999));
 }

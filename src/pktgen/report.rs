@@ -1,8 +1,11 @@
 //! One line out of a generator's and a sink's JSON reports (`report`).
 //!
-//! Rates are the sink's: measured packets received over the sink's
-//! measured seconds (first to last measured packet), bytes being Ethernet
-//! frame bytes without FCS as received, × 8. Loss is the generator's
+//! Rates are the sink's, over the measured packets of the flows it
+//! tracked: the packets after the first over the sink's measured seconds
+//! (first to last measured packet), and Gbit/s that rate times the mean
+//! Ethernet frame size without FCS as received
+//! ([`super::sink::arrival_rates`]); none (`n/a`) from fewer than two
+//! packets. Loss is the generator's
 //! measured tx count minus the distinct measured packets the sink received
 //! (duplicates do not hide a loss), in percent of the former.
 //!
@@ -11,7 +14,7 @@
 //! printed with warnings (stderr, and `warnings` in the JSON), not silently.
 
 use super::gen::GenReport;
-use super::sink::{show_pct, show_us, SinkReport};
+use super::sink::{arrival_rates, show_pct, show_rate, show_us, SinkReport};
 use serde::{Deserialize, Serialize};
 
 /// The combined figures (`report --json`).
@@ -23,10 +26,14 @@ pub struct Combined {
     pub tx_pps: f64,
     /// Sink: measured packets received (distinct).
     pub rx_packets: u64,
-    /// Sink: received rate, million packets per second.
-    pub mpps: f64,
-    /// Sink: received Gbit/s.
-    pub gbps: f64,
+    /// Sink: received rate, million packets per second, over the measured
+    /// packets received (duplicates included); `None` (JSON `null`, text "n/a") when the
+    /// sink received fewer than two, or all at once
+    /// ([`super::sink::arrival_rates`]).
+    pub mpps: Option<f64>,
+    /// Sink: received Gbit/s of those packets (Ethernet frames without
+    /// FCS); `None` with `mpps`.
+    pub gbps: Option<f64>,
     /// Lost packets (tx − distinct rx, at least 0).
     pub lost: u64,
     /// `lost / tx_packets` in percent; `None` (JSON `null`, text "n/a")
@@ -121,15 +128,13 @@ pub fn combine(gen: &GenReport, sink: &SinkReport) -> Combined {
     // (untracked, so without duplicate detection): received, not lost.
     let distinct = sink.packets.saturating_sub(sink.duplicates) + sink.flow_out_of_range_measured;
     let lost = gen.measured_tx_packets.saturating_sub(distinct);
-    // A sink that saw a single packet has no interval: fall back on the generator's.
-    let secs = if sink.measured_s > 0.0 { sink.measured_s } else { gen.duration_s };
-    let per_s = |x: f64| if secs > 0.0 { x / secs } else { 0.0 };
+    let rates = arrival_rates(sink.packets, sink.bytes, sink.measured_s);
     Combined {
         tx_packets: gen.measured_tx_packets,
         tx_pps: gen.rate_pps,
         rx_packets: distinct,
-        mpps: per_s(sink.packets as f64) / 1e6,
-        gbps: per_s(sink.bytes as f64 * 8.0) / 1e9,
+        mpps: rates.map(|r| r.0 / 1e6),
+        gbps: rates.map(|r| r.1),
         lost,
         loss_pct: (gen.measured_tx_packets > 0).then(|| lost as f64 * 100.0 / gen.measured_tx_packets as f64),
         reordered: sink.reordered,
@@ -209,13 +214,21 @@ pub fn table_header() -> String {
     format!("{:>12} {:>12} {:>9} {:>9} {:>10} {:>8} {:>10} {:>10} {:>10}", "tx_pkts", "rx_pkts", "Mpps", "Gbit/s", "lost", "loss%", "p50_us", "p99_us", "max_us")
 }
 
-/// One table line of `c` ("n/a" for a missing loss or latency figure,
-/// "> CAP" for a percentile above the histogram's cap).
+/// One table line of `c` ("n/a" for a missing rate, loss or latency
+/// figure, "> CAP" for a percentile above the histogram's cap).
 pub fn table_row(c: &Combined) -> String {
     let us = |v| show_us(v, c.latency_samples);
     format!(
-        "{:>12} {:>12} {:>9.4} {:>9.4} {:>10} {:>8} {:>10} {:>10} {:>10}",
-        c.tx_packets, c.rx_packets, c.mpps, c.gbps, c.lost, show_pct(c.loss_pct), us(c.p50_us), us(c.p99_us), us(c.max_us)
+        "{:>12} {:>12} {:>9} {:>9} {:>10} {:>8} {:>10} {:>10} {:>10}",
+        c.tx_packets,
+        c.rx_packets,
+        show_rate(c.mpps, 4),
+        show_rate(c.gbps, 4),
+        c.lost,
+        show_pct(c.loss_pct),
+        us(c.p50_us),
+        us(c.p99_us),
+        us(c.max_us)
     )
 }
 
@@ -234,22 +247,31 @@ mod tests {
         let c = combine(&gen, &sink);
         assert_eq!((c.tx_packets, c.rx_packets, c.lost), (1000, 990, 10));
         assert!((c.loss_pct.unwrap() - 1.0).abs() < 1e-9);
-        assert!((c.mpps - 995.0 / 1.99 / 1e6).abs() < 1e-12);
-        assert!((c.gbps - 995.0 * 800.0 / 1.99 / 1e9).abs() < 1e-12);
+        // The 994 packets after the first arrived within the 1.99 s.
+        assert!((c.mpps.unwrap() - 994.0 / 1.99 / 1e6).abs() < 1e-12);
+        assert!((c.gbps.unwrap() - 994.0 * 800.0 / 1.99 / 1e9).abs() < 1e-12);
         assert_eq!((c.p50_us, c.p99_us, c.max_us), (Some(10.0), Some(20.0), Some(30.0)));
         assert!(table_row(&c).contains("990") && table_row(&c).contains("20.0"));
         // Measured packets of untracked flows arrived: not lost.
         sink.flow_out_of_range_measured = 7;
         let c = combine(&gen, &sink);
         assert_eq!((c.rx_packets, c.lost), (997, 3));
+        // One packet received has no rate: n/a, not 0 nor one over the
+        // generator's seconds.
+        let one = SinkReport { packets: 1, bytes: 100, ..Default::default() };
+        let c = combine(&gen, &one);
+        assert_eq!((c.rx_packets, c.mpps, c.gbps), (1, None, None));
+        assert!(table_row(&c).starts_with(&format!("{:>12} {:>12} {:>9} {:>9}", 1000, 1, "n/a", "n/a")), "{}", table_row(&c));
         let none = combine(&GenReport::default(), &SinkReport::default());
-        assert_eq!((none.mpps, none.loss_pct, none.p50_us), (0.0, None, None));
-        assert_eq!(table_row(&none).matches("n/a").count(), 4, "loss and latency: {}", table_row(&none));
-        // Nothing received of 1000 sent: 100 % lost, latency n/a (not 0).
+        assert_eq!((none.mpps, none.gbps, none.loss_pct, none.p50_us), (None, None, None, None));
+        assert_eq!(table_row(&none).matches("n/a").count(), 6, "rates, loss and latency: {}", table_row(&none));
+        // Nothing received of 1000 sent: 100 % lost, rates and latency n/a (not 0).
         let c = combine(&gen, &SinkReport::default());
-        assert_eq!((c.lost, c.loss_pct, c.max_us), (1000, Some(100.0), None));
+        assert_eq!((c.lost, c.loss_pct, c.mpps, c.max_us), (1000, Some(100.0), None, None));
         let row = table_row(&c);
-        assert!(row.contains("100.0000") && row.matches("n/a").count() == 3, "{row}");
+        assert!(row.contains("100.0000") && row.matches("n/a").count() == 5, "{row}");
+        let json = serde_json::to_value(&c).unwrap();
+        assert!(json["mpps"].is_null() && json["gbps"].is_null(), "{json}");
         // A p99 above the histogram's cap is shown as such, not as a number.
         sink.latency_us.p99 = None;
         assert!(table_row(&combine(&gen, &sink)).contains(&format!(">{:.0}", super::super::sink::CAP_US)));

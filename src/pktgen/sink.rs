@@ -337,12 +337,33 @@ impl Sink {
         // Nothing expected (no generator count and nothing received, or a
         // generator that sent nothing measured): no loss figure.
         r.loss_pct = (r.expected > 0).then(|| r.lost as f64 * 100.0 / r.expected as f64);
-        if r.measured_s > 0.0 {
-            r.rate_pps = r.packets as f64 / r.measured_s;
-            r.gbps = r.bytes as f64 * 8.0 / r.measured_s / 1e9;
-        }
+        let rates = arrival_rates(r.packets, r.bytes, r.measured_s);
+        (r.rate_pps, r.gbps) = (rates.map(|x| x.0), rates.map(|x| x.1));
         r
     }
+}
+
+/// The arrival rates of `packets` measured packets of `bytes` Ethernet
+/// frame bytes in all, the first and the last of which arrived `secs`
+/// seconds apart: (packets per second, Gbit/s). The packets after the
+/// first arrived within those seconds, so packets/s = (packets − 1) /
+/// `secs`, and Gbit/s is that times the mean frame size in bits / 10^9
+/// (bytes × 8 × (packets − 1) / packets / `secs` / 10^9). `None` with
+/// fewer than two packets, or no interval between the first and the last
+/// (all received in one burst, which has one receive time): no rate can
+/// be told, and none is made up.
+pub fn arrival_rates(packets: u64, bytes: u64, secs: f64) -> Option<(f64, f64)> {
+    if packets < 2 || !(secs > 0.0 && secs.is_finite()) {
+        return None;
+    }
+    let pps = (packets - 1) as f64 / secs;
+    Some((pps, bytes as f64 / packets as f64 * 8.0 * pps / 1e9))
+}
+
+/// A rate of a report as text: `{:.prec$}`, or `"n/a"` when there is none
+/// ([`arrival_rates`]).
+pub fn show_rate(v: Option<f64>, prec: usize) -> String {
+    v.map_or_else(|| "n/a".into(), |x| format!("{x:.prec$}"))
 }
 
 /// Scratch of [`Sink::burst`] (allocated once).
@@ -469,10 +490,14 @@ pub struct SinkReport {
     pub esp: bool,
     /// Seconds from the first to the last measured packet received.
     pub measured_s: f64,
-    /// Measured packets per second over `measured_s`.
-    pub rate_pps: f64,
-    /// Gbit/s of `bytes` over `measured_s`.
-    pub gbps: f64,
+    /// Measured packets received per second (N = `packets`): (N − 1) /
+    /// `measured_s`, the packets after the first having arrived within it
+    /// ([`arrival_rates`]). `None` (JSON `null`, text "n/a") when N < 2 or
+    /// `measured_s` is 0.
+    pub rate_pps: Option<f64>,
+    /// Gbit/s at that rate of frames of the mean size of those N
+    /// (`bytes`); `None` with `rate_pps`.
+    pub gbps: Option<f64>,
     /// Frames received (all).
     pub rx_frames: u64,
     /// Their bytes.
@@ -528,8 +553,9 @@ pub struct SinkReport {
 }
 
 impl SinkReport {
-    /// The report as the sink prints it: a summary line (rates, loss as
-    /// `{:.4}%`, or `n/a` when nothing was expected, latency), a line of
+    /// The report as the sink prints it: a summary line (rates, or `rate
+    /// n/a` without one; loss as `{:.4}%`, or `n/a` when nothing was
+    /// expected; latency), a line of
     /// frame and ESP counts, and a table row per flow; each line ends in a
     /// newline.
     pub fn text(&self) -> String {
@@ -537,15 +563,17 @@ impl SinkReport {
         let us = |l: &Latency, v: Option<f64>| show_us(v, l.samples);
         let l = &self.latency_us;
         let loss = self.loss_pct.map_or_else(|| "n/a".to_string(), |x| format!("{x:.4}%"));
+        let rate = match (self.rate_pps, self.gbps) {
+            (Some(pps), Some(gbps)) => format!("{pps:.0} pps, {gbps:.4} Gbit/s"),
+            _ => "rate n/a".into(),
+        };
         let mut t = String::new();
         // Writing to a String cannot fail.
         let _ = writeln!(
             t,
-            "sink: {} measured packets in {:.3} s: {:.0} pps, {:.4} Gbit/s; lost {} ({loss}, from {}), reordered {}, duplicates {}; latency us p50 {} p99 {} max {}",
+            "sink: {} measured packets in {:.3} s: {rate}; lost {} ({loss}, from {}), reordered {}, duplicates {}; latency us p50 {} p99 {} max {}",
             self.packets,
             self.measured_s,
-            self.rate_pps,
-            self.gbps,
             self.lost,
             self.loss_from,
             self.reordered,
