@@ -1,7 +1,8 @@
 //! One line out of a generator's and a sink's JSON reports (`report`).
 //!
-//! Rates are the sink's, over the measured packets of the flows it
-//! tracked: the packets after the first over the sink's measured seconds
+//! Rates are the sink's, over every measured packet it received (tracked
+//! flows and those beyond its `--max-flows`, which `rx_packets` counts
+//! too): the packets after the first over the sink's measured seconds
 //! (first to last measured packet), and Gbit/s that rate times the mean
 //! Ethernet frame size without FCS as received
 //! ([`super::sink::arrival_rates`]); none (`n/a`) from fewer than two
@@ -26,8 +27,9 @@ pub struct Combined {
     pub tx_pps: f64,
     /// Sink: measured packets received (distinct).
     pub rx_packets: u64,
-    /// Sink: received rate, million packets per second, over the measured
-    /// packets received (duplicates included); `None` (JSON `null`, text "n/a") when the
+    /// Sink: received rate, million packets per second, over every
+    /// measured packet received (duplicates and flows beyond the sink's
+    /// `--max-flows` included); `None` (JSON `null`, text "n/a") when the
     /// sink received fewer than two, or all at once
     /// ([`super::sink::arrival_rates`]).
     pub mpps: Option<f64>,
@@ -128,7 +130,9 @@ pub fn combine(gen: &GenReport, sink: &SinkReport) -> Combined {
     // (untracked, so without duplicate detection): received, not lost.
     let distinct = sink.packets.saturating_sub(sink.duplicates) + sink.flow_out_of_range_measured;
     let lost = gen.measured_tx_packets.saturating_sub(distinct);
-    let rates = arrival_rates(sink.packets, sink.bytes, sink.measured_s);
+    // Over the same packets and bytes the sink's interval spans: its
+    // tracked flows' and the untracked ones'.
+    let rates = arrival_rates(sink.packets + sink.flow_out_of_range_measured, sink.bytes + sink.flow_out_of_range_measured_bytes, sink.measured_s);
     Combined {
         tx_packets: gen.measured_tx_packets,
         tx_pps: gen.rate_pps,
@@ -252,10 +256,13 @@ mod tests {
         assert!((c.gbps.unwrap() - 994.0 * 800.0 / 1.99 / 1e9).abs() < 1e-12);
         assert_eq!((c.p50_us, c.p99_us, c.max_us), (Some(10.0), Some(20.0), Some(30.0)));
         assert!(table_row(&c).contains("990") && table_row(&c).contains("20.0"));
-        // Measured packets of untracked flows arrived: not lost.
-        sink.flow_out_of_range_measured = 7;
+        // Measured packets of untracked flows arrived: not lost, and in the
+        // rates (helper-84: rx 4000 at half the rate with --max-flows 2).
+        (sink.flow_out_of_range_measured, sink.flow_out_of_range_measured_bytes) = (7, 7 * 100);
         let c = combine(&gen, &sink);
         assert_eq!((c.rx_packets, c.lost), (997, 3));
+        assert!((c.mpps.unwrap() - 1001.0 / 1.99 / 1e6).abs() < 1e-12, "{:?}", c.mpps);
+        assert!((c.gbps.unwrap() - 1001.0 * 800.0 / 1.99 / 1e9).abs() < 1e-12, "{:?}", c.gbps);
         // One packet received has no rate: n/a, not 0 nor one over the
         // generator's seconds.
         let one = SinkReport { packets: 1, bytes: 100, ..Default::default() };

@@ -118,6 +118,8 @@ pub struct Sink {
     pub flow_out_of_range: u64,
     /// Of those, the measured ones (sent after the warm-up).
     pub flow_out_of_range_measured: u64,
+    /// Their Ethernet frame bytes as received (without FCS).
+    pub flow_out_of_range_measured_bytes: u64,
     /// ESP frames opened whose inner packet the SA's policies admit (then read).
     pub esp_decrypted: u64,
     /// ESP frames that failed, by drop reason.
@@ -143,6 +145,7 @@ impl Sink {
             other_frames: 0,
             flow_out_of_range: 0,
             flow_out_of_range_measured: 0,
+            flow_out_of_range_measured_bytes: 0,
             esp_decrypted: 0,
             esp_failed: [0; DropReason::ALL.len()],
             first_measured_ns: 0,
@@ -155,16 +158,21 @@ impl Sink {
         }
     }
 
-    /// Counts a payload of ours received at `now` in a frame of `wire_len` bytes.
+    /// Counts a payload of ours received at `now` in a frame of `wire_len`
+    /// bytes. A measured packet of any flow, tracked or not, moves the
+    /// first/last measured arrival (the interval of the rates).
     #[inline]
     fn ours(&mut self, p: &Payload, wire_len: usize, now: u64) {
-        let Some(f) = self.flows.get_mut(p.flow as usize) else {
-            self.flow_out_of_range += 1;
-            self.flow_out_of_range_measured += u64::from(p.measured());
-            return;
-        };
         let measured = p.measured();
-        f.record(p.seq, measured, wire_len, now.checked_sub(p.tx_ns));
+        if let Some(f) = self.flows.get_mut(p.flow as usize) {
+            f.record(p.seq, measured, wire_len, now.checked_sub(p.tx_ns));
+        } else {
+            self.flow_out_of_range += 1;
+            if measured {
+                self.flow_out_of_range_measured += 1;
+                self.flow_out_of_range_measured_bytes += wire_len as u64;
+            }
+        }
         if measured {
             if self.first_measured_ns == 0 {
                 self.first_measured_ns = now;
@@ -282,6 +290,7 @@ impl Sink {
             other_frames: self.other_frames,
             flow_out_of_range: self.flow_out_of_range,
             flow_out_of_range_measured: self.flow_out_of_range_measured,
+            flow_out_of_range_measured_bytes: self.flow_out_of_range_measured_bytes,
             esp_decrypted: self.esp_decrypted,
             esp_failed: self.esp_failed.iter().sum(),
             esp_failures: DropReason::ALL.iter().filter(|r| self.esp_failed[**r as usize] > 0).map(|r| (r.name().to_string(), self.esp_failed[*r as usize])).collect(),
@@ -337,7 +346,7 @@ impl Sink {
         // Nothing expected (no generator count and nothing received, or a
         // generator that sent nothing measured): no loss figure.
         r.loss_pct = (r.expected > 0).then(|| r.lost as f64 * 100.0 / r.expected as f64);
-        let rates = arrival_rates(r.packets, r.bytes, r.measured_s);
+        let rates = arrival_rates(r.packets + r.flow_out_of_range_measured, r.bytes + r.flow_out_of_range_measured_bytes, r.measured_s);
         (r.rate_pps, r.gbps) = (rates.map(|x| x.0), rates.map(|x| x.1));
         r
     }
@@ -488,15 +497,17 @@ pub struct SinkReport {
     /// were opened.
     #[serde(default)]
     pub esp: bool,
-    /// Seconds from the first to the last measured packet received.
+    /// Seconds from the first to the last measured packet received (of
+    /// any flow, tracked or beyond `--max-flows`).
     pub measured_s: f64,
-    /// Measured packets received per second (N = `packets`): (N − 1) /
-    /// `measured_s`, the packets after the first having arrived within it
+    /// Measured packets received per second (`packets` +
+    /// `flow_out_of_range_measured` = N): (N − 1) / `measured_s`, the
+    /// packets after the first having arrived within it
     /// ([`arrival_rates`]). `None` (JSON `null`, text "n/a") when N < 2 or
     /// `measured_s` is 0.
     pub rate_pps: Option<f64>,
     /// Gbit/s at that rate of frames of the mean size of those N
-    /// (`bytes`); `None` with `rate_pps`.
+    /// (`bytes` + `flow_out_of_range_measured_bytes`); `None` with `rate_pps`.
     pub gbps: Option<f64>,
     /// Frames received (all).
     pub rx_frames: u64,
@@ -510,6 +521,10 @@ pub struct SinkReport {
     /// duplicate or reorder detection); `report` counts them as received.
     #[serde(default)]
     pub flow_out_of_range_measured: u64,
+    /// Their Ethernet frame bytes as received (without FCS); 0 in reports
+    /// of older versions.
+    #[serde(default)]
+    pub flow_out_of_range_measured_bytes: u64,
     /// ESP frames opened whose inner packet the SA's inbound policies
     /// admit (RFC 4301 §5.2): what the peer gateway would deliver.
     pub esp_decrypted: u64,
@@ -563,6 +578,10 @@ impl SinkReport {
         let us = |l: &Latency, v: Option<f64>| show_us(v, l.samples);
         let l = &self.latency_us;
         let loss = self.loss_pct.map_or_else(|| "n/a".to_string(), |x| format!("{x:.4}%"));
+        let untracked = match self.flow_out_of_range_measured {
+            0 => String::new(),
+            n => format!(" (+{n} of flows beyond --max-flows)"),
+        };
         let rate = match (self.rate_pps, self.gbps) {
             (Some(pps), Some(gbps)) => format!("{pps:.0} pps, {gbps:.4} Gbit/s"),
             _ => "rate n/a".into(),
@@ -571,7 +590,7 @@ impl SinkReport {
         // Writing to a String cannot fail.
         let _ = writeln!(
             t,
-            "sink: {} measured packets in {:.3} s: {rate}; lost {} ({loss}, from {}), reordered {}, duplicates {}; latency us p50 {} p99 {} max {}",
+            "sink: {} measured packets{untracked} in {:.3} s: {rate}; lost {} ({loss}, from {}), reordered {}, duplicates {}; latency us p50 {} p99 {} max {}",
             self.packets,
             self.measured_s,
             self.lost,
