@@ -120,7 +120,9 @@ pub struct Snapshot {
     pub arp_replies: u64,
     /// Neighbor Advertisements sent (RFC 4861 §7.2.4).
     pub nd_replies: u64,
-    /// IPv4 fragments sent.
+    /// Fragments sent: IPv4 ones, and the IPv6 outer fragments the
+    /// gateway cuts itself (a packet of at most 1280 bytes over a tunnel
+    /// MTU below 1280, RFC 4213 §3.2).
     pub frags_sent: u64,
     /// Dummy packets (RFC 4303 §2.6) sent, all SAs.
     pub dummies_sent: u64,
@@ -411,7 +413,7 @@ impl Snapshot {
         let globals = [
             ("arp_replies", "ARP replies sent.", self.arp_replies),
             ("nd_replies", "Neighbor Advertisements sent.", self.nd_replies),
-            ("frags_sent", "IPv4 fragments sent.", self.frags_sent),
+            ("frags_sent", "Fragments sent: IPv4, and IPv6 outer fragments the gateway cuts itself.", self.frags_sent),
             ("dummies_sent", "Dummy packets sent, all SAs.", self.dummies_sent),
             ("icmp_sent", "ICMP fragmentation-needed and ICMPv6 Packet Too Big errors sent.", self.icmp_sent),
             ("icmp_rate_limited", "ICMP errors and Echo Replies suppressed by the rate limit.", self.icmp_rate_limited),

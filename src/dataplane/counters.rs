@@ -383,8 +383,9 @@ pub struct WorkerCounters {
     /// (queue pair full or stopped; they are offered again next poll, and
     /// counted again: as DPDK's `enqueue_err_count`).
     pub crypto_refused: Counter,
-    /// IPv4 fragments sent (RFC 791), counting the first: outer fragments
-    /// and inner fragments made before encapsulation (RFC 4459 §3).
+    /// Fragments sent, counting the first: IPv4 (RFC 791) outer fragments
+    /// and inner fragments made before encapsulation (RFC 4459 §3), and
+    /// the IPv6 outer fragments the gateway cuts itself (RFC 4213 §3.2).
     pub frags_sent: Counter,
     /// Dummy packets (RFC 4303 §2.6, Next Header 59) encrypted and sent
     /// towards the peer, over every SA this worker owns.
