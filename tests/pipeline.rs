@@ -422,6 +422,9 @@ fn decapsulated_packet_to_the_gateway_is_to_us() {
     let s = gw1.stats();
     assert_eq!(s.drops["to_us"], 1);
     assert_eq!(s.drops.iter().filter(|(_, &v)| v > 0).count(), 1, "{:?}", s.drops);
+    // Decrypted and refused: one of the SA's errors, not of its packets.
+    let sa = s.sas.iter().find(|a| a.spi == 1001 && a.direction == "inbound").unwrap();
+    assert_eq!((sa.packets, sa.errors), (0, 1));
 }
 
 /// Martians (README, drop reasons: `martian`) are not forwarded, whatever
@@ -474,6 +477,9 @@ fn martians_are_not_forwarded() {
     let s = gw1.stats();
     assert_eq!(s.drops["martian"], 3, "{:?}", s.drops);
     assert_eq!(s.drops.values().sum::<u64>(), 3, "{:?}", s.drops);
+    // The SA's counters account for all 4 it decrypted.
+    let sa = s.sas.iter().find(|a| a.spi == 1001 && a.direction == "inbound").unwrap();
+    assert_eq!((sa.packets, sa.errors), (1, 3));
 }
 
 /// The worker's crypto counters (`stats`: `crypto_enqueued`,

@@ -2114,17 +2114,24 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 e.sa.life.counters.bytes.add(len as u64);
                 return;
             };
+            e.sa.life.counters.errors.add(1);
             return self.drop_buf(port, DropReason::ToUs, buf);
         }
         // Authenticated is not forwardable: the SA's selectors may be 0/0.
-        if t.martian(key.src, key.dst) {
-            return self.drop_buf(port, DropReason::Martian, buf);
-        }
-        if inner_source_routed(&buf) {
-            return self.drop_buf(port, DropReason::SourceRoute, buf);
-        }
-        if ttl <= 1 {
-            return self.drop_buf(port, DropReason::TtlExceeded, buf);
+        // These drops after decryption are the SA's errors too, so its
+        // packets and errors account for every packet it decrypted.
+        let refused = if t.martian(key.src, key.dst) {
+            Some(DropReason::Martian)
+        } else if inner_source_routed(&buf) {
+            Some(DropReason::SourceRoute)
+        } else if ttl <= 1 {
+            Some(DropReason::TtlExceeded)
+        } else {
+            None
+        };
+        if let Some(reason) = refused {
+            e.sa.life.counters.errors.add(1);
+            return self.drop_buf(port, reason, buf);
         }
         let c = &e.sa.life.counters;
         c.packets.add(1);
