@@ -2010,34 +2010,50 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         sa.path_mtu.lower(mtu, now_ms, now_ms.saturating_add(self.conf.pmtu_timeout_ms), port_mtu)
     }
 
+    /// An outbound op whose SA left the tables while the op was in the
+    /// device (a rekey or delete freed its slot) still finishes. Sealed,
+    /// the packet is complete and goes to its outer header's destination
+    /// (the peer keeps its inbound SA through the grace; a dummy counts in
+    /// `dummies_sent`); failed, it drops with the op's own reason
+    /// (`session_not_attached` after a limit-1 queue pair restarted with
+    /// the new session), not as `no_sa`. The gone SA's counters are not
+    /// touched.
+    #[cold]
+    #[inline(never)]
+    fn finish_orphan(&mut self, t: &Tables, port: usize, op: CryptoOp<PktBuf>) {
+        let dummy = op.user[1] & TAG_DUMMY != 0;
+        let dst = ip_dst(&op.buf);
+        match outbound::finish_cached(op, &mut self.sessions) {
+            Ok(buf) => {
+                if dummy {
+                    self.counters.dummies_sent.add(1);
+                }
+                if buf.outer_frag_mtu != 0 {
+                    return self.fragment_outer(t, port, buf, dst);
+                }
+                self.forward(t, port, buf, dst)
+            }
+            Err((e, b)) => self.drop_buf(port, e.into(), b),
+        }
+    }
+
     fn finish(&mut self, t: &Tables, op: CryptoOp<PktBuf>) {
         let (is_in, r, inner_len, port) = untag(op.user[1]);
         if !is_in {
-            // The SA may have left the tables while its op was in the
-            // device (a rekey or delete, its slot freed): the op still
-            // finishes. Sealed, the packet is complete and goes to the
-            // outer header's destination (the peer keeps its inbound SA
-            // through the grace); failed, it drops with the op's own reason
-            // (`session_not_attached` after a limit-1 queue pair restarted
-            // with the new session), not as `no_sa`.
-            let sa = out_sa(t, r).map(|(_, sa)| sa);
-            let dst = match sa {
-                Some(sa) if !sa.transport => sa.tunnel_dst,
-                _ => ip_dst(&op.buf),
+            let Some((_, sa)) = out_sa(t, r) else {
+                return self.finish_orphan(t, port, op);
             };
+            let dst = if sa.transport { ip_dst(&op.buf) } else { sa.tunnel_dst };
             let dummy = op.user[1] & TAG_DUMMY != 0;
             match outbound::finish_cached(op, &mut self.sessions) {
                 Ok(buf) => {
-                    if let Some(c) = sa.map(|sa| &sa.life.counters) {
-                        if dummy {
-                            c.dummies.add(1);
-                        } else {
-                            c.packets.add(1);
-                            c.bytes.add(inner_len);
-                        }
-                    }
+                    let c = &sa.life.counters;
                     if dummy {
+                        c.dummies.add(1);
                         self.counters.dummies_sent.add(1);
+                    } else {
+                        c.packets.add(1);
+                        c.bytes.add(inner_len);
                     }
                     if buf.outer_frag_mtu != 0 {
                         return self.fragment_outer(t, port, buf, dst);
@@ -2045,9 +2061,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                     self.forward(t, port, buf, dst)
                 }
                 Err((e, b)) => {
-                    if let Some(sa) = sa {
-                        sa.life.counters.errors.add(1);
-                    }
+                    sa.life.counters.errors.add(1);
                     self.drop_buf(port, e.into(), b)
                 }
             }
