@@ -705,18 +705,6 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             return Err(err(MgrErrorKind::Exists, format!("an {what} is installed already{hint}")));
         }
         self.retiring_clash(sa.spi, d, sa.sad_dst(), now)?;
-        if self.limit > 0 && sa.worker.is_none() && self.per_qp.len() > 1 && self.per_qp.iter().all(|&n| n >= self.limit) {
-            let held: Vec<String> = self.per_qp.iter().enumerate().map(|(w, n)| format!("{w}: {n}")).collect();
-            return Err(err(
-                MgrErrorKind::Busy,
-                format!(
-                    "every queue pair holds its limit of sessions (max_sessions_per_qp = {}; held per queue pair {}){}; a new SA (and a rekey, whose new session is attached beside the old one) needs room on one: delete an SA, or raise the limit",
-                    self.limit,
-                    held.join(", "),
-                    self.retiring_note(owner, now)
-                ),
-            ));
-        }
         if self.limit > 0 && self.per_qp[owner] >= self.limit {
             return Err(err(
                 MgrErrorKind::Busy,
@@ -817,7 +805,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         for sa in frag.sas {
             let key = key_of(&sa);
             let r = match self.pick_owner(&sa, &[]) {
-                Ok(w) => self.install(sa, w, now).map_err(|e| self.rolled_back_note(e, &done, w)),
+                Ok(w) => self.every_qp_full(&sa, w, now).and_then(|()| self.install(sa, w, now)).map_err(|e| self.rolled_back_note(e, &done, w)),
                 Err(e) => Err(e),
             };
             if let Err(e) = r {
@@ -837,6 +825,26 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             self.event("added", (spi, d, dst), format!("SA {spi} {}{} added on worker {owner}", dir_name(d), dst_note(dst)), None);
         }
         Ok(json!({ "added": done.iter().map(|&k| sa_id_json(k)).collect::<Vec<_>>(), "policies": npol }))
+    }
+
+    /// `Busy` for a new SA not pinned to a worker when every queue pair
+    /// (of two or more) holds its limit of sessions, naming each one's
+    /// count; `w` is the owner [`Self::pick_owner`] chose. (With one queue
+    /// pair, or a pinned SA, [`Self::install`] names the queue pair.)
+    fn every_qp_full(&self, sa: &model::Sa, w: usize, now: Instant) -> Result<(), MgrError> {
+        if self.limit == 0 || sa.worker.is_some() || self.per_qp.len() < 2 || self.per_qp.iter().any(|&n| n < self.limit) {
+            return Ok(());
+        }
+        let held: Vec<String> = self.per_qp.iter().enumerate().map(|(q, n)| format!("{q}: {n}")).collect();
+        Err(err(
+            MgrErrorKind::Busy,
+            format!(
+                "every queue pair holds its limit of sessions (max_sessions_per_qp = {}; held per queue pair {}){}; a new SA needs room on one: delete an SA, or raise the limit",
+                self.limit,
+                held.join(", "),
+                self.retiring_note(w, now)
+            ),
+        ))
     }
 
     /// `e` (an `add` refused on worker `w` after it installed the SAs
