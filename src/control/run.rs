@@ -201,6 +201,8 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
     let t = Arc::new(mgr.tables_now());
     let tables = Arc::new(ArcSwap::new(t.clone()));
 
+    // For a worker's AF_XDP open failure, made on its thread.
+    let opened_at: Vec<String> = (0..cfg.ports.len()).map(|i| port_at(i, "interface")).collect();
     let mut meshes = Handoff::mesh(nworkers, cfg.gateway.handoff_depth, cfg.gateway.pool_size);
     let mut counters = Vec::with_capacity(nworkers);
     let mut handles = Vec::with_capacity(nworkers);
@@ -224,7 +226,7 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
                 pc
             })
             .collect();
-        let opened_at: Vec<String> = (0..cfg.ports.len()).map(|i| port_at(i, "interface")).collect();
+        let opened_at = opened_at.clone();
         let core = cores[w];
         let wconf = WorkerConf { id: w, burst: cfg.gateway.burst, pool_size: cfg.gateway.pool_size, nb_workers: nworkers, idle_sleep_us: cfg.gateway.idle_sleep_us, idle_spin_us: cfg.gateway.idle_spin_us, reasm: reassembly_conf(&cfg.reassembly), neigh: pending_conf(&cfg.neighbour_table), pmtu_timeout_ms: cfg.gateway.pmtu_timeout_s.saturating_mul(1000), icmp_echo: cfg.gateway.icmp_echo };
         let (wstop, wtables, ready) = (stop.clone(), tables.clone(), ready_tx.clone());

@@ -7,7 +7,7 @@ pub use resolve::PendingConf;
 
 use super::counters::{DropReason, WorkerCounters};
 use super::reassembly::{ReassemblyConf, Reassembler};
-use crate::crypto::{CryptoOp, OpStatus, QueuePair};
+use crate::crypto::{CryptoOp, QueuePair};
 use crate::esp::{inbound, outbound, pmtu, transport, InboundState, OutboundSa, OutboundState, SessionCache};
 use crate::io::{PktBuf, Port};
 use crate::policy::neighbour::Neighbours;
@@ -2028,13 +2028,20 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 if dummy {
                     self.counters.dummies_sent.add(1);
                 }
-                if buf.outer_frag_mtu != 0 {
-                    return self.fragment_outer(t, port, buf, dst);
-                }
-                self.forward(t, port, buf, dst)
+                self.send_sealed(t, port, buf, dst)
             }
             Err((e, b)) => self.drop_buf(port, e.into(), b),
         }
+    }
+
+    /// A sealed outbound packet to `dst`: cut into outer fragments when
+    /// its buffer says so ([`PktBuf::outer_frag_mtu`]), else forwarded.
+    #[inline(always)]
+    fn send_sealed(&mut self, t: &Tables, port: usize, buf: PktBuf, dst: IpAddr) {
+        if buf.outer_frag_mtu != 0 {
+            return self.fragment_outer(t, port, buf, dst);
+        }
+        self.forward(t, port, buf, dst)
     }
 
     fn finish(&mut self, t: &Tables, op: CryptoOp<PktBuf>) {
@@ -2055,10 +2062,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                         c.packets.add(1);
                         c.bytes.add(inner_len);
                     }
-                    if buf.outer_frag_mtu != 0 {
-                        return self.fragment_outer(t, port, buf, dst);
-                    }
-                    self.forward(t, port, buf, dst)
+                    self.send_sealed(t, port, buf, dst)
                 }
                 Err((e, b)) => {
                     sa.life.counters.errors.add(1);
@@ -2070,13 +2074,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let Some((i, e)) = in_sa(t, r) else {
             // Gone while the op was in the device: a decrypted packet can
             // no longer be checked against the SA's selectors (`no_sa`); a
-            // failed op drops with its own reason.
-            let reason = match op.status {
-                OpStatus::Success | OpStatus::NotProcessed => DropReason::NoSa,
-                OpStatus::SessionNotAttached => DropReason::SessionNotAttached,
-                OpStatus::AuthFailed => DropReason::AuthFailed,
-                OpStatus::InvalidOp | OpStatus::DeviceError => DropReason::CryptoError,
-            };
+            // failed op drops with its own reason, as `open` names it.
+            let reason = crate::esp::status_error(op.status).map_or(DropReason::NoSa, DropReason::from);
             return self.drop_buf(port, reason, op.buf);
         };
         let Some(st) = self.in_state.get_mut(i) else {

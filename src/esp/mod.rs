@@ -223,17 +223,27 @@ pub fn open(st: &mut InboundState, op: CryptoOp<crate::io::PktBuf>) -> Result<(c
     open_cached(st, op, &mut SessionCache::default())
 }
 
+/// The ESP error of a completed decrypt op's `status`: `None` for
+/// `Success`, `AuthFailed` for an ICV that did not verify,
+/// `SessionNotAttached`, else `CryptoError`.
+#[inline(always)]
+pub fn status_error(status: OpStatus) -> Option<EspError> {
+    match status {
+        OpStatus::Success => None,
+        OpStatus::AuthFailed => Some(EspError::AuthFailed),
+        OpStatus::SessionNotAttached => Some(EspError::SessionNotAttached),
+        _ => Some(EspError::CryptoError),
+    }
+}
+
 /// [`open`], the op's session reference going back to `cache`.
 #[inline]
 pub fn open_cached(st: &mut InboundState, op: CryptoOp<crate::io::PktBuf>, cache: &mut SessionCache) -> Result<(crate::io::PktBuf, usize, usize, u8), (EspError, crate::io::PktBuf)> {
     let enc = encrypted_part(&op);
     let CryptoOp { session, buf, status, user, .. } = op;
     cache.give_back(session);
-    match status {
-        OpStatus::Success => {}
-        OpStatus::AuthFailed => return Err((EspError::AuthFailed, buf)),
-        OpStatus::SessionNotAttached => return Err((EspError::SessionNotAttached, buf)),
-        _ => return Err((EspError::CryptoError, buf)),
+    if let Some(e) = status_error(status) {
+        return Err((e, buf));
     }
     let seq = user[0];
     if st.window.commit(seq).is_err() {
