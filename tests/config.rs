@@ -931,7 +931,7 @@ fn icv_len_per_sa() {
 
 #[test]
 fn unknown_algorithm_lists_every_name() {
-    let text = edit("algorithm = \"aes-128-gcm\"\nkey = \"0011", "algorithm = \"aes-128-ccm\"\nkey = \"0011");
+    let text = edit("algorithm = \"aes-128-gcm\"\nkey = \"0011", "algorithm = \"aes-128-ocb\"\nkey = \"0011");
     let e = error(&text).to_string();
     for alg in Algorithm::ALL {
         assert!(e.contains(&format!("\"{}\"", alg.name())), "{e}");
@@ -1769,4 +1769,18 @@ fn warnings_for_endpoints_addresses_socket_and_shadowed_policies() {
     // the SA should carry is let in.
     let in_bypass = "\n[[policy]]\ndirection = \"inbound\"\nsrc = \"198.51.100.0/23\"\ndst = \"192.0.0.0/16\"\npriority = 0\naction = \"bypass\"\n";
     one(&format!("{BASE}{in_bypass}"), "policy[1]: policy[2] (bypass, priority 0) comes first and covers all its selectors: what this entry's SA should carry is also let in in the clear");
+}
+
+/// AES-CCM (RFC 4309 §7.1): key material is the AES key ‖ a 3-byte salt,
+/// so a GCM-sized key (‖ 4 bytes) is refused with the expected form named;
+/// ICVs of 8, 12 and 16 bytes (§3.1), another length cites the RFC.
+#[test]
+fn ccm_key_and_icv_len() {
+    let text = with_sa0(&format!("algorithm = \"aes-128-ccm\"\nkey = \"{}\"\nicv_len = 12", hexkey(19)));
+    let cfg = config::parse(&text, Path::new(FILE)).unwrap();
+    assert_eq!((cfg.sas[0].algorithm, cfg.sas[0].icv_len, cfg.sas[0].key.len()), (Algorithm::Aes128Ccm, 12, 19));
+    let text = with_sa0(&format!("algorithm = \"aes-256-ccm\"\nkey = \"{}\"", hexkey(36)));
+    assert_one(&text, "key = ", 6, "sa[0].key", "expected 70 hex digits (AES-256-CCM key ‖ 3-byte salt), found 72");
+    let text = with_sa0(&format!("algorithm = \"aes-192-ccm\"\nkey = \"{}\"\nicv_len = 10", hexkey(27)));
+    assert_one(&text, "icv_len = ", 10, "sa[0].icv_len", "expected 8 or 12 or 16 for aes-192-ccm (RFC 4309 §3.1), found 10");
 }

@@ -497,11 +497,11 @@ fn every_algorithm_esp_round_trip<D: Dut>(dev: &D) -> Vec<(Algorithm, usize, Vec
     packets
 }
 
-/// Every (algorithm, ICV length) pair secgw offers: 41 (35 algorithms,
-/// AES-GCM's three with two truncated ICVs each).
+/// Every (algorithm, ICV length) pair secgw offers: 50 (38 algorithms,
+/// AES-GCM's and AES-CCM's three each with two truncated ICVs).
 fn every_transform() -> usize {
     let n = Algorithm::ALL.iter().map(|a| a.icv_lens().len()).sum();
-    assert_eq!(n, 41, "an algorithm or ICV length came or went: update this count");
+    assert_eq!(n, 50, "an algorithm or ICV length came or went: update this count");
     n
 }
 
@@ -514,7 +514,8 @@ fn every_algorithm_esp<D: Dut>(dev: &D) {
 /// A flipped bit anywhere the ICV covers — header, IV, encrypted part,
 /// ICV — fails every algorithm, and no unverified plaintext comes back
 /// (RFC 4303 §3.4.4): RustCrypto leaves the buffer as it was (nothing
-/// decrypted before the ICV verified), ring zeroes the encrypted part.
+/// decrypted before the ICV verified), ring and CCM zero the encrypted
+/// part.
 fn every_algorithm_rejects_tampering<D: Dut>(dev: &D) {
     let mut qp = dev.queue_pair_setup::<PktBuf>(QP, QpConf { nb_descriptors: 8 }).unwrap();
     for (alg, icv_len) in transforms(dev) {
@@ -545,10 +546,11 @@ fn every_algorithm_rejects_tampering<D: Dut>(dev: &D) {
             assert_eq!(op.status, OpStatus::AuthFailed, "{} (icv {icv_len}): bit flipped at {i}", alg.name());
             let mut bad = pkt.clone();
             bad[i] ^= 0x20;
-            if dec.provider() == Provider::Ring {
+            // ring and CCM (which decrypts to verify) zero the encrypted part.
+            if dec.provider() == Provider::Ring || alg.cipher() == Cipher::AesCcm {
                 bad[8 + alg.iv_len()..n - icv_len].fill(0);
             }
-            assert_eq!(op.buf.frame(), &bad[..], "{} ({:?}): buffer as it was, or zeroed by ring", alg.name(), dec.provider());
+            assert_eq!(op.buf.frame(), &bad[..], "{} ({:?}): buffer as it was, or zeroed by ring / CCM", alg.name(), dec.provider());
         }
         release(dev, enc);
         release(dev, dec);
@@ -645,8 +647,9 @@ fn hmac_vectors<D: Dut>(dev: &D) {
     }
 }
 
-/// The RFC 3602 §4 #5-#8, RFC 7634 Appendix A and RFC 4543 packets, sealed
-/// on `dev` by our outbound framing with each vector's IV.
+/// The RFC 3602 §4 #5-#8, RFC 7634 Appendix A, RFC 4543 and AES-CCM
+/// (ccm_esp.json) packets, sealed on `dev` by our outbound framing with each
+/// vector's IV.
 fn packet_vectors_on_device<D: Dut>(dev: &D) -> Vec<Vec<u8>> {
     let mut qp = dev.queue_pair_setup::<PktBuf>(QP, QpConf { nb_descriptors: 4 }).unwrap();
     let mut out = Vec::new();
@@ -654,7 +657,7 @@ fn packet_vectors_on_device<D: Dut>(dev: &D) -> Vec<Vec<u8>> {
         let s = attached(dev, &c.xform(CipherDirection::Encrypt));
         let mut buf = PktBuf::new();
         assert!(buf.copy_from(&c.payload));
-        let op = esp::outbound::encap(c.spi, &s, c.seq, false, &c.iv, c.next_header, buf).map_err(|e| e.0).unwrap();
+        let op = esp::outbound::encap(c.spi, &s, c.seq, c.esn, &c.iv, c.next_header, buf).map_err(|e| e.0).unwrap();
         let op = run(&mut qp, vec![op]).pop().unwrap();
         assert_eq!(hex::encode(op.buf.frame()), hex::encode(&c.packet), "{}", c.name);
         out.push(op.buf.frame().to_vec());
@@ -664,7 +667,7 @@ fn packet_vectors_on_device<D: Dut>(dev: &D) -> Vec<Vec<u8>> {
 }
 
 fn packet_vectors<D: Dut>(dev: &D) {
-    let want = if dev.info().provider == RING { packet_cases().iter().filter(|c| c.alg == Algorithm::ChaCha20Poly1305).count() } else { 10 };
+    let want = if dev.info().provider == RING { packet_cases().iter().filter(|c| c.alg == Algorithm::ChaCha20Poly1305).count() } else { 13 };
     assert!(want > 0);
     assert_eq!(packet_vectors_on_device(dev).len(), want);
 }

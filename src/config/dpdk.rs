@@ -789,6 +789,9 @@ fn aead(name: &str) -> Result<Algorithm, String> {
         "aes-128-gcm" => Ok(Algorithm::Aes128Gcm),
         "aes-192-gcm" => Ok(Algorithm::Aes192Gcm),
         "aes-256-gcm" => Ok(Algorithm::Aes256Gcm),
+        "aes-128-ccm" => Ok(Algorithm::Aes128Ccm),
+        "aes-192-ccm" => Ok(Algorithm::Aes192Ccm),
+        "aes-256-ccm" => Ok(Algorithm::Aes256Ccm),
         "chacha20-poly1305" => Ok(Algorithm::ChaCha20Poly1305),
         other => Err(format!("aead_algo {other} is not among secgw's algorithms")),
     }
@@ -997,6 +1000,12 @@ impl Parser<'_> {
         // The keyword that gave `key` is the one its errors are placed on.
         let (algorithm, key, auth_key, key_word) = match (&cipher, &auth, &aead_algo) {
             (_, _, Some((a, k))) => match aead(a.s) {
+                // DPDK's CCM key is AES key ‖ 4 bytes of which its nonce
+                // takes the first 3 (lib/ipsec `aead_ccm_iv_fill`); secgw's
+                // is AES key ‖ 3-byte salt (RFC 4309 §7.1).
+                Ok(alg) if alg.cipher() == crate::crypto::Cipher::AesCcm => {
+                    (Some(alg), Zeroizing::new(k[..k.len().saturating_sub(1)].to_vec()), Zeroizing::new(Vec::new()), "aead_key")
+                }
                 Ok(alg) => (Some(alg), k.clone(), Zeroizing::new(Vec::new()), "aead_key"),
                 Err(why) => {
                     refusals.push((a.line, "aead_algo".into(), why));

@@ -92,6 +92,7 @@
 //!                           #   is allowed: UDP between that header and ESP, RFC 3948 §3.2)
 //! algorithm = "aes-128-gcm" # required: "aes-{128,192,256}-gcm" (RFC 4106),
 //!                           # "aes-{128,192,256}-gmac" (RFC 4543, authentication only),
+//!                           # "aes-{128,192,256}-ccm" (RFC 4309),
 //!                           # "chacha20-poly1305" (RFC 7634),
 //!                           # "aes-{128,192,256}-cbc-hmac-{sha1,sha256}" (RFC 3602 with RFC 2404 / RFC 4868),
 //!                           # "aes-{128,192,256}-ctr-hmac-{sha1,sha256}" (RFC 3686 with RFC 2404 / RFC 4868),
@@ -99,17 +100,18 @@
 //! key = "00112233…"         # cipher key material in hex (':' separators allowed):
 //!                           #   GCM, GMAC: AES key ‖ 4-byte salt (RFC 4106 §8.1, RFC 4543 §3.2):
 //!                           #     40 hex digits for 128-bit, 56 for 192-bit, 72 for 256-bit keys
+//!                           #   CCM: AES key ‖ 3-byte salt (RFC 4309 §7.1): 38 / 54 / 70
 //!                           #   chacha20-poly1305: 256-bit key ‖ 4-byte salt (RFC 7634 §2): 72
 //!                           #   CTR: AES key ‖ 4-byte nonce (RFC 3686 §5.1): 40 / 56 / 72
 //!                           #   CBC: the AES key alone: 32 / 48 / 64
 //!                           #   null-*: none (an error if given)
-//!                           # GCM, GMAC, CTR, chacha20-poly1305: two SAs with the same key
+//!                           # GCM, GMAC, CCM, CTR, chacha20-poly1305: two SAs with the same key
 //!                           #   material are an error (nonce = salt ‖ sequence number)
 //! auth_key = "…"            # *-hmac-sha1: 40 hex digits (RFC 2404), *-hmac-sha256: 64 (RFC 4868);
 //!                           # required for those, an error for the combined modes above
 //! esn = false               # extended sequence numbers (RFC 4303 §2.2.1): 64-bit counter,
 //!                           # high half in the ICV/AAD only; both ends must agree
-//! icv_len = 16              # optional ICV bytes: 8 | 12 | 16 for GCM (RFC 4106 §6), default 16;
+//! icv_len = 16              # optional ICV bytes: 8 | 12 | 16 for GCM (RFC 4106 §6) and CCM (RFC 4309 §3.1), default 16;
 //!                           # others accept only their fixed size (HMAC-SHA1-96: 12, else 16)
 //! tunnel_src = "203.0.113.1"  # required in tunnel mode, outer source (unicast IPv4 or IPv6)
 //! tunnel_dst = "203.0.113.2"  # required in tunnel mode, outer destination (unicast, the family
@@ -2116,7 +2118,11 @@ impl Checker<'_> {
                     Raw::Int(i) if allowed.iter().any(|&l| l as i64 == *i) => Some(*i as usize),
                     Raw::Int(i) => {
                         let list: Vec<String> = allowed.iter().map(|l| l.to_string()).collect();
-                        let why = if allowed.len() > 1 { " (RFC 4106 §6)" } else { "" };
+                        let why = match a.cipher() {
+                            crate::crypto::Cipher::AesGcm => " (RFC 4106 §6)",
+                            crate::crypto::Cipher::AesCcm => " (RFC 4309 §3.1)",
+                            _ => "",
+                        };
                         let m = format!("expected {} for {}{why}, found {i}", list.join(" or "), a.name());
                         self.problem(&v.span(), &tab.field("icv_len"), m);
                         None
@@ -2448,12 +2454,12 @@ struct Sas {
 /// True for the algorithms whose per-packet nonce is the SA's salt (or
 /// nonce) from the key material and the packet's sequence number as IV
 /// ([`crate::esp::IvGen::counter`]): AES-GCM and AES-GMAC (RFC 4106 §3.1,
-/// RFC 4543 §3.1), AES-CTR (RFC 3686 §3.1), ChaCha20-Poly1305 (RFC 7634
-/// §2). Two such SAs under one key material repeat nonces; AES-CBC's IVs
+/// RFC 4543 §3.1), AES-CCM (RFC 4309 §3.1), AES-CTR (RFC 3686 §3.1),
+/// ChaCha20-Poly1305 (RFC 7634 §2). Two such SAs under one key material repeat nonces; AES-CBC's IVs
 /// are unpredictable (RFC 3602 §3) and NULL encryption has none.
 pub(crate) fn nonce_from_seq(a: crate::crypto::Algorithm) -> bool {
     use crate::crypto::Cipher;
-    matches!(a.cipher(), Cipher::AesGcm | Cipher::AesGmac | Cipher::AesCtr | Cipher::ChaCha20Poly1305)
+    matches!(a.cipher(), Cipher::AesGcm | Cipher::AesGmac | Cipher::AesCcm | Cipher::AesCtr | Cipher::ChaCha20Poly1305)
 }
 
 /// True when key material shared by SAs of algorithms `a` and `b` serves

@@ -302,7 +302,7 @@ pub use crate::crypto::Algorithm;
 pub use crate::crypto::ProviderChoice;
 
 /// Bytes of an SA's `key`: cipher key plus salt or nonce (RFC 4106 §8.1,
-/// RFC 4543 §3.2, RFC 7634 §2, RFC 3686 §5.1); 0 for NULL.
+/// RFC 4543 §3.2, RFC 4309 §7.1, RFC 7634 §2, RFC 3686 §5.1); 0 for NULL.
 pub fn key_material_len(a: Algorithm) -> usize {
     a.key_len() + a.salt_len()
 }
@@ -319,6 +319,9 @@ pub fn key_description(a: Algorithm) -> Option<&'static str> {
         Aes192Gmac => "AES-192-GMAC key ‖ 4-byte salt",
         Aes256Gmac => "AES-256-GMAC key ‖ 4-byte salt",
         ChaCha20Poly1305 => "ChaCha20 key ‖ 4-byte salt",
+        Aes128Ccm => "AES-128-CCM key ‖ 3-byte salt",
+        Aes192Ccm => "AES-192-CCM key ‖ 3-byte salt",
+        Aes256Ccm => "AES-256-CCM key ‖ 3-byte salt",
         Aes128CbcHmacSha1 | Aes128CbcHmacSha256 | Aes128CbcHmacSha384 | Aes128CbcHmacSha512 => "AES-128-CBC key",
         Aes192CbcHmacSha1 | Aes192CbcHmacSha256 | Aes192CbcHmacSha384 | Aes192CbcHmacSha512 => "AES-192-CBC key",
         Aes256CbcHmacSha1 | Aes256CbcHmacSha256 | Aes256CbcHmacSha384 | Aes256CbcHmacSha512 => "AES-256-CBC key",

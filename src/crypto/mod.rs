@@ -15,7 +15,7 @@
 //!   the auth trailer (ESN high bits for a separate MAC) and the IV. ESP
 //!   framing is not known here: `esp/` fills those fields
 //!   (`esp::esp_op`).
-//! * Every [`Algorithm`] (AES-GCM, AES-GMAC, ChaCha20-Poly1305, AES-CBC /
+//! * Every [`Algorithm`] (AES-GCM, AES-GMAC, AES-CCM, ChaCha20-Poly1305, AES-CBC /
 //!   AES-CTR / NULL with HMAC-SHA1-96 or HMAC-SHA-256-128) is one software
 //!   transform (`soft::Transform`) that every backend runs through
 //!   `process_op`; [`DeviceInfo::capabilities`] lists each with its sizes
@@ -134,6 +134,13 @@ pub enum Algorithm {
     NullHmacSha384,
     /// NULL encryption with HMAC-SHA-512-256.
     NullHmacSha512,
+    /// AES-CCM with a 128-bit key (NIST SP 800-38C; ESP use per RFC 4309):
+    /// 3-byte salt, 8-byte explicit IV, ICV of 8, 12 or 16 bytes.
+    Aes128Ccm,
+    /// AES-CCM with a 192-bit key (RFC 4309 §7.1).
+    Aes192Ccm,
+    /// AES-CCM with a 256-bit key.
+    Aes256Ccm,
 }
 
 /// Former name of [`Algorithm`], from when only AES-GCM existed.
@@ -146,6 +153,8 @@ pub enum Cipher {
     AesGcm,
     /// AES-GMAC (combined mode, nothing encrypted).
     AesGmac,
+    /// AES-CCM (combined mode; RFC 4309): nonce = 3-byte salt ‖ 8-byte IV.
+    AesCcm,
     /// ChaCha20-Poly1305 (combined mode).
     ChaCha20Poly1305,
     /// AES-CBC, 16-byte explicit IV, whole blocks only.
@@ -195,7 +204,7 @@ impl Mac {
 
 impl Algorithm {
     /// Every algorithm, in the order the devices list them.
-    pub const ALL: [Algorithm; 35] = [
+    pub const ALL: [Algorithm; 38] = [
         Algorithm::Aes128Gcm,
         Algorithm::Aes256Gcm,
         Algorithm::Aes128Gmac,
@@ -231,6 +240,9 @@ impl Algorithm {
         Algorithm::Aes256CtrHmacSha512,
         Algorithm::NullHmacSha384,
         Algorithm::NullHmacSha512,
+        Algorithm::Aes128Ccm,
+        Algorithm::Aes192Ccm,
+        Algorithm::Aes256Ccm,
     ];
 
     /// The name an SA selects it by in the config (`algorithm = "…"`).
@@ -271,6 +283,9 @@ impl Algorithm {
             Algorithm::Aes256CtrHmacSha512 => "aes-256-ctr-hmac-sha512",
             Algorithm::NullHmacSha384 => "null-hmac-sha384",
             Algorithm::NullHmacSha512 => "null-hmac-sha512",
+            Algorithm::Aes128Ccm => "aes-128-ccm",
+            Algorithm::Aes192Ccm => "aes-192-ccm",
+            Algorithm::Aes256Ccm => "aes-256-ccm",
         }
     }
 
@@ -280,6 +295,7 @@ impl Algorithm {
         match self {
             Aes128Gcm | Aes192Gcm | Aes256Gcm => Cipher::AesGcm,
             Aes128Gmac | Aes192Gmac | Aes256Gmac => Cipher::AesGmac,
+            Aes128Ccm | Aes192Ccm | Aes256Ccm => Cipher::AesCcm,
             ChaCha20Poly1305 => Cipher::ChaCha20Poly1305,
             Aes128CbcHmacSha1 | Aes192CbcHmacSha1 | Aes256CbcHmacSha1 | Aes128CbcHmacSha256 | Aes192CbcHmacSha256 | Aes256CbcHmacSha256 | Aes128CbcHmacSha384
             | Aes192CbcHmacSha384 | Aes256CbcHmacSha384 | Aes128CbcHmacSha512 | Aes192CbcHmacSha512 | Aes256CbcHmacSha512 => Cipher::AesCbc,
@@ -293,7 +309,7 @@ impl Algorithm {
     pub fn mac(self) -> Option<Mac> {
         use Algorithm::*;
         match self {
-            Aes128Gcm | Aes192Gcm | Aes256Gcm | Aes128Gmac | Aes192Gmac | Aes256Gmac | ChaCha20Poly1305 => None,
+            Aes128Gcm | Aes192Gcm | Aes256Gcm | Aes128Gmac | Aes192Gmac | Aes256Gmac | ChaCha20Poly1305 | Aes128Ccm | Aes192Ccm | Aes256Ccm => None,
             Aes128CbcHmacSha1 | Aes192CbcHmacSha1 | Aes256CbcHmacSha1 | Aes128CtrHmacSha1 | Aes192CtrHmacSha1 | Aes256CtrHmacSha1 | NullHmacSha1 => Some(Mac::HmacSha1_96),
             Aes128CbcHmacSha256 | Aes192CbcHmacSha256 | Aes256CbcHmacSha256 | Aes128CtrHmacSha256 | Aes192CtrHmacSha256 | Aes256CtrHmacSha256 | NullHmacSha256 => {
                 Some(Mac::HmacSha256_128)
@@ -317,21 +333,23 @@ impl Algorithm {
         use Algorithm::*;
         match self {
             Aes128Gcm | Aes128Gmac | Aes128CbcHmacSha1 | Aes128CbcHmacSha256 | Aes128CtrHmacSha1 | Aes128CtrHmacSha256 | Aes128CbcHmacSha384 | Aes128CbcHmacSha512
-            | Aes128CtrHmacSha384 | Aes128CtrHmacSha512 => 16,
+            | Aes128CtrHmacSha384 | Aes128CtrHmacSha512 | Aes128Ccm => 16,
             Aes192Gcm | Aes192Gmac | Aes192CbcHmacSha1 | Aes192CbcHmacSha256 | Aes192CtrHmacSha1 | Aes192CtrHmacSha256 | Aes192CbcHmacSha384 | Aes192CbcHmacSha512
-            | Aes192CtrHmacSha384 | Aes192CtrHmacSha512 => 24,
+            | Aes192CtrHmacSha384 | Aes192CtrHmacSha512 | Aes192Ccm => 24,
             Aes256Gcm | Aes256Gmac | Aes256CbcHmacSha1 | Aes256CbcHmacSha256 | Aes256CtrHmacSha1 | Aes256CtrHmacSha256 | Aes256CbcHmacSha384 | Aes256CbcHmacSha512
-            | Aes256CtrHmacSha384 | Aes256CtrHmacSha512 => 32,
+            | Aes256CtrHmacSha384 | Aes256CtrHmacSha512 | Aes256Ccm => 32,
             ChaCha20Poly1305 => 32,
             NullHmacSha1 | NullHmacSha256 | NullHmacSha384 | NullHmacSha512 => 0,
         }
     }
 
-    /// Bytes of salt (GCM, GMAC, ChaCha20-Poly1305) or nonce (CTR) taken
-    /// from the end of the key material: 4, or 0 for CBC and NULL.
+    /// Bytes of salt (GCM, GMAC, CCM, ChaCha20-Poly1305) or nonce (CTR)
+    /// taken from the end of the key material: 4, 3 for CCM (RFC 4309
+    /// §7.1), 0 for CBC and NULL.
     pub fn salt_len(self) -> usize {
         match self.cipher() {
             Cipher::AesCbc | Cipher::Null => 0,
+            Cipher::AesCcm => 3,
             _ => 4,
         }
     }
@@ -361,11 +379,12 @@ impl Algorithm {
     }
 
     /// ICV lengths an SA may choose: 8, 12 or 16 for AES-GCM (RFC 4106
-    /// §6), 16 for GMAC and ChaCha20-Poly1305, the MAC's truncation else
-    /// (12, 16, 24 or 32: RFC 2404 §2, RFC 4868 §2.3).
+    /// §6) and AES-CCM (RFC 4309 §3.1), 16 for GMAC and ChaCha20-Poly1305,
+    /// the MAC's truncation else (12, 16, 24 or 32: RFC 2404 §2, RFC 4868
+    /// §2.3).
     pub fn icv_lens(self) -> &'static [usize] {
         match (self.cipher(), self.mac()) {
-            (Cipher::AesGcm, _) => &[8, 12, 16],
+            (Cipher::AesGcm | Cipher::AesCcm, _) => &[8, 12, 16],
             (_, Some(Mac::HmacSha1_96)) => &[12],
             (_, Some(Mac::HmacSha384_192)) => &[24],
             (_, Some(Mac::HmacSha512_256)) => &[32],
@@ -395,7 +414,8 @@ pub enum CipherDirection {
 ///
 /// Combined modes and AES-CTR build their nonce as `salt ‖ op.iv[..8]`
 /// (RFC 4106 §4, RFC 4543 §3.1, RFC 7634 §2, RFC 3686 §4: the 4-byte salt
-/// or nonce is the end of the key material); CBC takes its IV from
+/// or nonce is the end of the key material; AES-CCM's 11-byte nonce takes
+/// the first 3 bytes of `salt`, RFC 4309 §4); CBC takes its IV from
 /// `op.iv[..16]`; NULL has none.
 ///
 /// `key`, `salt` and `auth_key` are zeroized when the transform drops
@@ -407,8 +427,9 @@ pub struct SymXform {
     pub direction: CipherDirection,
     /// Cipher key, `algorithm.key_len()` bytes (empty for NULL).
     pub key: Vec<u8>,
-    /// 4-byte salt (GCM, GMAC, ChaCha20-Poly1305) or nonce (CTR); ignored
-    /// by CBC and NULL.
+    /// 4-byte salt (GCM, GMAC, ChaCha20-Poly1305) or nonce (CTR); CCM's
+    /// 3-byte salt in its first 3 bytes (the fourth unused); ignored by CBC
+    /// and NULL.
     pub salt: [u8; 4],
     /// ICV length in bytes, one of `algorithm.icv_lens()`.
     pub icv_len: usize,
@@ -903,7 +924,7 @@ pub(crate) fn create_session(driver: &'static str, choice: ProviderChoice, id: u
         what: format!("{} with a {}-byte ICV is not run by provider {} (it offers ICV lengths {:?})", x.algorithm.name(), x.icv_len, choice.name(), choice.icv_lens(x.algorithm)),
     };
     let provider = choice.resolve(x.algorithm, x.icv_len).ok_or_else(unsupported)?;
-    let ctx = soft::Transform::new(x.algorithm, &x.key, &x.auth_key, provider).ok_or_else(unsupported)?;
+    let ctx = soft::Transform::new(x.algorithm, &x.key, &x.auth_key, x.icv_len, provider).ok_or_else(unsupported)?;
     Ok(Arc::new(Session { id, algorithm: x.algorithm, direction: x.direction, icv_len: x.icv_len, provider, salt: Zeroizing::new(x.salt), ctx }))
 }
 
@@ -932,7 +953,7 @@ pub(crate) fn process_op<B: AsMut<[u8]>>(op: &mut CryptoOp<B>) {
         && match alg.cipher() {
             Cipher::AesCbc => r.data.len() % 16 == 0,
             Cipher::AesGmac => r.data.is_empty(),
-            Cipher::ChaCha20Poly1305 => r.auth.is_empty(),
+            Cipher::ChaCha20Poly1305 | Cipher::AesCcm => r.auth.is_empty(),
             _ => true,
         };
     if !shape_ok {

@@ -1,8 +1,8 @@
 //! Explicit IVs of outbound SAs.
 //!
-//! * Counter modes (AES-GCM, AES-GMAC, ChaCha20-Poly1305, AES-CTR) need an
-//!   IV that never repeats under a key (RFC 4106 §3.1, RFC 4543 §3.1,
-//!   RFC 7634 §2, RFC 3686 §3.1): the 64-bit sequence number, which the SA
+//! * Counter modes (AES-GCM, AES-GMAC, AES-CCM, ChaCha20-Poly1305, AES-CTR)
+//!   need an IV that never repeats under a key (RFC 4106 §3.1, RFC 4543
+//!   §3.1, RFC 4309 §3.1, RFC 7634 §2, RFC 3686 §3.1): the 64-bit sequence number, which the SA
 //!   never reuses (RFC 4303 §3.3.3).
 //! * AES-CBC needs an IV the attacker cannot predict (RFC 3602 §3; a
 //!   predictable CBC IV allows chosen-plaintext attacks). We use

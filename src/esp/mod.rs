@@ -126,9 +126,9 @@ pub fn parse_trailer(plain: &[u8]) -> Result<(usize, u8), EspError> {
 }
 
 /// AAD of the combined modes: SPI ‖ seq (8 bytes), or with ESN
-/// SPI ‖ seq_hi ‖ seq_lo (12 bytes) — AES-GCM (RFC 4106 §5), the part of
-/// AES-GMAC's AAD before the IV (RFC 4543 §3.3) and ChaCha20-Poly1305
-/// (RFC 7634 §2.1). Returns the AAD buffer and its length.
+/// SPI ‖ seq_hi ‖ seq_lo (12 bytes) — AES-GCM (RFC 4106 §5), AES-CCM
+/// (RFC 4309 §5), the part of AES-GMAC's AAD before the IV (RFC 4543 §3.3)
+/// and ChaCha20-Poly1305 (RFC 7634 §2.1). Returns the AAD buffer and its length.
 #[inline]
 pub fn gcm_aad(spi: u32, seq: u64, esn: bool) -> ([u8; 16], u8) {
     let mut aad = [0u8; 16];
@@ -150,8 +150,9 @@ pub fn gcm_aad(spi: u32, seq: u64, esn: bool) -> ([u8; 16], u8) {
 /// `algorithm.iv_len()` bytes), `user` the op's opaque words. This is the
 /// one place that maps ESP framing to op ranges:
 ///
-/// * AES-GCM, ChaCha20-Poly1305: cipher range = encrypted part; AAD =
-///   SPI ‖ (seq_hi) ‖ seq_lo (RFC 4106 §5, RFC 7634 §2.1).
+/// * AES-GCM, AES-CCM, ChaCha20-Poly1305: cipher range = encrypted part;
+///   AAD = SPI ‖ (seq_hi) ‖ seq_lo (RFC 4106 §5, RFC 4309 §5, RFC 7634
+///   §2.1).
 /// * AES-GMAC: nothing encrypted; AAD = SPI ‖ (seq_hi) ‖ seq_lo, then the
 ///   auth range IV ‖ payload ‖ trailer (RFC 4543 §3.3).
 /// * Cipher + HMAC (CBC, CTR, NULL): cipher range = encrypted part (left as

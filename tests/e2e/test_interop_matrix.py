@@ -15,8 +15,8 @@ Dimensions (each a list below; adding a row adds cells):
   that `secgw check` refuses each of them (gw0's outbound and gw1's inbound
   SA + policy) and prints them as "n/a (refused by config …)".
 - ESN: off or on (RFC 4303 §2.2.1).
-- ALGS: the 35 algorithms secgw supports.
-6 families × 2 × 2 × 35 = 840 cells, 770 of them run.
+- ALGS: the 38 algorithms secgw supports.
+6 families × 2 × 2 × 38 = 912 cells, 836 of them run.
 
 The pair runs configs derived from the dual-stack configs/ep0-v6.toml /
 ep1-v6.toml (written to the test's artifacts folder): for cell i gw0 gets an
@@ -41,7 +41,7 @@ ESP header, IV, padding to the algorithm's block, trailer, ICV):
   ports 4500 and checksum 0 over IPv4, a valid non-zero checksum over IPv6,
   RFC 8200 §8.1, computed here by hand) and decrypted by scapy's
   SecurityAssociation and, independently, by a by-hand RFC
-  4303/4106/4543/7634/3602/3686/2404/4868 implementation (pyca `cryptography`
+  4303/4106/4309/4543/7634/3602/3686/2404/4868 implementation (pyca `cryptography`
   ciphers + stdlib hmac) that also checks the trailer (padding 1, 2, 3, …,
   next header 4 / 41 in tunnel mode, 17 in transport mode, alignment), the sequence numbers (1, 2, 3, … on the fresh
   SA). Both must give exactly the packet hostA sent, TTL / hop limit −1 and
@@ -153,6 +153,11 @@ ALGS = [
     Alg("aes-256-ctr-hmac-sha512", "AES-CTR", 32, 4, "SHA2-512-256", 64, 8, 32, 4),
     Alg("null-hmac-sha384", "NULL", 0, 0, "SHA2-384-192", 48, 0, 24, 4),
     Alg("null-hmac-sha512", "NULL", 0, 0, "SHA2-512-256", 64, 0, 32, 4),
+    # RFC 4309: key ‖ 3-byte salt; scapy's AES-CCM takes the same key
+    # material (salt_size 3) with a 16-byte ICV.
+    Alg("aes-128-ccm", "AES-CCM", 16, 3, "NULL", 0, 8, 16, 4),
+    Alg("aes-192-ccm", "AES-CCM", 24, 3, "NULL", 0, 8, 16, 4),
+    Alg("aes-256-ccm", "AES-CCM", 32, 3, "NULL", 0, 8, 16, 4),
 ]
 
 
@@ -423,7 +428,7 @@ def ref_open(cell: Cell, esp: bytes, esn_hi: int = 0) -> bytes:
     mode: the inner packet; transport mode: what followed the IP header), after checking the
     trailer (next header: the mode's, see Cell.next_header)."""
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
+    from cryptography.hazmat.primitives.ciphers.aead import AESCCM, AESGCM, ChaCha20Poly1305
     a = cell.alg
     spi_seq = esp[:8]
     iv = esp[8:8 + a.iv]
@@ -431,9 +436,11 @@ def ref_open(cell: Cell, esp: bytes, esn_hi: int = 0) -> bytes:
     icv = esp[len(esp) - a.icv:]
     key, salt = cell.key[:a.key_len], cell.key[a.key_len:]
     hi = struct.pack("!I", esn_hi) if cell.esn else b""
-    aad = spi_seq[:4] + hi + spi_seq[4:]  # SPI ‖ [seq hi] ‖ seq lo (RFC 4106 §5, RFC 7634 §2.1)
+    aad = spi_seq[:4] + hi + spi_seq[4:]  # SPI ‖ [seq hi] ‖ seq lo (RFC 4106 §5, RFC 4309 §5, RFC 7634 §2.1)
     if a.scapy_crypt == "AES-GCM":
         pt = AESGCM(key).decrypt(salt + iv, body + icv, aad)
+    elif a.scapy_crypt == "AES-CCM":  # RFC 4309 §4: nonce = 3-byte salt ‖ IV
+        pt = AESCCM(key, tag_length=a.icv).decrypt(salt + iv, body + icv, aad)
     elif a.scapy_crypt == "CHACHA20-POLY1305":
         pt = ChaCha20Poly1305(key).decrypt(salt + iv, body + icv, aad)
     elif a.scapy_crypt == "AES-NULL-GMAC":  # RFC 4543 §3: AAD = SPI ‖ seq ‖ IV ‖ payload, nothing encrypted
@@ -691,8 +698,8 @@ def test_interop_matrix(testbed, start_gws, artifacts):
     from scapy.layers.l2 import Ether
 
     t_start = time.monotonic()
-    assert len(CELLS) == sum(len(m.families) for m in MODES) * len(NATT) * len(ESN) * len(ALGS) == 840
-    assert len(RUN) == len(CELLS) - len(ESN) * len(ALGS) == 770
+    assert len(CELLS) == sum(len(m.families) for m in MODES) * len(NATT) * len(ESN) * len(ALGS) == 912
+    assert len(RUN) == len(CELLS) - len(ESN) * len(ALGS) == 836
     assert len({c.label for c in CELLS}) == len(CELLS)
     for c in RUN:
         assert c.max_payload > 1000, (c.label, c.max_payload)

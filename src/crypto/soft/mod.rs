@@ -11,6 +11,7 @@
 //! A burst can also run where it lies (`QueuePair::process_sync`, the path
 //! the worker takes first), without going through the ring at all.
 
+mod ccm;
 mod cipher_mac;
 mod gcm;
 mod ring_aead;

@@ -6,12 +6,14 @@
 //! Contract of [`Transform::seal`] / [`Transform::open`]: the ranges were
 //! checked by the caller (inside the buffer, the ICV overlapping neither
 //! the cipher nor the auth range, CBC ranges whole blocks, GMAC's cipher
-//! range and ChaCha20-Poly1305's auth range empty). `open` verifies the ICV
-//! in constant time and releases no unverified plaintext (RFC 4303
-//! §3.4.4): the RustCrypto transforms verify before they decrypt, so a
-//! failed op leaves the buffer as it was; ring's (`ring_aead.rs`) leaves
-//! the cipher range zeroed.
+//! range and the auth range of ChaCha20-Poly1305 and CCM empty). `open`
+//! verifies the ICV in constant time and releases no unverified plaintext
+//! (RFC 4303 §3.4.4): the other RustCrypto transforms verify before they
+//! decrypt, so a failed op leaves the buffer as it was; CCM (`ccm.rs`,
+//! which must decrypt to verify) and ring's (`ring_aead.rs`) leave the
+//! cipher range zeroed.
 
+use super::ccm::AesCcm;
 use super::cipher_mac::CipherMac;
 use super::gcm::Gcm;
 use super::ring_aead::RingAead;
@@ -45,6 +47,8 @@ pub(crate) enum Transform {
     Gcm256(Box<Gcm<Aes256>>),
     /// ChaCha20-Poly1305.
     ChaCha(Box<ChaCha20Poly1305>),
+    /// AES-CCM, each key length with its ICV length.
+    Ccm(Box<AesCcm>),
     /// AES-CBC, AES-CTR or NULL with an HMAC.
     CipherMac(Box<CipherMac>),
     /// ring: AES-128/256-GCM with a 16-byte ICV, ChaCha20-Poly1305.
@@ -52,25 +56,28 @@ pub(crate) enum Transform {
 }
 
 impl Transform {
-    /// Expands `key` and `auth_key` (lengths already checked against the
-    /// algorithm by `check_xform`) for `provider`; `None` if the provider
-    /// does not run `alg` (ring: only AES-GCM and ChaCha20-Poly1305).
-    pub(crate) fn new(alg: Algorithm, key: &[u8], auth_key: &[u8], provider: Provider) -> Option<Transform> {
+    /// Expands `key` and `auth_key` (lengths, and `icv_len` bytes of ICV,
+    /// already checked against the algorithm by `check_xform`) for
+    /// `provider`; `None` if the provider does not run `alg` (ring: only
+    /// AES-GCM and ChaCha20-Poly1305).
+    pub(crate) fn new(alg: Algorithm, key: &[u8], auth_key: &[u8], icv_len: usize, provider: Provider) -> Option<Transform> {
         match provider {
             Provider::Ring => RingAead::new(alg, key).map(|r| Transform::Ring(Box::new(r))),
-            Provider::RustCrypto => Some(Transform::rustcrypto(alg, key, auth_key)),
+            Provider::RustCrypto => Transform::rustcrypto(alg, key, auth_key, icv_len),
         }
     }
 
-    /// The RustCrypto transform of `alg`.
-    fn rustcrypto(alg: Algorithm, key: &[u8], auth_key: &[u8]) -> Transform {
-        match alg.cipher() {
+    /// The RustCrypto transform of `alg` (`None` only for a CCM key or ICV
+    /// length `check_xform` would have refused).
+    fn rustcrypto(alg: Algorithm, key: &[u8], auth_key: &[u8], icv_len: usize) -> Option<Transform> {
+        Some(match alg.cipher() {
             Cipher::AesGcm | Cipher::AesGmac if key.len() == 16 => Transform::Gcm128(Box::new(Gcm::new(key))),
             Cipher::AesGcm | Cipher::AesGmac if key.len() == 24 => Transform::Gcm192(Box::new(Gcm::new(key))),
             Cipher::AesGcm | Cipher::AesGmac => Transform::Gcm256(Box::new(Gcm::new(key))),
             Cipher::ChaCha20Poly1305 => Transform::ChaCha(Box::new(ChaCha20Poly1305::new(chacha20poly1305::Key::from_slice(key)))),
+            Cipher::AesCcm => Transform::Ccm(Box::new(AesCcm::new(key, icv_len)?)),
             Cipher::AesCbc | Cipher::AesCtr | Cipher::Null => Transform::CipherMac(Box::new(CipherMac::new(alg, key, auth_key))),
-        }
+        })
     }
 
     /// Size of the boxed key schedule.
@@ -80,6 +87,7 @@ impl Transform {
             Transform::Gcm192(g) => std::mem::size_of_val(&**g),
             Transform::Gcm256(g) => std::mem::size_of_val(&**g),
             Transform::ChaCha(c) => std::mem::size_of_val(&**c),
+            Transform::Ccm(c) => std::mem::size_of_val(&**c),
             Transform::CipherMac(c) => std::mem::size_of_val(&**c),
             Transform::Ring(r) => std::mem::size_of_val(&**r),
         }
@@ -105,6 +113,7 @@ impl Transform {
                     Err(_) => OpStatus::DeviceError,
                 }
             }
+            Transform::Ccm(c) => c.seal(a, buf, r),
             Transform::CipherMac(c) => c.seal(a, buf, r),
             Transform::Ring(k) => k.seal(a, buf, r),
         }
@@ -132,6 +141,7 @@ impl Transform {
                     Err(_) => OpStatus::AuthFailed,
                 }
             }
+            Transform::Ccm(c) => c.open(a, buf, r),
             Transform::CipherMac(c) => c.open(a, buf, r),
             Transform::Ring(k) => k.open(a, buf, r),
         }
