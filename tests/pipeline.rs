@@ -510,3 +510,33 @@ fn crypto_counters_follow_the_queue_pair() {
     assert_eq!((s.crypto_enqueued, s.crypto_dequeued), (5, 5));
     assert!(gw0.stats().drops.values().all(|&v| v == 0));
 }
+
+/// The SPD is ordered (RFC 4301 §4.4.1): an inbound DISCARD or BYPASS
+/// entry before the PROTECT entry of SA 1001 takes the decrypted packets it
+/// selects, though SA 1001's own selectors (192.0.2.0/24 → 198.51.100.0/24)
+/// match them: a discarded host's packets are `policy_discard`, a bypassed
+/// one's `inner_policy_mismatch` (it came protected where the SPD says
+/// clear), both counted as SA errors; other hosts of the SA pass. Helper-88
+/// saw an imported DPDK `sp ipv4 in … discard pri 100` do nothing to tunnel
+/// traffic.
+#[test]
+fn earlier_inbound_discard_or_bypass_takes_decrypted_packets() {
+    let cfg = edited_config("ep1.toml", "shadowed", |t| {
+        t + "\n[[policy]]\ndirection = \"inbound\"\ndst = \"198.51.100.10/32\"\npriority = 5\naction = \"discard\"\n\
+             \n[[policy]]\ndirection = \"inbound\"\ndst = \"198.51.100.11/32\"\npriority = 6\naction = \"bypass\"\n"
+    });
+    let mut gw1 = Gw::from_config(&cfg);
+    let key = gw1.sa_key(1001, true);
+    let to = |host: u8, seq: u32| handmade_esp(&key, 1001, seq, &udp_packet(HOST_A, Ipv4Addr::new(198, 51, 100, host), 0, 64, 1, 2, b"hello"), &[1], 1, 4);
+    assert_eq!(gw1.push("outside", &[to(10, 1)]).len(), 0);
+    assert_eq!(gw1.drop_count("policy_discard"), 1, "{:?}", gw1.stats().drops);
+    assert_eq!(gw1.push("outside", &[to(11, 2)]).len(), 0);
+    assert_eq!(gw1.drop_count("inner_policy_mismatch"), 1, "{:?}", gw1.stats().drops);
+    assert_eq!(gw1.push("outside", &[to(12, 3)]).len(), 1, "another host of the SA passes");
+    let s = gw1.stats();
+    let sa = s.sas.iter().find(|s| s.spi == 1001 && s.direction == "inbound").unwrap();
+    assert_eq!((sa.packets, sa.errors), (1, 2));
+    // Without those entries the same packets pass.
+    let mut plain = Gw::from_config("configs/ep1.toml");
+    assert_eq!(plain.push("outside", &[to(10, 1), to(11, 2)]).len(), 2);
+}

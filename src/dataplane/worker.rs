@@ -2110,6 +2110,21 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             e.sa.life.counters.errors.add(1);
             return self.drop_buf(port, DropReason::InnerPolicyMismatch, buf);
         }
+        // The SPD is ordered (RFC 4301 §4.4.1): an earlier DISCARD or
+        // BYPASS entry takes what a later PROTECT entry of this SA also
+        // selects, so the SA's selectors alone do not decide (DPDK's
+        // ipsec-secgw classifies decrypted packets too). Only looked up
+        // when the SPD has such an entry.
+        if t.spd_in.protect_shadowed() {
+            match t.spd_in.lookup(&key) {
+                Some(SpdAction::Protect(_)) => {}
+                found => {
+                    e.sa.life.counters.errors.add(1);
+                    let reason = if found == Some(SpdAction::Discard) { DropReason::PolicyDiscard } else { DropReason::InnerPolicyMismatch };
+                    return self.drop_buf(port, reason, buf);
+                }
+            }
+        }
         // Lifetime (RFC 4301 §4.4.2.1), counted on packets that decrypted
         // and passed the SA's selectors.
         if !self.in_state.get_mut(i).is_some_and(|st| st.usage.admit(&e.sa.life, len as u64)) {

@@ -305,6 +305,9 @@ impl<K: Key + From128> Family<K> {
 pub struct Spd {
     v4: Family<u32>,
     v6: Family<u128>,
+    /// Whether, in either family, a BYPASS or DISCARD entry comes before a
+    /// PROTECT entry in lookup order ([`Spd::protect_shadowed`]).
+    protect_shadowed: bool,
 }
 
 /// An address from [`addr_bits`] as a trie key of its family's width.
@@ -334,7 +337,25 @@ impl Spd {
         let (mut v6, mut v4): (Vec<SpdEntry>, Vec<SpdEntry>) = entries.into_iter().partition(|e| e.selector.src.is_ipv6());
         v4.sort_by_key(|e| e.priority);
         v6.sort_by_key(|e| e.priority);
-        Spd { v4: Family::new(v4), v6: Family::new(v6) }
+        let shadowed = |v: &[SpdEntry]| {
+            let last_protect = v.iter().rposition(|e| matches!(e.action, SpdAction::Protect(_)));
+            last_protect.is_some_and(|l| v[..l].iter().any(|e| !matches!(e.action, SpdAction::Protect(_))))
+        };
+        let protect_shadowed = shadowed(&v4) || shadowed(&v6);
+        Spd { v4: Family::new(v4), v6: Family::new(v6), protect_shadowed }
+    }
+
+    /// True when some BYPASS or DISCARD entry comes before some PROTECT
+    /// entry of its family in lookup order, so it may take traffic a later
+    /// PROTECT entry selects (RFC 4301 §4.4.1: the SPD is ordered, the
+    /// first match decides). Only then can a packet decrypted with an SA
+    /// whose own selectors match it still be one the SPD does not protect
+    /// (the worker then looks it up: README, Forwarding and header rules).
+    /// Computed by rank alone, so it may be true with no selector overlap;
+    /// O(entries) when built.
+    #[inline]
+    pub fn protect_shadowed(&self) -> bool {
+        self.protect_shadowed
     }
 
     /// The entries of one family (`ipv6`) in lookup order.

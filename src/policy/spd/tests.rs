@@ -369,3 +369,21 @@ fn flow_keys_of_packets_built_by_etherparse() {
     assert!(matches!(FlowKey::of_ip(&bad), Err(WireError::BadField { field: "header checksum", .. })));
     assert!(FlowKey::of_ip(&v6[..30]).is_err() && FlowKey::of_ip(&[]).is_err());
 }
+
+/// `protect_shadowed` is set when a BYPASS or DISCARD entry comes before
+/// a PROTECT entry of the same family in (priority, insertion) order, and
+/// only then; the families are judged apart.
+#[test]
+fn protect_shadowed_by_rank() {
+    let any = |a| entry("0.0.0.0/0", "0.0.0.0/0", None, (0, 65535), (0, 65535), 0, a);
+    let at = |a, priority| SpdEntry { priority, ..any(a) };
+    let v6 = |a, priority| entry("::/0", "::/0", None, (0, 65535), (0, 65535), priority, a);
+    let p = SpdAction::Protect(0);
+    assert!(!Spd::new(vec![]).protect_shadowed());
+    assert!(!Spd::new(vec![at(p, 1), at(SpdAction::Discard, 2), at(SpdAction::Bypass, 3)]).protect_shadowed(), "catch-alls after");
+    assert!(Spd::new(vec![at(p, 2), at(SpdAction::Discard, 1)]).protect_shadowed(), "priority decides, not insertion");
+    assert!(Spd::new(vec![at(SpdAction::Bypass, 1), at(p, 1)]).protect_shadowed(), "equal priority: insertion order");
+    assert!(!Spd::new(vec![at(p, 1), at(SpdAction::Bypass, 1)]).protect_shadowed());
+    assert!(!Spd::new(vec![v6(SpdAction::Discard, 1), at(p, 2)]).protect_shadowed(), "an IPv6 discard shadows no IPv4 protect");
+    assert!(Spd::new(vec![at(p, 2), v6(SpdAction::Discard, 1), v6(p, 3)]).protect_shadowed());
+}
