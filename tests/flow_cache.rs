@@ -242,8 +242,11 @@ fn a_cached_flow_still_gets_every_per_packet_check() {
     let f = frame(40001, 64, 64, true);
     assert_eq!(gw.push("inside", &[f.clone(), f.clone()]).len(), 2);
     assert_eq!(hits(&gw), 1);
-    // TTL 1: the cache is not asked, the slow path drops it.
-    assert!(gw.push("inside", &[frame(40001, 64, 1, true)]).is_empty());
+    // TTL 1: the cache is not asked, the slow path drops it and tells
+    // hostA (ICMP Time Exceeded, RFC 1812 §5.3.1).
+    let out = gw.push("inside", &[frame(40001, 64, 1, true)]);
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].0.as_str(), out[0].1[14 + 9], out[0].1[34], out[0].1[35]), ("inside", 1, 11, 0), "ICMP type 11 code 0");
     assert_eq!(gw.drop_count("ttl_exceeded"), 1);
     // A bad header checksum: malformed.
     let mut bad = f.clone();

@@ -441,15 +441,48 @@ fn dscp_and_ecn_both_families() {
 }
 
 /// Inner IPv6 forwarding decrements the hop limit once per gateway; hop
-/// limit ≤ 1 is `ttl_exceeded` on either gateway.
+/// limit ≤ 1 is `ttl_exceeded` on either gateway, and its source hears so
+/// (ICMPv6 Time Exceeded, RFC 4443 §3.3: type 3, code 0, quoting the
+/// packet): from gw0's inside address straight back; from gw1's inside
+/// address into the tunnel it came through, back to gw0, which decrypts it
+/// to hostA (only when the outbound SPD sends it into that tunnel).
 #[test]
 fn hop_limit() {
     let mut gw0 = Gw::from_config("configs/ep0-v6.toml");
     let mut gw1 = Gw::from_config("configs/ep1-v6.toml");
+    const GW1_IN6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xb, 0, 0, 0, 0, 1);
+    let check = |f: &[u8], from: &Ipv6Addr, quoted: &[u8]| {
+        assert_eq!(&f[12..14], &[0x86, 0xdd]);
+        let ip = &f[14..];
+        assert_eq!((ip[6], &ip[8..24], &ip[24..40]), (58, &from.octets()[..], &A6.octets()[..]));
+        let msg = &ip[40..];
+        assert_eq!((msg[0], msg[1], &msg[4..8]), (3, 0, &[0u8; 4][..]), "type 3 Time Exceeded, code 0");
+        assert!(l4_checksum_ok(from, &A6, 58, msg), "ICMPv6 checksum (RFC 4443 §2.3)");
+        assert_eq!(&msg[8..], quoted, "quotes the packet as it arrived");
+    };
     for combo in [Combo::V6in6, Combo::V6in4] {
-        assert!(gw0.push("inside", &[from_a(&combo.inner(0, 1, b"x"))]).is_empty());
-        let f = gw0.push("inside", &[from_a(&combo.inner(0, 2, b"x"))]).remove(0).1;
-        assert!(gw1.push("outside", &[f]).is_empty(), "arrives at gw1 with hop limit 1");
+        let inner = combo.inner(0, 1, b"x");
+        let out = gw0.push("inside", &[from_a(&inner)]);
+        assert_eq!(out.len(), 1, "{combo:?}");
+        assert_eq!(out[0].0, "inside");
+        check(&out[0].1, &GW0_IN6, &inner);
+        let inner = combo.inner(0, 2, b"x");
+        let f = gw0.push("inside", &[from_a(&inner)]).remove(0).1;
+        let back = gw1.push("outside", &[f]);
+        if let Combo::V6in4 = combo {
+            // UDP 4000-4999 came through SA 1001 (IPv4 peer); ep1-v6.toml
+            // protects other IPv6 traffic to hostA with SA 1102 (IPv6
+            // peer): an error never leaves by another tunnel.
+            assert!(back.is_empty());
+            assert_eq!(gw1.drop_count("tunnel_error_dropped"), 1);
+            continue;
+        }
+        assert_eq!(back.len(), 1, "arrives at gw1 with hop limit 1: the error goes back");
+        assert_eq!(back[0].0, "outside");
+        let out = gw0.push("outside", &[back[0].1.clone()]);
+        assert_eq!(out.len(), 1, "gw0 decrypts the error to hostA");
+        assert_eq!(out[0].0, "inside");
+        check(&out[0].1, &GW1_IN6, &after_hops(&inner, 1));
     }
     assert_eq!(gw0.drop_count("ttl_exceeded"), 2);
     assert_eq!(gw1.drop_count("ttl_exceeded"), 2);

@@ -187,8 +187,10 @@ fn outbound_policy_ttl_arp_and_malformed() {
     let f = eth(mac("02:00:00:00:00:01"), mac("02:00:00:00:0a:01"), 0x0800, &udp_packet(HOST_A, Ipv4Addr::new(8, 8, 8, 8), 0, 64, 1, 2, b""));
     assert!(gw0.push("inside", &[f]).is_empty());
     assert_eq!(gw0.drop_count("no_policy"), 1);
-    // TTL 1 cannot be forwarded.
-    assert!(gw0.push("inside", &[from_host_a(0, 1, b"")]).is_empty());
+    // TTL 1 cannot be forwarded (hostA gets a Time Exceeded:
+    // ttl_exceeded_is_reported_to_the_source).
+    let out = gw0.push("inside", &[from_host_a(0, 1, b"")]);
+    assert_eq!((out.len(), out[0].1[34]), (1, 11));
     assert_eq!(gw0.drop_count("ttl_exceeded"), 1);
     // Truncated IPv4 and bad header checksum.
     let mut f = from_host_a(0, 64, b"abc");
@@ -539,4 +541,56 @@ fn earlier_inbound_discard_or_bypass_takes_decrypted_packets() {
     // Without those entries the same packets pass.
     let mut plain = Gw::from_config("configs/ep1.toml");
     assert_eq!(plain.push("outside", &[to(10, 1), to(11, 2)]).len(), 2);
+}
+
+/// TTL 1 or 0 cannot be forwarded: the router drops it (`ttl_exceeded`)
+/// and MUST tell the source (RFC 1812 §5.3.1): ICMP Time Exceeded (type 11,
+/// code 0) quoting the IPv4 header and 8 bytes, from gw0's inside address
+/// straight back, and from gw1's inside address (the packet came
+/// decrypted) through SA 1002 back to gw0, which decrypts it to hostA;
+/// none about an ICMP error (RFC 1812 §4.3.2.7).
+#[test]
+fn ttl_exceeded_is_reported_to_the_source() {
+    let mut gw0 = Gw::from_config("configs/ep0.toml");
+    let mut gw1 = Gw::from_config("configs/ep1.toml");
+    let check = |f: &[u8], from: Ipv4Addr, quoted: &[u8]| {
+        let ip = &f[14..];
+        assert_eq!((ip[9], &ip[12..16], &ip[16..20]), (1, &from.octets()[..], &HOST_A.octets()[..]));
+        assert_eq!(ip_checksum(&ip[..20]), 0);
+        assert_eq!(u16::from_be_bytes([ip[2], ip[3]]) as usize, ip.len());
+        let icmp = &ip[20..];
+        assert_eq!((icmp[0], icmp[1], &icmp[4..8]), (11, 0, &[0u8; 4][..]), "type 11 Time Exceeded, code 0");
+        assert_eq!(ip_checksum(icmp), 0, "ICMP checksum");
+        assert_eq!(&icmp[8..], &quoted[14..14 + 28], "quotes the header and 8 bytes");
+    };
+    let f = from_host_a(0, 1, b"ttl one");
+    let out = gw0.push("inside", std::slice::from_ref(&f));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, "inside");
+    check(&out[0].1, Ipv4Addr::new(192, 0, 2, 1), &f);
+    // TTL 2: gw0 forwards it with TTL 1, gw1 cannot.
+    let esp = gw0.push("inside", &[from_host_a(0, 2, b"ttl two")]).remove(0).1;
+    let back = gw1.push("outside", &[esp]);
+    assert_eq!(back.len(), 1);
+    assert_eq!((back[0].0.as_str(), back[0].1[14 + 9]), ("outside", 50), "the error goes back as ESP");
+    let out = gw0.push("outside", &[back[0].1.clone()]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, "inside");
+    let mut arrived = from_host_a(0, 1, b"ttl two");
+    set_ipv4_checksum(&mut arrived[14..34]);
+    check(&out[0].1, Ipv4Addr::new(198, 51, 100, 1), &arrived);
+    let s1 = gw1.stats();
+    let sa = s1.sas.iter().find(|s| s.spi == 1001 && s.direction == "inbound").unwrap();
+    assert_eq!((sa.packets, sa.errors), (0, 1), "a decrypted packet not forwarded is the SA's error");
+    // An ICMP error with TTL 1 gets no error.
+    let mut err = out[0].1.clone();
+    err[6..12].copy_from_slice(&mac("02:00:00:00:0a:01"));
+    err[0..6].copy_from_slice(&mac("02:00:00:00:00:01"));
+    err[14 + 8] = 1;
+    err[14 + 12..14 + 16].copy_from_slice(&HOST_A.octets());
+    err[14 + 16..14 + 20].copy_from_slice(&HOST_B.octets());
+    set_ipv4_checksum(&mut err[14..34]);
+    assert!(gw0.push("inside", &[err]).is_empty());
+    assert_eq!(gw0.drop_count("ttl_exceeded"), 2);
+    assert_eq!(gw1.drop_count("ttl_exceeded"), 1);
 }

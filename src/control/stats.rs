@@ -126,7 +126,8 @@ pub struct Snapshot {
     pub frags_sent: u64,
     /// Dummy packets (RFC 4303 §2.6) sent, all SAs.
     pub dummies_sent: u64,
-    /// ICMP "fragmentation needed" and ICMPv6 Packet Too Big errors sent.
+    /// ICMP "fragmentation needed", ICMPv6 Packet Too Big and Time Exceeded
+    /// errors sent.
     pub icmp_sent: u64,
     /// ICMP errors and Echo Replies suppressed by the per-worker rate limit.
     pub icmp_rate_limited: u64,
@@ -415,7 +416,7 @@ impl Snapshot {
             ("nd_replies", "Neighbor Advertisements sent.", self.nd_replies),
             ("frags_sent", "Fragments sent: IPv4, and IPv6 outer fragments the gateway cuts itself.", self.frags_sent),
             ("dummies_sent", "Dummy packets sent, all SAs.", self.dummies_sent),
-            ("icmp_sent", "ICMP fragmentation-needed and ICMPv6 Packet Too Big errors sent.", self.icmp_sent),
+            ("icmp_sent", "ICMP fragmentation-needed, ICMPv6 Packet Too Big and ICMP/ICMPv6 Time Exceeded errors sent.", self.icmp_sent),
             ("icmp_rate_limited", "ICMP errors and Echo Replies suppressed by the rate limit.", self.icmp_rate_limited),
             ("echo_replies", "ICMP and ICMPv6 Echo Replies sent.", self.echo_replies),
             ("frags_received", "Fragments addressed to the gateway taken for reassembly.", self.frags_received),

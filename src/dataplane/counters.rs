@@ -62,7 +62,9 @@ pub enum DropReason {
     CryptoError,
     /// No buffer room to encapsulate.
     NoRoom,
-    /// TTL (IPv4) or hop limit (IPv6) ≤ 1 on a packet to forward.
+    /// TTL (IPv4) or hop limit (IPv6) ≤ 1 on a packet to forward. An ICMP
+    /// / ICMPv6 Time Exceeded goes to its source (through the tunnel for a
+    /// decapsulated packet), counted under `icmp_sent`.
     TtlExceeded,
     /// No route to the destination.
     NoRoute,
@@ -390,8 +392,9 @@ pub struct WorkerCounters {
     /// Dummy packets (RFC 4303 §2.6, Next Header 59) encrypted and sent
     /// towards the peer, over every SA this worker owns.
     pub dummies_sent: Counter,
-    /// ICMP "fragmentation needed" (RFC 792, RFC 1191) and ICMPv6 Packet
-    /// Too Big (RFC 4443 §3.2) errors sent.
+    /// ICMP "fragmentation needed" (RFC 792, RFC 1191), ICMPv6 Packet Too
+    /// Big (RFC 4443 §3.2) and ICMP / ICMPv6 Time Exceeded (RFC 1812
+    /// §5.3.1, RFC 4443 §3.3) errors sent.
     pub icmp_sent: Counter,
     /// ICMP errors not sent because the worker's rate limit was reached
     /// (the packet that caused them is counted under its drop reason), and

@@ -379,6 +379,26 @@ enum ErrorPath {
     },
 }
 
+/// What an ICMP error the gateway sends about a packet it drops reports.
+#[derive(Debug, Clone, Copy)]
+enum IcmpReport {
+    /// Too big for the path: "fragmentation needed" / Packet Too Big with
+    /// this MTU in bytes; the drop is `mtu_exceeded`.
+    TooBig(usize),
+    /// TTL / hop limit exceeded in transit; the drop is `ttl_exceeded`.
+    TimeExceeded,
+}
+
+impl IcmpReport {
+    /// The drop reason of the packet reported.
+    fn reason(self) -> DropReason {
+        match self {
+            IcmpReport::TooBig(_) => DropReason::MtuExceeded,
+            IcmpReport::TimeExceeded => DropReason::TtlExceeded,
+        }
+    }
+}
+
 impl ErrorPath {
     /// The port whose address is the error's source, for a packet received
     /// on `rx_port`.
@@ -1030,19 +1050,22 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         icmp && self.conf.icmp_echo && self.reasm.enabled() && t.is_ours(key.dst)
     }
 
-    /// The packet in `buf` (received on `port`, DF set) is too big for its
-    /// tunnel, or (bypassed or decapsulated) for its egress port: counts it
-    /// under `mtu_exceeded` and turns the buffer into an ICMP
-    /// "fragmentation needed" error (RFC 792 type 3 code 4, next-hop MTU
-    /// `mtu` per RFC 1191) to its source, quoting its header and 8 bytes
-    /// of payload, sent as `path` says ([`ErrorPath`]). No error about an
-    /// ICMP error, a non-first fragment or a non-unicast source (RFC 1812
-    /// §4.3.2.7), none without an address on the port it is sent from,
-    /// none past the rate limit (counted under `icmp_rate_limited`).
+    /// The IPv4 packet in `buf` (received on `port`) cannot be forwarded
+    /// as `report` says: counts it under `report`'s drop reason and turns
+    /// the buffer into the ICMP error to its source, quoting its header and
+    /// 8 bytes of payload, sent as `path` says ([`ErrorPath`]): for
+    /// [`IcmpReport::TooBig`] (DF set; too big for its tunnel, or, bypassed
+    /// or decapsulated, for its egress port) "fragmentation needed" (RFC
+    /// 792 type 3 code 4, next-hop MTU per RFC 1191); for
+    /// [`IcmpReport::TimeExceeded`] Time Exceeded (type 11 code 0, RFC 1812
+    /// §5.3.1). No error about an ICMP error, a non-first fragment or a
+    /// non-unicast source (RFC 1812 §4.3.2.7), none without an address on
+    /// the port it is sent from, none past the rate limit (counted under
+    /// `icmp_rate_limited`).
     #[cold]
     #[inline(never)]
-    fn frag_needed(&mut self, t: &Tables, port: usize, mut buf: PktBuf, mtu: usize, path: ErrorPath) {
-        self.counters.count_drop(port, DropReason::MtuExceeded);
+    fn icmp4_error(&mut self, t: &Tables, port: usize, mut buf: PktBuf, report: IcmpReport, path: ErrorPath) {
+        self.counters.count_drop(port, report.reason());
         let (src, quoted) = {
             let Ok(ip) = ipv4::Ipv4Packet::new_checked(&buf.frame()[ethernet::HEADER_LEN..]) else {
                 return self.recycle(buf);
@@ -1062,8 +1085,12 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return self.recycle(buf);
         }
         self.icmp_ident = self.icmp_ident.wrapping_add(1);
-        let mtu = mtu.min(u16::MAX as usize) as u16;
-        let Some(n) = icmp::frag_needed_in_place(&mut buf.frame_mut()[ethernet::HEADER_LEN..], quoted, me, src, mtu, self.icmp_ident) else {
+        let pkt = &mut buf.frame_mut()[ethernet::HEADER_LEN..];
+        let built = match report {
+            IcmpReport::TooBig(mtu) => icmp::frag_needed_in_place(pkt, quoted, me, src, mtu.min(u16::MAX as usize) as u16, self.icmp_ident),
+            IcmpReport::TimeExceeded => icmp::time_exceeded_in_place(pkt, quoted, me, src, self.icmp_ident),
+        };
+        let Some(n) = built else {
             return self.recycle(buf);
         };
         buf.trim_to(ethernet::HEADER_LEN + n);
@@ -1071,19 +1098,21 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         self.send_error(t, port, buf, IpAddr::V4(me), IpAddr::V4(src), ipv4::PROTO_ICMP, path)
     }
 
-    /// The IPv6 packet in `buf` (received on `port`) is too big for its
-    /// tunnel, or (bypassed or decapsulated) for its egress port: counts it
-    /// under `mtu_exceeded` and turns the buffer into an ICMPv6 Packet Too
-    /// Big (RFC 4443 §3.2: type 2, code 0, MTU `mtu`) to its source,
-    /// quoting as much of the packet as fits in 1280 bytes, sent as `path`
-    /// says ([`ErrorPath`]). None for a multicast, unspecified or loopback
-    /// source, none about an ICMPv6 error (§2.4 (e)), none without an IPv6
-    /// address on the port it is sent from, none past the rate limit
-    /// shared with ICMPv4 (`icmp_rate_limited`).
+    /// The IPv6 packet in `buf` (received on `port`) cannot be forwarded as
+    /// `report` says: counts it under `report`'s drop reason and turns the
+    /// buffer into the ICMPv6 error to its source, quoting as much of the
+    /// packet as fits in 1280 bytes, sent as `path` says ([`ErrorPath`]):
+    /// for [`IcmpReport::TooBig`] (too big for its tunnel, or, bypassed or
+    /// decapsulated, for its egress port) Packet Too Big (RFC 4443 §3.2:
+    /// type 2, code 0, the MTU); for [`IcmpReport::TimeExceeded`] Time
+    /// Exceeded (§3.3: type 3, code 0). None for a multicast, unspecified
+    /// or loopback source, none about an ICMPv6 error (§2.4 (e)), none
+    /// without an IPv6 address on the port it is sent from, none past the
+    /// rate limit shared with ICMPv4 (`icmp_rate_limited`).
     #[cold]
     #[inline(never)]
-    fn packet_too_big(&mut self, t: &Tables, port: usize, mut buf: PktBuf, mtu: usize, path: ErrorPath) {
-        self.counters.count_drop(port, DropReason::MtuExceeded);
+    fn icmp6_error(&mut self, t: &Tables, port: usize, mut buf: PktBuf, report: IcmpReport, path: ErrorPath) {
+        self.counters.count_drop(port, report.reason());
         let (src, quoted) = {
             let Ok(ip) = ipv6::Ipv6Packet::new_checked(&buf.frame()[ethernet::HEADER_LEN..]) else {
                 return self.recycle(buf);
@@ -1107,13 +1136,31 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         if !self.icmp_budget(&mut buf, ethernet::HEADER_LEN + icmpv6::ERROR_FRONT + quoted) {
             return self.recycle(buf);
         }
-        let mtu = mtu.min(u32::MAX as usize) as u32;
-        let Some(n) = icmpv6::packet_too_big_in_place(&mut buf.frame_mut()[ethernet::HEADER_LEN..], quoted, &me, &src, mtu, icmp::ERROR_TTL) else {
+        let pkt = &mut buf.frame_mut()[ethernet::HEADER_LEN..];
+        let built = match report {
+            IcmpReport::TooBig(mtu) => icmpv6::packet_too_big_in_place(pkt, quoted, &me, &src, mtu.min(u32::MAX as usize) as u32, icmp::ERROR_TTL),
+            IcmpReport::TimeExceeded => icmpv6::time_exceeded_in_place(pkt, quoted, &me, &src, icmp::ERROR_TTL),
+        };
+        let Some(n) = built else {
             return self.recycle(buf);
         };
         buf.trim_to(ethernet::HEADER_LEN + n);
         self.counters.icmp_sent.add(1);
         self.send_error(t, port, buf, IpAddr::V6(me), IpAddr::V6(src), ipv6::NH_ICMPV6, path)
+    }
+
+    /// Drops the packet in `buf` (received on `port`) for its TTL / hop
+    /// limit of 1 or 0, which a router cannot forward, and sends its source
+    /// an ICMP / ICMPv6 Time Exceeded as `path` says (RFC 1812 §5.3.1, RFC
+    /// 4443 §3.3: what traceroute shows the gateway by).
+    #[cold]
+    #[inline(never)]
+    fn time_exceeded(&mut self, t: &Tables, port: usize, buf: PktBuf, path: ErrorPath) {
+        if is_ipv6(buf.frame()) {
+            self.icmp6_error(t, port, buf, IcmpReport::TimeExceeded, path)
+        } else {
+            self.icmp4_error(t, port, buf, IcmpReport::TimeExceeded, path)
+        }
     }
 
     /// Sends the ICMP error `buf` (`me` → `to`, protocol `protocol`) built
@@ -1697,10 +1744,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             };
             self.flows.learn(t.version, port, &key, slot);
         }
-        // Forwarding as a router: TTL / hop limit ≤ 1 cannot be forwarded;
-        // else decrement once.
+        // Forwarding as a router: TTL / hop limit ≤ 1 cannot be forwarded
+        // (its source hears so); else decrement once.
         if ttl <= 1 {
-            return self.drop_buf(port, DropReason::TtlExceeded, buf);
+            return self.time_exceeded(t, port, buf, ErrorPath::Back);
         }
         let SpdAction::Protect(slot) = action else {
             return self.forward_checked(t, port, buf, key.dst, None);
@@ -1768,7 +1815,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             let fits = outbound::max_inner_len(sa, hl, mtu);
             if inner_v6 {
                 if fits >= ipv6::MIN_MTU || buf.len() - ethernet::HEADER_LEN > ipv6::MIN_MTU {
-                    return self.packet_too_big(t, port, buf, fits.max(ipv6::MIN_MTU), ErrorPath::Back);
+                    return self.icmp6_error(t, port, buf, IcmpReport::TooBig(fits.max(ipv6::MIN_MTU)), ErrorPath::Back);
                 }
                 if sa.transport || (sa.tunnel_dst.is_ipv4() && sa.df == crate::esp::DfMode::Set) {
                     return self.drop_buf(port, DropReason::MtuExceeded, buf);
@@ -1778,7 +1825,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 buf.outer_frag_mtu = mtu.min(u16::MAX as usize) as u16;
             } else {
                 if ipv4_df(&buf) {
-                    return self.frag_needed(t, port, buf, fits, ErrorPath::Back);
+                    return self.icmp4_error(t, port, buf, IcmpReport::TooBig(fits), ErrorPath::Back);
                 }
                 // An outer header that may not be fragmented (IPv6, or IPv4
                 // with `df = "set"`): the inner packet is, before encryption.
@@ -1933,7 +1980,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             Some(SpdAction::Protect(_)) => self.drop_buf(port, DropReason::CleartextProtected, buf),
             Some(SpdAction::Bypass) => {
                 if ttl <= 1 {
-                    return self.drop_buf(port, DropReason::TtlExceeded, buf);
+                    return self.time_exceeded(t, port, buf, ErrorPath::Back);
                 }
                 self.forward_checked(t, port, buf, key.dst, None)
             }
@@ -2157,15 +2204,21 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         } else {
             None
         };
+        // The far end of its tunnel, where an ICMP error about it goes.
+        let peer = if e.sa.transport { key.src } else { e.sa.tunnel_src };
         if let Some(reason) = refused {
             e.sa.life.counters.errors.add(1);
+            if reason == DropReason::TtlExceeded {
+                // From our address on the port it would have left by, back
+                // into the tunnel (as for a packet too big).
+                let from = t.routes.lookup(key.dst).map_or(port, |(out, _)| out);
+                return self.time_exceeded(t, port, buf, ErrorPath::Tunnel { from, peer });
+            }
             return self.drop_buf(port, reason, buf);
         }
         let c = &e.sa.life.counters;
         c.packets.add(1);
         c.bytes.add(len as u64);
-        // The far end of its tunnel, where an ICMP error about it goes.
-        let peer = if e.sa.transport { key.src } else { e.sa.tunnel_src };
         self.forward_checked(t, port, buf, key.dst, Some(peer))
     }
 
@@ -2246,10 +2299,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 None => ErrorPath::Back,
             };
             if is_ipv6(buf.frame()) {
-                return self.packet_too_big(t, rx_port, buf, mtu, path);
+                return self.icmp6_error(t, rx_port, buf, IcmpReport::TooBig(mtu), path);
             }
             if ipv4_df(&buf) {
-                return self.frag_needed(t, rx_port, buf, mtu, path);
+                return self.icmp4_error(t, rx_port, buf, IcmpReport::TooBig(mtu), path);
             }
         }
         decrement_hops(&mut buf);

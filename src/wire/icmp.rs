@@ -19,6 +19,9 @@ pub const NEXT_HOP_MTU: usize = 6;
 pub const TYPE_DEST_UNREACHABLE: u8 = 3;
 /// Code 4 of type 3: fragmentation needed and DF set.
 pub const CODE_FRAG_NEEDED: u8 = 4;
+/// Type 11: Time Exceeded (RFC 792); code 0, time to live exceeded in
+/// transit.
+pub const TYPE_TIME_EXCEEDED: u8 = 11;
 /// TTL (IPv4) / hop limit (IPv6) of the ICMP errors the gateway sends.
 pub const ERROR_TTL: u8 = 64;
 /// Payload bytes after the quoted IP header (RFC 792: the first 64 bits).
@@ -48,14 +51,28 @@ pub fn quoted_len(header_len: usize, total_len: usize) -> usize {
 /// 4, next-hop MTU `mtu`, checksum over ICMP header and data). Returns the
 /// length of the error packet, or `None` if `pkt` is shorter than it.
 pub fn frag_needed_in_place(pkt: &mut [u8], quoted: usize, src: Ipv4Addr, dst: Ipv4Addr, mtu: u16, ident: u16) -> Option<usize> {
+    let m = mtu.to_be_bytes();
+    error_in_place(pkt, quoted, src, dst, [TYPE_DEST_UNREACHABLE, CODE_FRAG_NEEDED, 0, 0, 0, 0, m[0], m[1]], ident)
+}
+
+/// [`frag_needed_in_place`] for an ICMP Time Exceeded error (RFC 792 type
+/// 11, code 0, the 4 unused bytes zero), which a router MUST send about a
+/// packet it discards for TTL (RFC 1812 §5.3.1).
+pub fn time_exceeded_in_place(pkt: &mut [u8], quoted: usize, src: Ipv4Addr, dst: Ipv4Addr, ident: u16) -> Option<usize> {
+    error_in_place(pkt, quoted, src, dst, [TYPE_TIME_EXCEEDED, 0, 0, 0, 0, 0, 0, 0], ident)
+}
+
+/// The ICMP error with the 8-byte header `head` (checksum bytes zero)
+/// quoting the first `quoted` bytes of `pkt`, built in place as
+/// [`frag_needed_in_place`] says.
+fn error_in_place(pkt: &mut [u8], quoted: usize, src: Ipv4Addr, dst: Ipv4Addr, head: [u8; HEADER_LEN], ident: u16) -> Option<usize> {
     let total = ERROR_FRONT + quoted;
     if pkt.len() < total {
         return None;
     }
     pkt.copy_within(..quoted, ERROR_FRONT);
     let icmp = &mut pkt[ipv4::MIN_HEADER_LEN..total];
-    icmp[..HEADER_LEN].copy_from_slice(&[TYPE_DEST_UNREACHABLE, CODE_FRAG_NEEDED, 0, 0, 0, 0, 0, 0]);
-    icmp[NEXT_HOP_MTU..NEXT_HOP_MTU + 2].copy_from_slice(&mtu.to_be_bytes());
+    icmp[..HEADER_LEN].copy_from_slice(&head);
     let ck = checksum::checksum(icmp);
     icmp[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
     ipv4::write_header(&mut pkt[..ipv4::MIN_HEADER_LEN], 0xc0, total as u16, ident, 0, ERROR_TTL, ipv4::PROTO_ICMP, src, dst);
@@ -101,6 +118,25 @@ pub fn echo_reply_in_place(pkt: &mut [u8], ident: u16) -> Option<(Ipv4Addr, Ipv4
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Time Exceeded as etherparse (another implementation) reads it:
+    /// type 11 code 0 (TTL exceeded in transit), checksum valid, the quote
+    /// behind it.
+    #[test]
+    fn time_exceeded_read_by_etherparse() {
+        let mut p: Vec<u8> = (0..60u8).collect();
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&60u16.to_be_bytes());
+        let orig = p[..28].to_vec();
+        let n = time_exceeded_in_place(&mut p, 28, Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2), 9).unwrap();
+        assert_eq!(n, ERROR_FRONT + 28);
+        let s = etherparse::Ipv4Slice::from_slice(&p[..n]).unwrap();
+        let icmp = etherparse::Icmpv4Slice::from_slice(s.payload().payload).unwrap();
+        assert_eq!(icmp.icmp_type(), etherparse::Icmpv4Type::TimeExceeded(etherparse::icmpv4::TimeExceededCode::TtlExceededInTransit));
+        assert_eq!(icmp.checksum(), icmp.header().icmp_type.calc_checksum(icmp.payload()));
+        assert_eq!(icmp.payload(), &orig[..]);
+        assert!(time_exceeded_in_place(&mut [0u8; 40], 28, Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, 1).is_none());
+    }
 
     #[test]
     fn frag_needed_quotes_header_and_8_bytes() {

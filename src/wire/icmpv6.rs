@@ -20,6 +20,9 @@ pub const CHECKSUM: usize = 2;
 pub const MTU: usize = 4;
 /// Type 2: Packet Too Big.
 pub const TYPE_PACKET_TOO_BIG: u8 = 2;
+/// Type 3: Time Exceeded (RFC 4443 §3.3); code 0, hop limit exceeded in
+/// transit.
+pub const TYPE_TIME_EXCEEDED: u8 = 3;
 /// Type 135: Neighbor Solicitation (RFC 4861 §4.3).
 pub const TYPE_NEIGHBOR_SOLICITATION: u8 = 135;
 /// Type 136: Neighbor Advertisement (RFC 4861 §4.4).
@@ -235,14 +238,28 @@ pub fn write_neighbor_advertisement(msg: &mut [u8], src: &Ipv6Addr, dst: &Ipv6Ad
 /// `quoted` should be [`quoted_len`] of the packet. Returns the length of
 /// the error packet, or `None` if `pkt` is shorter than it.
 pub fn packet_too_big_in_place(pkt: &mut [u8], quoted: usize, src: &Ipv6Addr, dst: &Ipv6Addr, mtu: u32, hop_limit: u8) -> Option<usize> {
+    let m = mtu.to_be_bytes();
+    error_in_place(pkt, quoted, src, dst, [TYPE_PACKET_TOO_BIG, 0, 0, 0, m[0], m[1], m[2], m[3]], hop_limit)
+}
+
+/// [`packet_too_big_in_place`] for an ICMPv6 Time Exceeded error (RFC 4443
+/// §3.3: type 3, code 0, the 4 unused bytes zero), which a router MUST
+/// send about a packet it discards for a hop limit of 1 or 0.
+pub fn time_exceeded_in_place(pkt: &mut [u8], quoted: usize, src: &Ipv6Addr, dst: &Ipv6Addr, hop_limit: u8) -> Option<usize> {
+    error_in_place(pkt, quoted, src, dst, [TYPE_TIME_EXCEEDED, 0, 0, 0, 0, 0, 0, 0], hop_limit)
+}
+
+/// The ICMPv6 error with the 8-byte header `head` (checksum bytes zero)
+/// quoting the first `quoted` bytes of `pkt`, built in place as
+/// [`packet_too_big_in_place`] says.
+fn error_in_place(pkt: &mut [u8], quoted: usize, src: &Ipv6Addr, dst: &Ipv6Addr, head: [u8; HEADER_LEN], hop_limit: u8) -> Option<usize> {
     let total = ERROR_FRONT + quoted;
     if pkt.len() < total {
         return None;
     }
     pkt.copy_within(..quoted, ERROR_FRONT);
     let msg = &mut pkt[ipv6::HEADER_LEN..total];
-    msg[..HEADER_LEN].copy_from_slice(&[TYPE_PACKET_TOO_BIG, 0, 0, 0, 0, 0, 0, 0]);
-    msg[MTU..MTU + 4].copy_from_slice(&mtu.to_be_bytes());
+    msg[..HEADER_LEN].copy_from_slice(&head);
     let ck = ipv6::upper_layer_checksum(src, dst, ipv6::NH_ICMPV6, msg);
     msg[CHECKSUM..CHECKSUM + 2].copy_from_slice(&ck.to_be_bytes());
     ipv6::write_header(&mut pkt[..ipv6::HEADER_LEN], 0, 0, (total - ipv6::HEADER_LEN) as u16, ipv6::NH_ICMPV6, hop_limit, src, dst);
@@ -389,6 +406,25 @@ mod tests {
         let mut code = msg.to_vec();
         code[1] = 1;
         assert!(NeighborSolicitation::new_checked(&code).is_err());
+    }
+
+    /// Time Exceeded as etherparse (another implementation) reads it: type
+    /// 3 code 0 (hop limit exceeded in transit), checksum over the
+    /// pseudo-header valid, the quote behind it.
+    #[test]
+    fn time_exceeded_read_by_etherparse() {
+        let (a, gw): (Ipv6Addr, Ipv6Addr) = ("2001:db8:a::10".parse().unwrap(), "2001:db8:a::1".parse().unwrap());
+        let mut pkt = vec![0u8; 300];
+        ipv6::write_header(&mut pkt[..40], 0, 0, 160, 17, 1, &a, &"2001:db8:b::10".parse().unwrap());
+        let orig = pkt[..200].to_vec();
+        let n = time_exceeded_in_place(&mut pkt, 200, &gw, &a, 64).unwrap();
+        assert_eq!(n, ERROR_FRONT + 200);
+        let s = etherparse::Ipv6Slice::from_slice(&pkt[..n]).unwrap();
+        let icmp = etherparse::Icmpv6Slice::from_slice(s.payload().payload).unwrap();
+        assert_eq!(icmp.icmp_type(), etherparse::Icmpv6Type::TimeExceeded(etherparse::icmpv6::TimeExceededCode::HopLimitExceeded));
+        let want = icmp.icmp_type().calc_checksum(gw.octets(), a.octets(), icmp.payload()).unwrap();
+        assert_eq!(icmp.checksum(), want);
+        assert_eq!(icmp.payload(), &orig[..]);
     }
 
     #[test]

@@ -240,13 +240,15 @@ pub fn edited_config(base: &str, tag: &str, edit: impl FnOnce(String) -> String)
 /// goes on as one frame: `frags_reassembled − reassembled`), or held by
 /// the reassembler (`frags_pending`), or waiting for a next hop's MAC
 /// (`neighbours.pending`); the ARP requests and Neighbor Solicitations the
-/// gateway made itself are not counted as sent frames. For a gateway that
+/// gateway made itself are not counted as sent frames, nor are the ICMP
+/// errors it built in the buffer of a packet it counted as a drop
+/// (`icmp_sent`). For a gateway that
 /// fragmented nothing itself (one packet leaving as several frames breaks
 /// the count).
 pub fn assert_accounted(s: &stats::Snapshot, what: &str) {
     assert_eq!(s.frags_sent, 0, "{what}: the gateway fragmented packets; the frame count does not apply");
     let rx: u64 = s.ports.iter().map(|p| p.rx_packets).sum::<u64>();
-    let tx: u64 = s.ports.iter().map(|p| p.tx_packets).sum::<u64>() - s.neighbours.arp_requests - s.neighbours.ns_sent + s.neighbours.pending;
+    let tx: u64 = s.ports.iter().map(|p| p.tx_packets).sum::<u64>() - s.neighbours.arp_requests - s.neighbours.ns_sent + s.neighbours.pending - s.icmp_sent;
     let drops: u64 = s.drops.values().sum();
     assert_eq!(
         rx + s.reassembled,

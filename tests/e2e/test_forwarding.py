@@ -1,4 +1,5 @@
-"""Plain forwarding through the tunnel: ping both ways, 10,000-datagram UDP
+"""Plain forwarding through the tunnel: ping both ways, TTL expiry at each
+gateway seen by ping, 10,000-datagram UDP
 streams both ways with no loss and no duplicates, and the wan carries nothing
 but IPv4 ESP."""
 import json
@@ -29,6 +30,19 @@ def test_ping_hostA_to_hostB(gws):
 def test_ping_hostB_to_hostA(gws):
     sent, received, out = ping("hostB", L.A_IP)
     assert (sent, received) == (5, 5), out
+
+
+def test_ttl_exceeded_is_reported(gws):
+    """Linux's ping (not our parser) sees the gateways as routers: TTL 1
+    from hostA expires at gw0 (Time Exceeded from its inside address,
+    192.0.2.1), TTL 2 at gw1 after decryption (from gw1's inside address,
+    198.51.100.1, sent back through the tunnel); TTL 3 arrives."""
+    for ttl, router in [(1, "192.0.2.1"), (2, "198.51.100.1")]:
+        p = L.run_ns("hostA", "ping", "-n", "-c", 1, "-t", ttl, "-W", "2", L.B_IP, check=False)
+        assert re.search(rf"From {re.escape(router)} icmp_seq=1 Time to live exceeded", p.stdout), \
+            f"ttl {ttl}: {p.stdout}{p.stderr}"
+    p = L.run_ns("hostA", "ping", "-n", "-c", 1, "-t", 3, "-W", "2", L.B_IP, check=False)
+    assert " 1 received" in p.stdout, p.stdout
 
 
 def udp_stream(src_ns, src, dst_ns, dst, port, artifacts, stream_id):
