@@ -615,3 +615,14 @@ fn secgw_toml_given_to_import_is_told_so_once() {
     };
     assert!(e.to_string().contains("x.cfg:2:1: bogus: unknown line type"), "{e}");
 }
+
+/// A key keyword before (or without) its algorithm says where it belongs
+/// (DPDK refuses that order too, with "unrecognized input").
+#[test]
+fn key_before_its_algorithm_names_the_order() {
+    let k = (0..20).map(|i| format!("{i:x}")).collect::<Vec<_>>().join(":");
+    let ps = problems(&format!("sa out 5 aead_key {k} aead_algo aes-128-gcm mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2\n{TAIL}"));
+    assert!(ps.iter().any(|p| p.line == 1 && p.field == "aead_key" && p.message == "aead_key must follow \"aead_algo NAME\" (as in \"aead_algo NAME aead_key KEY\")"), "{ps:#?}");
+    let ps = problems(&format!("sa out 5 cipher_key {k} mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2\n{TAIL}"));
+    assert!(ps.iter().any(|p| p.field == "cipher_key" && p.message.starts_with("cipher_key must follow \"cipher_algo NAME\"")), "{ps:#?}");
+}

@@ -959,6 +959,13 @@ impl Parser<'_> {
                     self.once(&mut seen, &t, "udp-encap")?;
                     udp_encap = true;
                 }
+                // A key keyword on its own: DPDK takes it only right after
+                // its algorithm's name.
+                k @ ("cipher_key" | "auth_key" | "aead_key") => {
+                    let algo = k.replace("_key", "_algo");
+                    self.err(&t, k, format!("{k} must follow \"{algo} NAME\" (as in \"{algo} NAME {k} KEY\")"));
+                    return Err(());
+                }
                 other => {
                     self.err(&t, other, format!("unknown sa keyword {other:?}"));
                     return Err(());
