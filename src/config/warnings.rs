@@ -11,6 +11,10 @@ fn covers((p, len): (IpAddr, u8), a: IpAddr) -> bool {
     Prefix::new(p, len).contains(a)
 }
 
+/// An outbound SA whose `first_seq` leaves fewer sequence numbers than
+/// this is warned about (65,536: a second of traffic at a modest rate).
+const FEW_SEQUENCE_NUMBERS: u64 = 1 << 16;
+
 /// Warnings about a validated config, one line each, recomputed from the
 /// model (the two about keys without effect also from which keys the file
 /// sets) and placed with [`Config::at`]: `file:line:column: sa[0].spi: …`.
@@ -40,7 +44,9 @@ fn covers((p, len): (IpAddr, u8), a: IpAddr) -> bool {
 /// matches because an earlier one (lower priority number, or the same one
 /// earlier in the file) covers all its selectors (RFC 4301 §4.4.1: the
 /// first match decides); an inbound PROTECT one behind such an inbound
-/// BYPASS (its traffic is also taken in the clear).
+/// BYPASS (its traffic is also taken in the clear); an outbound SA whose
+/// `first_seq` leaves fewer than [`FEW_SEQUENCE_NUMBERS`] sequence numbers
+/// (RFC 4303 §3.3.3: it hard-expires after that many packets).
 pub fn warnings(cfg: &Config) -> Vec<String> {
     let mut out = Vec::new();
     // Placed by reading the file again, once: only if there is a warning or
@@ -158,17 +164,33 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
                 warn(format!("sa[{i}].{key}"), format!("{limit} bytes is less than the smallest IP packet (20 bytes): SPI {} {what}", sa.spi));
             }
         }
+        // Whether a packet limit was warned about as past the sequence
+        // numbers left (then first_seq's own warning would repeat it).
+        let mut limit_warned = false;
         if sa.direction == Direction::Outbound && !sa.esn {
             // RFC 4303 §3.3.3: without ESN the SA ends at sequence number
             // 2^32−1, so a packet limit past that is never reached.
             let left = u64::from(u32::MAX) + 1 - sa.first_seq;
             for (key, limit) in [("soft_packets", sa.lifetime.soft.packets), ("hard_packets", sa.lifetime.hard.packets)] {
                 if limit != u64::MAX && limit > left {
+                    limit_warned = true;
                     warn(
                         format!("sa[{i}].{key}"),
                         format!("{limit} packets is never reached: without esn SPI {} has {left} sequence numbers (first_seq {} to 2^32-1), then expires (RFC 4303 §3.3.3)", sa.spi, sa.first_seq),
                     );
                 }
+            }
+        }
+        if sa.direction == Direction::Outbound && !limit_warned {
+            // The counter never cycles (RFC 4303 §3.3.3): a first_seq near
+            // its end leaves the SA few packets before it hard-expires.
+            let last = if sa.esn { u64::MAX } else { u64::from(u32::MAX) };
+            let left = (last - sa.first_seq.min(last)).saturating_add(1);
+            if left < FEW_SEQUENCE_NUMBERS {
+                warn(
+                    format!("sa[{i}].first_seq"),
+                    format!("first_seq {} leaves SPI {} only {left} sequence number(s) (up to {last}): it hard-expires after {left} packet(s) (RFC 4303 §3.3.3)", sa.first_seq, sa.spi),
+                );
             }
         }
         if sa.direction == Direction::Outbound && sa.mode == SaMode::Tunnel && !cfg.routes.iter().any(|r| covers(r.prefix, sa.tunnel_dst)) {
@@ -293,11 +315,12 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
         );
     }
     // RFC 4301 §4.4.1: the first matching entry decides; one whose every
-    // selector an earlier entry covers is never reached. Not so an inbound
-    // PROTECT entry: it also gives its SA's selectors, checked on what the
-    // SA decrypts (RFC 4301 §5.2), whatever comes first for cleartext; but
-    // an inbound BYPASS ahead of it lets in, in the clear, what its SA
-    // should carry.
+    // selector an earlier entry covers is never reached. An inbound
+    // PROTECT entry behind an earlier PROTECT still gives its SA's
+    // selectors (RFC 4301 §5.2); behind an inbound BYPASS or DISCARD that
+    // covers it, its SA's decrypted packets are dropped too (the worker
+    // follows the ordered SPD for them), and a BYPASS also lets in, in the
+    // clear, what its SA should carry.
     let order = |i: usize| (cfg.policies[i].priority, i);
     for (j, q) in cfg.policies.iter().enumerate() {
         let inbound_protect = q.direction == Direction::Inbound && matches!(q.action, Action::Protect(_));
@@ -306,7 +329,7 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             let prefix = |a: (IpAddr, u8), b: (IpAddr, u8)| a.1 <= b.1 && covers(a, b.0);
             let ports = |a: (u16, u16), b: (u16, u16)| a.0 <= b.0 && b.1 <= a.1;
             p.direction == q.direction
-                && (!inbound_protect || p.action == Action::Bypass)
+                && (!inbound_protect || matches!(p.action, Action::Bypass | Action::Discard))
                 && prefix(p.src, q.src)
                 && prefix(p.dst, q.dst)
                 && (p.protocol == Protocol::Any || p.protocol == q.protocol)
@@ -314,13 +337,14 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
                 && ports(p.dst_ports, q.dst_ports)
         });
         match shadow {
-            Some(i) if inbound_protect => warn(
-                format!("policy[{j}]"),
-                format!(
-                    "policy[{i}] (bypass, priority {}) comes first and covers all its selectors: what this entry's SA should carry is also let in in the clear (cleartext_protected never counts it)",
-                    cfg.policies[i].priority
-                ),
-            ),
+            Some(i) if inbound_protect => {
+                let (action, what) = if cfg.policies[i].action == Action::Bypass {
+                    ("bypass", "what this entry's SA should carry is also let in in the clear (cleartext_protected never counts it), and what the SA decrypts is dropped (inner_policy_mismatch)")
+                } else {
+                    ("discard", "what this entry's SA decrypts is dropped (policy_discard)")
+                };
+                warn(format!("policy[{j}]"), format!("policy[{i}] ({action}, priority {}) comes first and covers all its selectors: {what}", cfg.policies[i].priority))
+            }
             Some(i) => warn(
                 format!("policy[{j}]"),
                 format!("never matches: policy[{i}] (priority {}) comes first and covers all its selectors", cfg.policies[i].priority),
