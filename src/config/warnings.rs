@@ -44,9 +44,11 @@ const FEW_SEQUENCE_NUMBERS: u64 = 1 << 16;
 /// matches because an earlier one (lower priority number, or the same one
 /// earlier in the file) covers all its selectors (RFC 4301 §4.4.1: the
 /// first match decides); an inbound PROTECT one behind such an inbound
-/// BYPASS (its traffic is also taken in the clear); an outbound SA whose
-/// `first_seq` leaves fewer than [`FEW_SEQUENCE_NUMBERS`] sequence numbers
-/// (RFC 4303 §3.3.3: it hard-expires after that many packets).
+/// BYPASS (its traffic is also taken in the clear, and what its SA
+/// decrypts is dropped) or DISCARD (what its SA decrypts is dropped); an
+/// outbound SA whose `first_seq` leaves fewer than
+/// [`FEW_SEQUENCE_NUMBERS`] sequence numbers (RFC 4303 §3.3.3: it
+/// hard-expires after that many packets).
 pub fn warnings(cfg: &Config) -> Vec<String> {
     let mut out = Vec::new();
     // Placed by reading the file again, once: only if there is a warning or
