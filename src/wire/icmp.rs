@@ -51,8 +51,9 @@ pub fn quoted_len(header_len: usize, total_len: usize) -> usize {
 /// 4, next-hop MTU `mtu`, checksum over ICMP header and data). Returns the
 /// length of the error packet, or `None` if `pkt` is shorter than it.
 pub fn frag_needed_in_place(pkt: &mut [u8], quoted: usize, src: Ipv4Addr, dst: Ipv4Addr, mtu: u16, ident: u16) -> Option<usize> {
-    let m = mtu.to_be_bytes();
-    error_in_place(pkt, quoted, src, dst, [TYPE_DEST_UNREACHABLE, CODE_FRAG_NEEDED, 0, 0, 0, 0, m[0], m[1]], ident)
+    let mut head = [TYPE_DEST_UNREACHABLE, CODE_FRAG_NEEDED, 0, 0, 0, 0, 0, 0];
+    head[NEXT_HOP_MTU..NEXT_HOP_MTU + 2].copy_from_slice(&mtu.to_be_bytes());
+    error_in_place(pkt, quoted, src, dst, head, ident)
 }
 
 /// [`frag_needed_in_place`] for an ICMP Time Exceeded error (RFC 792 type

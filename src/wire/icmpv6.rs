@@ -238,8 +238,9 @@ pub fn write_neighbor_advertisement(msg: &mut [u8], src: &Ipv6Addr, dst: &Ipv6Ad
 /// `quoted` should be [`quoted_len`] of the packet. Returns the length of
 /// the error packet, or `None` if `pkt` is shorter than it.
 pub fn packet_too_big_in_place(pkt: &mut [u8], quoted: usize, src: &Ipv6Addr, dst: &Ipv6Addr, mtu: u32, hop_limit: u8) -> Option<usize> {
-    let m = mtu.to_be_bytes();
-    error_in_place(pkt, quoted, src, dst, [TYPE_PACKET_TOO_BIG, 0, 0, 0, m[0], m[1], m[2], m[3]], hop_limit)
+    let mut head = [TYPE_PACKET_TOO_BIG, 0, 0, 0, 0, 0, 0, 0];
+    head[MTU..MTU + 4].copy_from_slice(&mtu.to_be_bytes());
+    error_in_place(pkt, quoted, src, dst, head, hop_limit)
 }
 
 /// [`packet_too_big_in_place`] for an ICMPv6 Time Exceeded error (RFC 4443
