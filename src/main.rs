@@ -40,7 +40,8 @@ enum Cmd {
     },
     /// Convert a DPDK ipsec-secgw `.cfg` file to a TOML config on stdout.
     ///
-    /// Refusals and warnings go to stderr. Exit status: 0 converted (the
+    /// Refusals and warnings (the import's, then those `check` gives for
+    /// the result) go to stderr. Exit status: 0 converted (the
     /// TOML validates), 1 an error (the .cfg is broken or the result does
     /// not validate; nothing is written), 3 converted but something was
     /// refused and --strict was given.
@@ -279,13 +280,21 @@ fn import_dpdk(file: &std::path::Path, dpdk: &DpdkArgs, strict: bool) -> ExitCod
     use secgw::config::dpdk;
     let r = dpdk.options().map_err(|e| e.to_string()).and_then(|o| {
         let text = dpdk::read(file).map_err(|e| e.to_string())?;
-        dpdk::import(&text, file, &o).map_err(|e| e.to_string())
+        let (imp, cfg) = dpdk::import(&text, file, &o).map_err(|e| e.to_string())?;
+        // As `load_any` keeps them: the warnings below are placed on the
+        // .cfg's lines through them.
+        Ok((imp, secgw::config::Config { dpdk_import: Some(o), ..cfg }))
     });
     match r {
-        Ok((imp, _cfg)) => {
+        Ok((imp, cfg)) => {
             print!("{}", imp.toml.as_str());
             for n in &imp.notices {
                 eprintln!("{n}");
+            }
+            // What `secgw check` would warn about in the result, placed on
+            // the .cfg's lines: a converted file can still be dead in part.
+            for w in secgw::config::warnings(&cfg) {
+                eprintln!("warning: {w}");
             }
             let refused = imp.notices.iter().any(|n| n.kind == dpdk::NoticeKind::Refused);
             if strict && refused {

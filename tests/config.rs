@@ -1768,9 +1768,9 @@ fn warnings_for_endpoints_addresses_socket_and_shadowed_policies() {
     // An inbound BYPASS ahead of an inbound PROTECT covering it: cleartext
     // the SA should carry is let in.
     let in_bypass = "\n[[policy]]\ndirection = \"inbound\"\nsrc = \"198.51.100.0/23\"\ndst = \"192.0.0.0/16\"\npriority = 0\naction = \"bypass\"\n";
-    one(&format!("{BASE}{in_bypass}"), "policy[1]: policy[2] (bypass, priority 0) comes first and covers all its selectors: what this entry's SA should carry is also let in in the clear (cleartext_protected never counts it), and what the SA decrypts is dropped (inner_policy_mismatch)");
+    one(&format!("{BASE}{in_bypass}"), "policy[1]: policy[2] (priority 0, bypass) comes first and covers all its selectors: what this entry's SA should carry is also let in in the clear (cleartext_protected never counts it), and what the SA decrypts is dropped (inner_policy_mismatch)");
     // An inbound DISCARD ahead of it: what the SA decrypts is dropped.
-    one(&format!("{BASE}{}", in_bypass.replace("\"bypass\"", "\"discard\"")), "policy[1]: policy[2] (discard, priority 0) comes first and covers all its selectors: what this entry's SA decrypts is dropped (policy_discard)");
+    one(&format!("{BASE}{}", in_bypass.replace("\"bypass\"", "\"discard\"")), "policy[1]: policy[2] (priority 0, discard) comes first and covers all its selectors: what this entry's SA decrypts is dropped (policy_discard)");
     // An outbound SA with few sequence numbers left (RFC 4303 §3.3.3).
     let text = edit("spi = 1001\n", "spi = 1001\nfirst_seq = 4294967290\n");
     one(&text, "sa[0].first_seq: first_seq 4294967290 leaves SPI 1001 only 6 sequence number(s) (up to 4294967295): it hard-expires after 6 packet(s) (RFC 4303 §3.3.3)");

@@ -247,6 +247,32 @@ fn round_trip_through_toml() {
     }
 }
 
+/// `secgw import-dpdk` also prints what `secgw check` warns about in the
+/// result, on the .cfg's lines: here a protect entry that a covering
+/// discard entry (DPDK's higher `pri` wins) makes dead, the covering one
+/// named by its line too.
+#[test]
+fn import_prints_check_warnings() {
+    let dir = std::env::temp_dir().join(format!("secgw-dpdk-warn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("dead.cfg");
+    let text = "sa out 700 aead_algo aes-128-gcm aead_key 01:02:03:04:05:06:07:08:09:0a:0b:0c:0d:0e:0f:10:11:12:13:14 mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2\n\
+                sp ipv4 out esp protect 700 pri 10 dst 192.168.1.0/24 sport 0:65535 dport 0:65535\n\
+                sp ipv4 out esp discard pri 100 dst 192.168.0.0/16\n\
+                rt ipv4 dst 10.0.0.2/32 port 0\n";
+    std::fs::write(&path, text).unwrap();
+    let args = ["-p", "3", "-u", "1", "--port", "0=veth0", "--port", "1=veth1"];
+    let out = Command::new(env!("CARGO_BIN_EXE_secgw")).arg("import-dpdk").arg(&path).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let want = format!("warning: {}:2:1: policy[0]: never matches: policy[1] (line 3, priority ", path.display());
+    assert!(err.lines().any(|l| l.starts_with(&want) && l.ends_with("comes first and covers all its selectors")), "wanted {want:?} in:\n{err}");
+    // `check` says the same.
+    let check = Command::new(env!("CARGO_BIN_EXE_secgw")).arg("check").arg(&path).args(args).output().unwrap();
+    assert!(String::from_utf8_lossy(&check.stdout).contains(&want));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `secgw check ep0.cfg -p … -u …` lists every SA (imported or refused),
 /// every policy and every route of the file.
 #[test]

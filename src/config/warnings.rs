@@ -324,6 +324,16 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
     // follows the ordered SPD for them), and a BYPASS also lets in, in the
     // clear, what its SA should carry.
     let order = |i: usize| (cfg.policies[i].priority, i);
+    // The covering entry is named with its line too (read once, when one
+    // is found): in an imported `.cfg` an index means little.
+    let mut lines: Option<super::Positions> = None;
+    let mut name = |i: usize| {
+        let at = lines.get_or_insert_with(|| super::Positions::read(cfg)).get(&format!("policy[{i}]"));
+        match at {
+            Some((line, _)) => format!("policy[{i}] (line {line}, priority {}", cfg.policies[i].priority),
+            None => format!("policy[{i}] (priority {}", cfg.policies[i].priority),
+        }
+    };
     for (j, q) in cfg.policies.iter().enumerate() {
         let inbound_protect = q.direction == Direction::Inbound && matches!(q.action, Action::Protect(_));
         let shadow = (0..cfg.policies.len()).filter(|&i| i != j && order(i) < order(j)).find(|&i| {
@@ -345,12 +355,9 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
                 } else {
                     ("discard", "what this entry's SA decrypts is dropped (policy_discard)")
                 };
-                warn(format!("policy[{j}]"), format!("policy[{i}] ({action}, priority {}) comes first and covers all its selectors: {what}", cfg.policies[i].priority))
+                warn(format!("policy[{j}]"), format!("{}, {action}) comes first and covers all its selectors: {what}", name(i)))
             }
-            Some(i) => warn(
-                format!("policy[{j}]"),
-                format!("never matches: policy[{i}] (priority {}) comes first and covers all its selectors", cfg.policies[i].priority),
-            ),
+            Some(i) => warn(format!("policy[{j}]"), format!("never matches: {}) comes first and covers all its selectors", name(i))),
             None => {}
         }
     }
