@@ -1,6 +1,7 @@
 //! What a valid config allows but is probably a mistake.
 
 use std::net::IpAddr;
+use std::path::Path;
 
 use super::model::*;
 use crate::policy::spd::Prefix;
@@ -50,26 +51,79 @@ const FEW_SEQUENCE_NUMBERS: u64 = 1 << 16;
 /// [`FEW_SEQUENCE_NUMBERS`] sequence numbers (RFC 4303 §3.3.3: it
 /// hard-expires after that many packets).
 pub fn warnings(cfg: &Config) -> Vec<String> {
-    let mut out = Vec::new();
+    collect(cfg, Scope::File)
+}
+
+/// The warnings [`warnings`] gives about the entries an `sa add` fragment
+/// adds, and only those: `merged` is the running config with the
+/// fragment's SAs appended from index `sas` on and its policies from index
+/// `policies` on (the SPD order they take). Each is placed in the
+/// fragment's `text` under its own index (`<sa add>:3:1: sa[0].spi: …`); an
+/// installed policy that covers a new one is named by its `policy list`
+/// index. Warnings about the rest of the config (ports, routes, installed
+/// entries) are left to `check` and `reload`.
+pub fn fragment_warnings(merged: &Config, sas: usize, policies: usize, text: &str, source: &Path) -> Vec<String> {
+    collect(merged, Scope::Fragment { text, source, sas, policies })
+}
+
+/// Which entries [`collect`] warns about and where it places them.
+#[derive(Clone, Copy)]
+enum Scope<'a> {
+    /// Every entry, placed in the config's file.
+    File,
+    /// The SAs from index `sas` on and the policies from `policies` on,
+    /// placed in the fragment `text` named `source`.
+    Fragment { text: &'a str, source: &'a Path, sas: usize, policies: usize },
+}
+
+impl Scope<'_> {
+    /// The first SA and policy index warned about.
+    fn first(self) -> (usize, usize) {
+        match self {
+            Scope::File => (0, 0),
+            Scope::Fragment { sas, policies, .. } => (sas, policies),
+        }
+    }
+
+    /// `field` (`sa[7].spi`) as the fragment names it (`sa[2].spi`), or
+    /// `None` for a field outside the fragment.
+    fn fragment_field(self, field: &str) -> Option<String> {
+        let (sas, policies) = self.first();
+        let (table, first) = [("sa[", sas), ("policy[", policies)].into_iter().find(|(t, _)| field.starts_with(t))?;
+        let rest = &field[table.len()..];
+        let close = rest.find(']')?;
+        let i: usize = rest[..close].parse().ok()?;
+        Some(format!("{table}{}{}", i.checked_sub(first)?, &rest[close..]))
+    }
+}
+
+/// [`warnings`] and [`fragment_warnings`]: the checks run over the entries
+/// `scope` names, gathered as (field, message) and placed at the end.
+fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
+    let mut found: Vec<(String, String)> = Vec::new();
+    let (first_sa, first_policy) = scope.first();
     // Placed by reading the file again, once: only if there is a warning or
     // a key's presence in the file decides one.
     let mut positions: Option<super::Positions> = None;
+    let read = |p: &mut Option<super::Positions>| -> super::Positions {
+        p.take().unwrap_or_else(|| match scope {
+            Scope::File => super::Positions::read(cfg),
+            Scope::Fragment { text, .. } => super::Positions::of(text),
+        })
+    };
     let g = &cfg.gateway;
     // Keys that change nothing in this config, warned about only when the
     // file sets them: the model keeps no record of which keys were
     // written, so the file read again tells (a file edited or gone since
     // it was loaded can miss or misplace these two warnings, as it can
     // misplace the others). A `.cfg` import never writes either key.
-    let (handoff_idle, spin_idle) = if (g.workers == 1 || g.idle_sleep_us == 0) && cfg.dpdk_import.is_none() {
-        let p = positions.insert(super::Positions::read(cfg));
+    let (handoff_idle, spin_idle) = if matches!(scope, Scope::File) && (g.workers == 1 || g.idle_sleep_us == 0) && cfg.dpdk_import.is_none() {
+        let p = positions.insert(read(&mut None));
         (g.workers == 1 && p.has("gateway.handoff_depth"), g.idle_sleep_us == 0 && p.has("gateway.idle_spin_us"))
     } else {
         (false, false)
     };
-    let mut warn = |field: String, msg: String| {
-        let p = positions.get_or_insert_with(|| super::Positions::read(cfg));
-        out.push(format!("{}: {msg}", p.locate(&cfg.source, &field)))
-    };
+    let mut warn = |field: String, msg: String| found.push((field, msg));
 
     for (i, c) in g.cores.iter().take(g.workers).enumerate() {
         if let Some(j) = g.cores[..i].iter().position(|d| d == c) {
@@ -115,7 +169,7 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
         .filter(|p| p.role == PortRole::Unprotected)
         .flat_map(|p| p.addresses.iter().map(|&(a, _)| a))
         .collect();
-    for (i, sa) in cfg.sas.iter().enumerate() {
+    for (i, sa) in cfg.sas.iter().enumerate().skip(first_sa) {
         if sa.spi <= 255 {
             warn(
                 format!("sa[{i}].spi"),
@@ -324,17 +378,21 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
     // follows the ordered SPD for them), and a BYPASS also lets in, in the
     // clear, what its SA should carry.
     let order = |i: usize| (cfg.policies[i].priority, i);
-    // The covering entry is named with its line too (read once, when one
-    // is found): in an imported `.cfg` an index means little.
-    let mut lines: Option<super::Positions> = None;
+    // The covering entry is named with its line too: in an imported
+    // `.cfg` an index means little.
     let mut name = |i: usize| {
-        let at = lines.get_or_insert_with(|| super::Positions::read(cfg)).get(&format!("policy[{i}]"));
+        let priority = cfg.policies[i].priority;
+        let at = match scope {
+            Scope::Fragment { policies, .. } if i < policies => return format!("installed policy {i} (`policy list`; priority {priority}"),
+            Scope::Fragment { policies, .. } => (i - policies, positions.get_or_insert_with(|| read(&mut None)).get(&format!("policy[{}]", i - policies))),
+            Scope::File => (i, positions.get_or_insert_with(|| read(&mut None)).get(&format!("policy[{i}]"))),
+        };
         match at {
-            Some((line, _)) => format!("policy[{i}] (line {line}, priority {}", cfg.policies[i].priority),
-            None => format!("policy[{i}] (priority {}", cfg.policies[i].priority),
+            (k, Some((line, _))) => format!("policy[{k}] (line {line}, priority {priority}"),
+            (k, None) => format!("policy[{k}] (priority {priority}"),
         }
     };
-    for (j, q) in cfg.policies.iter().enumerate() {
+    for (j, q) in cfg.policies.iter().enumerate().skip(first_policy) {
         let inbound_protect = q.direction == Direction::Inbound && matches!(q.action, Action::Protect(_));
         let shadow = (0..cfg.policies.len()).filter(|&i| i != j && order(i) < order(j)).find(|&i| {
             let p = &cfg.policies[i];
@@ -361,7 +419,17 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             None => {}
         }
     }
-    out
+    if found.is_empty() {
+        return Vec::new();
+    }
+    let p = read(&mut positions);
+    match scope {
+        Scope::File => found.into_iter().map(|(field, msg)| format!("{}: {msg}", p.locate(&cfg.source, &field))).collect(),
+        Scope::Fragment { source, .. } => found
+            .into_iter()
+            .filter_map(|(field, msg)| scope.fragment_field(&field).map(|f| format!("{}: {msg}", p.locate(source, &f))))
+            .collect(),
+    }
 }
 
 

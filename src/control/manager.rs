@@ -801,6 +801,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         for sa in &frag.sas {
             self.key_reuse_refused(sa)?;
         }
+        let warnings = self.fragment_warnings(&frag, text);
         let mut done: Vec<SaKey> = Vec::with_capacity(frag.sas.len());
         for sa in frag.sas {
             let key = key_of(&sa);
@@ -824,7 +825,39 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             let owner = self.live.get(&(spi, d, dst)).map_or(0, |l| l.owner);
             self.event("added", (spi, d, dst), format!("SA {spi} {}{} added on worker {owner}", dir_name(d), dst_note(dst)), None);
         }
-        Ok(json!({ "added": done.iter().map(|&k| sa_id_json(k)).collect::<Vec<_>>(), "policies": npol }))
+        let mut result = json!({ "added": done.iter().map(|&k| sa_id_json(k)).collect::<Vec<_>>(), "policies": npol });
+        if !warnings.is_empty() {
+            result["warnings"] = json!(warnings);
+        }
+        Ok(result)
+    }
+
+    /// What `secgw check` would warn about in the fragment's entries
+    /// ([`crate::config::fragment_warnings`]), with the running SAs and
+    /// SPD around them: the fragment's policies go after the installed ones,
+    /// as [`Self::add_policies`] puts them. (No check of an SA looks at
+    /// other SAs, so the installed ones are left out.)
+    fn fragment_warnings(&self, frag: &crate::config::Fragment, text: &str) -> Vec<String> {
+        let mut policies = self.policies.clone();
+        let installed = policies.len();
+        policies.extend(frag.policies.iter().cloned());
+        let c = &self.cfg;
+        // Field by field: `..c.clone()` would copy the file's SAs too.
+        let merged = Config {
+            source: c.source.clone(),
+            gateway: c.gateway.clone(),
+            crypto: c.crypto.clone(),
+            reassembly: c.reassembly,
+            neighbour_table: c.neighbour_table,
+            control: c.control.clone(),
+            ports: c.ports.clone(),
+            sas: frag.sas.clone(),
+            policies,
+            routes: c.routes.clone(),
+            neighbours: c.neighbours.clone(),
+            dpdk_import: None,
+        };
+        crate::config::fragment_warnings(&merged, 0, installed, text, std::path::Path::new("<sa add>"))
     }
 
     /// `Busy` for a new SA not pinned to a worker when every queue pair

@@ -144,6 +144,43 @@ fn add_publishes_the_sa_in_a_slot_with_its_selectors_and_a_duplicate_is_refused(
     assert_eq!(d.qp_sessions(0).unwrap(), 3, "attached before publish");
 }
 
+/// `sa add` answers with what `secgw check` would warn about in the
+/// fragment's entries, placed in the fragment; the running config's own
+/// warnings (here: none) and a clean fragment give no `warnings` key.
+#[test]
+fn add_warns_about_the_fragment_as_check_would() {
+    let cfg = load("add-warn", &config_text("backend = \"software\"", ""));
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let clean = format!("{}{}", sa(2002, "inbound", &key(0x22)), policy("inbound", "10.9.0.0/16", "192.0.2.0/24", 2002));
+    let v = fx.m.add(&clean, Instant::now()).unwrap();
+    assert!(v.get("warnings").is_none(), "{v}");
+    // SPI 200 is reserved and no policy uses it; the fragment's outbound
+    // BYPASS entry is covered by the installed outbound PROTECT 1001 one
+    // (same selectors and priority, earlier). Its inbound PROTECT entry
+    // behind another PROTECT is not warned about (RFC 4301 §5.2: it still
+    // gives SA 2002 its selectors).
+    let frag = format!(
+        "{}{}{}",
+        sa(200, "inbound", &key(0x24)),
+        policy("inbound", "10.8.0.0/16", "192.0.2.0/24", 2002),
+        "[[policy]]\ndirection = \"outbound\"\nsrc = \"192.0.2.0/24\"\ndst = \"198.51.100.0/24\"\npriority = 10\naction = \"bypass\"\n"
+    );
+    let v = fx.m.add(&frag, Instant::now()).unwrap();
+    let w: Vec<&str> = v["warnings"].as_array().unwrap().iter().map(|w| w.as_str().unwrap()).collect();
+    assert_eq!(
+        w,
+        [
+            "<sa add>:2:7: sa[0].spi: SPI 200 is in 1..=255, reserved by IANA (RFC 4303 §2.1); peers may reject it",
+            "<sa add>:1:1: sa[0]: no inbound policy protects with SPI 200",
+            "<sa add>:14:1: policy[1]: never matches: installed policy 0 (`policy list`; priority 10) comes first and covers all its selectors",
+        ],
+        "{v}"
+    );
+    // The CLI shows them under the result.
+    assert!(crate::control::client::render_compact(&v).contains("\nwarning: <sa add>:2:7: sa[0].spi: SPI 200"));
+}
+
 #[test]
 fn bad_key_in_a_fragment_is_invalid_with_its_place_and_nothing_is_installed() {
     let cfg = load("badkey", &config_text("backend = \"software\"", ""));
