@@ -110,7 +110,15 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
     let nworkers = cfg.gateway.workers.max(1);
     let cores = worker_cores(cfg)?;
     if let Some(path) = &opts.stats_file {
-        write_stats_file(path, &stats::Snapshot::default())
+        // Fail fast on a path that cannot be written, without writing it:
+        // the first file holds real counters (every port, SA, reason and
+        // worker, as the schema wants), once the workers run. A file left
+        // by an earlier run goes now: until then there is none, rather
+        // than stale counters.
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, b"")
+            .and_then(|()| std::fs::remove_file(&tmp))
+            .and_then(|()| std::fs::remove_file(path).or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }))
             .map_err(|e| ControlError::Unsupported(format!("--stats-file {}: {e}", path.display())))?;
     }
 
@@ -280,6 +288,9 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
         return Err(e);
     }
     mgr.start_publishing(tables.clone(), counters.clone());
+    if let Some(path) = &opts.stats_file {
+        write_stats_file_logged(path, &mgr.stats());
+    }
     tracing::info!(gateway = %cfg.gateway.name, workers = nworkers, ports = cfg.ports.len(), sas = cfg.sas.len(), "ready");
 
     let interval = opts.stats_interval.unwrap_or(cfg.gateway.stats_interval);

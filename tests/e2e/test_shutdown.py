@@ -1,6 +1,7 @@
 """SIGINT stops a gateway cleanly: exit status 0, final counters on stdout, the
 stats file written, and no XDP program left on its interfaces."""
 import json
+import time
 
 import e2elib as L
 
@@ -18,3 +19,58 @@ def test_sigint_exits_0_and_detaches_xdp(gws, testbed):
         assert not g.xdp_attached(), f"{g.name}: XDP still attached after exit: {g.xdp_attached()}"
         st = json.loads(g.stats_file.read_text())
         assert {"ports", "sas", "drops"} <= st.keys(), f"{g.name} stats file: {st}"
+
+
+def test_stats_file_is_complete_from_its_first_write(testbed, artifacts):
+    """Every version of the --stats-file a reader can see, from the moment
+    the gateway starts, validates against docs/ctl-stats.schema.json: every
+    port, SA, drop reason and worker (a placeholder with empty lists was
+    written at start before, for up to a second). A file left by an earlier
+    run is gone at start, not shown as this run's counters."""
+    import threading
+
+    import jsonschema
+
+    schema = json.loads((L.REPO / "docs" / "ctl-stats.schema.json").read_text())
+    g = L.Gateway("gw0", testbed["binary"], artifacts)
+    seen, stop = [], threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            try:
+                text = g.stats_file.read_text()
+            except FileNotFoundError:
+                text = None
+            if text is not None and (not seen or seen[-1] != text):
+                seen.append(text)
+            time.sleep(0.002)
+
+    t = threading.Thread(target=watch)
+    try:
+        # start() removes stats.json first; a stale one written after that
+        # and before the process runs must not survive into this run.
+        orig_popen = L.subprocess.Popen
+
+        def popen(*a, **kw):
+            g.stats_file.write_text('{"stale": true}')
+            return orig_popen(*a, **kw)
+
+        L.subprocess.Popen = popen
+        try:
+            g.start()
+        finally:
+            L.subprocess.Popen = orig_popen
+        t.start()
+        time.sleep(2.5)
+    finally:
+        stop.set()
+        if t.is_alive():
+            t.join()
+        rc = g.stop()
+    assert rc == 0, g.logs()
+    assert seen, f"no stats file while the gateway ran\n{g.logs()}"
+    for text in seen:
+        doc = json.loads(text)
+        assert "stale" not in doc, "the earlier run's file was still there after 'ready'"
+        jsonschema.validate(doc, schema)
+        assert len(doc["ports"]) == 2 and doc["workers"], doc
