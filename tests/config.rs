@@ -1792,3 +1792,40 @@ fn ccm_key_and_icv_len() {
     let text = with_sa0(&format!("algorithm = \"aes-192-ccm\"\nkey = \"{}\"\nicv_len = 10", hexkey(27)));
     assert_one(&text, "icv_len = ", 10, "sa[0].icv_len", "expected 8 or 12 or 16 for aes-192-ccm (RFC 4309 §3.1), found 10");
 }
+
+/// RFC 4301 §7.1: non-first fragments carry no ports (OPAQUE). A PROTECT
+/// entry with port selectors is warned about when the rest of a fragmented
+/// datagram would go elsewhere: outbound to another SA, in the clear, to a
+/// DISCARD entry or to no entry; inbound when its SA has no any-port entry
+/// for them. (helper-89: the dual-stack configs lost large IPv6 datagrams
+/// this way.)
+#[test]
+fn warnings_for_port_selectors_that_split_fragmented_datagrams() {
+    let warns = |text: &str| config::warnings(&config::parse(text, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}")));
+    let sa3 = "\n[[sa]]\nspi = 1003\ndirection = \"outbound\"\nalgorithm = \"aes-128-gcm\"\nkey = \"0f112233445566778899aabbccddeeff01020304\"\ntunnel_src = \"203.0.113.1\"\ntunnel_dst = \"203.0.113.2\"\n";
+    let port_policy = |dir: &str, spi: u32| {
+        let (s, d) = if dir == "outbound" { ("192.0.2.0/24", "198.51.100.0/25") } else { ("198.51.100.0/25", "192.0.2.0/24") };
+        format!("\n[[policy]]\ndirection = \"{dir}\"\nsrc = \"{s}\"\ndst = \"{d}\"\nprotocol = \"udp\"\ndst_ports = \"4000-4999\"\npriority = 5\naction = \"protect {spi}\"\n")
+    };
+    // Outbound: the any-port entry after it protects with another SA.
+    let w = warns(&format!("{BASE}{sa3}{}", port_policy("outbound", 1003)));
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].starts_with("test.toml: policy[2]: non-first fragments of the datagrams it selects carry no ports (OPAQUE, RFC 4301 §7.1): they take policy[0] (priority 100, protect 1001) instead of SPI 1003"), "{w:?}");
+    // The same SA: the whole datagram takes it, no warning.
+    assert!(warns(&format!("{BASE}{}", port_policy("outbound", 1001))).is_empty());
+    // A DISCARD entry for the rest; no entry at all.
+    let discard = BASE.replacen("action = \"protect 1001\"", "action = \"discard\"", 1);
+    let w = warns(&format!("{discard}{}", port_policy("outbound", 1001)));
+    assert!(w.iter().any(|w| w.contains("policy[2]: non-first") && w.ends_with("discard) and are dropped (policy_discard)")), "{w:?}");
+    let narrow = BASE.replacen("dst = \"198.51.100.0/24\"\naction = \"protect 1001\"", "dst = \"198.51.100.128/25\"\naction = \"protect 1001\"", 1);
+    assert_ne!(narrow, BASE);
+    let w = warns(&format!("{narrow}{}", port_policy("outbound", 1001)));
+    assert!(w.iter().any(|w| w.ends_with("they match no entry and are dropped (no_policy)")), "{w:?}");
+    // Inbound: SA 1002's any-port entry covers them; without it, not.
+    assert!(warns(&format!("{BASE}{}", port_policy("inbound", 1002))).is_empty());
+    let narrow_in = BASE.replacen("src = \"198.51.100.0/24\"\ndst = \"192.0.2.0/24\"", "src = \"198.51.100.128/25\"\ndst = \"192.0.2.0/24\"", 1);
+    assert_ne!(narrow_in, BASE);
+    let w = warns(&format!("{narrow_in}{}", port_policy("inbound", 1002)));
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].ends_with("and no inbound entry of SPI 1002 with any ports selects them: decrypted, they are dropped (inner_policy_mismatch)"), "{w:?}");
+}

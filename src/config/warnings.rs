@@ -12,6 +12,19 @@ fn covers((p, len): (IpAddr, u8), a: IpAddr) -> bool {
     Prefix::new(p, len).contains(a)
 }
 
+/// A port range that selects every port.
+const ANY_PORTS: (u16, u16) = (0, u16::MAX);
+
+/// True if prefixes `a` and `b` share an address (the shorter one holds
+/// the longer one's network address).
+fn overlap(a: (IpAddr, u8), b: (IpAddr, u8)) -> bool {
+    if a.1 <= b.1 {
+        covers(a, b.0)
+    } else {
+        covers(b, a.0)
+    }
+}
+
 /// An outbound SA whose `first_seq` leaves fewer sequence numbers than
 /// this is warned about (65,536: a second of traffic at a modest rate).
 const FEW_SEQUENCE_NUMBERS: u64 = 1 << 16;
@@ -49,7 +62,11 @@ const FEW_SEQUENCE_NUMBERS: u64 = 1 << 16;
 /// decrypts is dropped) or DISCARD (what its SA decrypts is dropped); an
 /// outbound SA whose `first_seq` leaves fewer than
 /// [`FEW_SEQUENCE_NUMBERS`] sequence numbers (RFC 4303 §3.3.3: it
-/// hard-expires after that many packets).
+/// hard-expires after that many packets); a PROTECT entry with port
+/// selectors whose datagrams fragmented before the gateway lose their
+/// non-first fragments (no ports, OPAQUE: RFC 4301 §7.1) to another
+/// outbound entry or to none, or, inbound, to an SA with no any-port entry
+/// for them.
 pub fn warnings(cfg: &Config) -> Vec<String> {
     collect(cfg, Scope::File)
 }
@@ -417,6 +434,40 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
             }
             Some(i) => warn(format!("policy[{j}]"), format!("never matches: {}) comes first and covers all its selectors", name(i))),
             None => {}
+        }
+        // RFC 4301 §7.1: a non-first fragment carries no ports (OPAQUE)
+        // and matches only entries with any ports. A PROTECT entry with
+        // port selectors loses the rest of a datagram fragmented before the
+        // gateway to another entry (outbound), or its SA refuses them
+        // (inbound) unless the SA also has an any-port entry for them.
+        let (Action::Protect(spi), None) = (q.action, shadow) else { continue };
+        if q.src_ports == ANY_PORTS && q.dst_ports == ANY_PORTS {
+            continue;
+        }
+        let opaque = |p: &Policy| {
+            p.direction == q.direction
+                && p.src_ports == ANY_PORTS
+                && p.dst_ports == ANY_PORTS
+                && (p.protocol == Protocol::Any || p.protocol == q.protocol)
+                && overlap(p.src, q.src)
+                && overlap(p.dst, q.dst)
+        };
+        const WHY: &str = "non-first fragments of the datagrams it selects carry no ports (OPAQUE, RFC 4301 §7.1)";
+        if q.direction == Direction::Outbound {
+            let first = (0..cfg.policies.len()).filter(|&i| opaque(&cfg.policies[i])).min_by_key(|&i| order(i));
+            let what = match first.map(|i| (i, cfg.policies[i].action)) {
+                Some((_, Action::Protect(s))) if s == spi => continue,
+                Some((i, Action::Protect(s))) => format!("take {}, protect {s}) instead of SPI {spi}: such a datagram is split between the two SAs, and arrives only if both fit its fragments and the peer takes the rest from SPI {s}", name(i)),
+                Some((i, Action::Bypass)) => format!("take {}, bypass) and leave in the clear", name(i)),
+                Some((i, Action::Discard)) => format!("take {}, discard) and are dropped (policy_discard)", name(i)),
+                None => "match no entry and are dropped (no_policy)".into(),
+            };
+            warn(format!("policy[{j}]"), format!("{WHY}: they {what}"));
+        } else if !cfg.policies.iter().any(|p| p.action == q.action && opaque(p)) {
+            warn(
+                format!("policy[{j}]"),
+                format!("{WHY}, and no inbound entry of SPI {spi} with any ports selects them: decrypted, they are dropped (inner_policy_mismatch)"),
+            );
         }
     }
     if found.is_empty() {
