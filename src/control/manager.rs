@@ -369,6 +369,9 @@ pub struct Manager<'d, D: CryptoDevice> {
     /// How long [`Manager::publish`] waits for every worker to adopt a new
     /// snapshot (zero: it does not wait).
     adopt_wait: Duration,
+    /// The control socket's path came from the command line (`--socket`):
+    /// the file's `control.socket` is not in use, so a reload may change it.
+    socket_from_command_line: bool,
     /// Set when the gateway is stopping: its workers are leaving and will
     /// adopt nothing more, so [`Manager::publish`] stops waiting for them.
     stopping: Option<Arc<AtomicBool>>,
@@ -427,6 +430,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             publisher: None,
             last_scan: None,
             adopt_wait: Duration::ZERO,
+            socket_from_command_line: false,
             stopping: None,
         };
         m.set_policies(cfg.policies.clone());
@@ -451,6 +455,14 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     /// callers that poll the workers themselves). `secgw run` sets 1 s.
     pub fn set_adopt_wait(&mut self, wait: Duration) {
         self.adopt_wait = wait;
+    }
+
+    /// The control socket's path was given on the command line (`secgw run
+    /// --socket`): [`Manager::reload`] then takes a file whose
+    /// `control.socket` (or the `gateway.name` it defaults from) changed,
+    /// as that setting is not the one in use.
+    pub fn set_socket_from_command_line(&mut self, yes: bool) {
+        self.socket_from_command_line = yes;
     }
 
     /// The gateway's stop flag (`secgw run`'s SIGINT/SIGTERM flag, which
@@ -1168,7 +1180,8 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     /// replaced (make-before-break for outbound); policies, routes and
     /// neighbours are replaced; `control.rekey_grace_ms` applies to the
     /// rekeys that follow. Ports, workers, crypto and reassembly settings
-    /// and the control socket's path need a restart: a file that changes
+    /// and the control socket's path (unless `--socket` gave it) need a
+    /// restart: a file that changes
     /// them is refused (`Invalid`), nothing applied.
     pub fn reload(&mut self, now: Instant) -> Result<Value, MgrError> {
         let opts = self.cfg.dpdk_import.clone().unwrap_or_default();
@@ -1194,7 +1207,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         if !ports.is_empty() {
             fixed.push("[[port]]".into());
         }
-        if new.control.socket != self.cfg.control.socket {
+        if new.control.socket != self.cfg.control.socket && !self.socket_from_command_line {
             fixed.push(format!("control.socket {:?} → {:?}", self.cfg.control.socket, new.control.socket));
         }
         if !fixed.is_empty() {

@@ -623,6 +623,22 @@ fn reload_applies_a_new_rekey_grace_and_refuses_a_new_socket_path() {
     assert_eq!(r["old_valid_ms"].as_u64(), Some(250), "the refused file's grace is not applied: {r}");
 }
 
+/// With the path from `secgw run --socket` the file's `control.socket` is
+/// not in use: a reload that changes it is taken with the rest
+/// (helper-89 got "control.socket … changed" refused).
+#[test]
+fn reload_takes_a_new_socket_path_when_the_command_line_gave_it() {
+    let (base, path, cfg) = soft_config_file("reload-socket-cli");
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    fx.m.set_socket_from_command_line(true);
+    let now = Instant::now();
+    std::fs::write(&path, format!("{base}[control]\nrekey_grace_ms = 300\nsocket = \"/tmp/elsewhere.sock\"\n")).unwrap();
+    fx.m.reload(now).unwrap();
+    let r = fx.m.rekey(1002, None, None, 4002, hex::decode(key(0x42)).unwrap(), None, now).unwrap();
+    assert_eq!(r["old_valid_ms"].as_u64(), Some(300), "applied: {r}");
+}
+
 #[test]
 fn publish_stops_waiting_for_workers_once_the_gateway_is_stopping() {
     let cfg = load("stopping", &config_text("backend = \"software\"", ""));

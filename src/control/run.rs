@@ -202,6 +202,7 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
     // A change is answered once every worker classifies with it (README, Control socket).
     mgr.set_adopt_wait(Duration::from_secs(1));
     mgr.set_stop_flag(stop.clone());
+    mgr.set_socket_from_command_line(opts.socket.is_some());
     let sock_path = super::socket::socket_path(cfg, opts);
     let mut server = super::socket::CtlServer::bind(&sock_path)
         .map_err(|e| ControlError::Unsupported(format!("control socket {}: {e}", sock_path.display())))?;
