@@ -598,6 +598,14 @@ fn secgw_ctl_prints_tables_results_and_exit_codes() {
     // sa add from stdin, sa rekey with keys from stdin and from a TOML file.
     let (code, out, _) = ctl(&h.path, &["sa", "add", "-"], "[[sa]]\nspi = 1\n[[sa]]\nspi = 2\n");
     assert_eq!((code, out.trim()), (0, "added=2"));
+    // A fragment over the request limit: said in the user's terms, nothing
+    // sent (helper-89 got "request line longer than 1048576 bytes").
+    let n = h.handled().len();
+    let big = "# padding\n".repeat(120_000);
+    let (code, out, err) = ctl(&h.path, &["sa", "add", "-"], &big);
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(err.contains("over the 1048576-byte limit of a control socket request (for `sa add`: split the fragment into several)"), "{err}");
+    assert_eq!(h.handled().len(), n, "nothing reached the server");
     let (code, out, err) = ctl(&h.path, &["sa", "rekey", "1000", "--spi", "1002", "--key-file", "-", "--direction", "out"], "00112233445566778899aabbccddeeff01020304\n");
     assert_eq!((code, out.trim()), (0, "new_spi=1002 rekeyed=1000"), "{err}");
     let keyfile = h.path.with_file_name("k.toml");

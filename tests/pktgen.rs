@@ -404,6 +404,7 @@ fn numbers_that_would_hang_abort_or_send_nothing_are_refused_naming_the_option()
     refused(sink(&["--grace-ms", "18446744073709551615"]), "--grace-ms", "is not in 0..=60000");
     refused(cli(&["forward", "--in", "no-such-if0", "--out", "no-such-if1", "--dst-mac", "02:00:00:00:00:01", "--idle-sleep-us", "99999999"]), "--idle-sleep-us", "is not in 0..=10000");
     refused(gen(&["--duration", "1e-9"]), "--duration", "must be 0.001..=604800 seconds (1 ms to 7 days");
+    refused(gen(&["--rate", "0.5"]), "--rate", "packets per second, a whole number 0..=18446744073709551615 (0 = as fast as possible)");
     refused(gen(&["--duration", "1", "--warmup", "1e12"]), "--warmup", "must be 0..=3600 seconds");
     refused(gen(&["--duration", "1", "--flows", "100000"]), "--flows", "is not in 1..=65536");
     // A paced run with no packet due after the warm-up.

@@ -88,7 +88,7 @@ enum Cmd {
         #[arg(long)]
         size: Size,
         /// Packets per second over all queues (0 = as fast as possible).
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, value_parser = parse_rate)]
         rate: u64,
         /// Seconds of measured traffic (0.001..=604800: 1 ms to 7 days;
         /// with --rate, at least one packet's worth: rate × duration >= 1).
@@ -263,6 +263,12 @@ fn secs(s: &str, range: RangeInclusive<f64>, what: &str) -> Result<Duration, Str
     }
     // -0 is in a range from 0: it is 0.
     Duration::try_from_secs_f64(v.abs()).map_err(|_| "not a number of seconds".to_string())
+}
+
+/// `gen --rate`: whole packets per second, 0 (as fast as it goes) up to
+/// 2^64 − 1; the error names the form and the range.
+fn parse_rate(s: &str) -> Result<u64, String> {
+    s.trim().parse::<u64>().map_err(|_| format!("{s:?}: packets per second, a whole number 0..={} (0 = as fast as possible)", u64::MAX))
 }
 
 /// `--duration` of every command: [`secs`] in [`DURATION_S`].

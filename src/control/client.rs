@@ -52,6 +52,10 @@ pub enum ClientError {
     /// The server sent something that is not the protocol.
     #[error("bad line from the server: {0}")]
     Protocol(String),
+    /// The request would be longer than the server reads
+    /// ([`protocol::MAX_REQUEST_BYTES`]); nothing was sent.
+    #[error("the request is {0} bytes, over the {max}-byte limit of a control socket request (for `sa add`: split the fragment into several)", max = protocol::MAX_REQUEST_BYTES)]
+    TooLarge(usize),
 }
 
 /// A connection to the control socket; requests can be pipelined with
@@ -76,7 +80,14 @@ impl Client {
     pub fn send(&mut self, cmd: &Command) -> Result<u64, ClientError> {
         let id = self.next_id;
         self.next_id += 1;
-        self.writer.write_all(protocol::request_line(Some(&id.into()), cmd).as_bytes())?;
+        let line = protocol::request_line(Some(&id.into()), cmd);
+        // The server would answer `too_large` about a line the user never
+        // wrote: say it here, before sending, in the user's terms.
+        let len = line.strip_suffix('\n').unwrap_or(&line).len();
+        if len > protocol::MAX_REQUEST_BYTES {
+            return Err(ClientError::TooLarge(len));
+        }
+        self.writer.write_all(line.as_bytes())?;
         Ok(id)
     }
 
