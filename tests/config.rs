@@ -1829,3 +1829,18 @@ fn warnings_for_port_selectors_that_split_fragmented_datagrams() {
     assert_eq!(w.len(), 1, "{w:?}");
     assert!(w[0].ends_with("and no inbound entry of SPI 1002 with any ports selects them: decrypted, they are dropped (inner_policy_mismatch)"), "{w:?}");
 }
+
+/// A port or gateway name with a control character is refused at its
+/// place: names go into log lines, the counters table and the default
+/// socket path (helper-89's `"in\"si\\de\nx"` broke the stats table).
+#[test]
+fn names_with_control_characters_are_refused() {
+    let text = BASE.replacen("name = \"inside\"", "name = \"in\\nside\"", 1);
+    assert_ne!(text, BASE);
+    assert_one(&text, "\"in\\nside\"", 0, "port[0].name", "\"in\\nside\" holds the control character '\\n': a name must be printable");
+    let text = BASE.replacen("[gateway]\n", "[gateway]\nname = \"gw\\u001b[31m\"\n", 1);
+    assert_one(&text, "\"gw\\u001b", 0, "gateway.name", "holds the control character '\\u{1b}'");
+    // Printable names, quotes and backslashes included, stay valid.
+    let text = BASE.replacen("name = \"inside\"", "name = \"in \\\"si\\\\de\"", 1);
+    config::parse(&text, Path::new(FILE)).unwrap();
+}

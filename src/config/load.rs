@@ -355,6 +355,19 @@ pub fn parse_fragment(
     }
 }
 
+/// A gateway or port name: non-empty and without control characters (it
+/// appears in logs, counters tables, Prometheus labels and the default
+/// socket path, where a newline or escape would break lines).
+fn name_value(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        Err("expected a non-empty name, found \"\"".into())
+    } else if let Some(c) = s.chars().find(|c| c.is_control()) {
+        Err(format!("{s:?} holds the control character {c:?}: a name must be printable"))
+    } else {
+        Ok(s.to_owned())
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Raw, spanned decoding.
 
@@ -1289,13 +1302,7 @@ impl Checker<'_> {
         };
         let g = raw.get_ref();
         let name = match &g.name {
-            Some(v) => self.parsed(v, &tab.field("name"), |s| {
-                if s.is_empty() {
-                    Err("expected a non-empty name, found \"\"".into())
-                } else {
-                    Ok(s.to_owned())
-                }
-            }),
+            Some(v) => self.parsed(v, &tab.field("name"), name_value),
             None => Some("secgw".to_owned()),
         };
         let workers = self.opt_integer(&g.workers, &tab.field("workers"), 1, 1024, 1);
@@ -1551,13 +1558,7 @@ impl Checker<'_> {
             index += 1;
             let name = ck.required(&p.name, tab, "name").and_then(|v| {
                 let field = tab.field("name");
-                let name = ck.parsed(v, &field, |s| {
-                    if s.is_empty() {
-                        Err("expected a non-empty name, found \"\"".into())
-                    } else {
-                        Ok(s.to_owned())
-                    }
-                })?;
+                let name = ck.parsed(v, &field, name_value)?;
                 let line = ck.line_of(&v.span());
                 if let Some((_, first)) = names.get(&name) {
                     let m = format!("duplicate port name {name:?} (first at line {first})");
