@@ -254,6 +254,12 @@ fn gateway_changes(old: &model::Gateway, new: &model::Gateway) -> String {
     changes!("gateway", model::Gateway, old, new, name, workers, cores, stats_interval, outer_ttl, burst, idle_sleep_us, idle_spin_us, pmtu_timeout_s, pool_size, handoff_depth, icmp_echo)
 }
 
+/// The order SAs are reported in when several change at once (events,
+/// log lines): by SPI, then direction, then destination.
+fn key_order((spi, d, dst): SaKey) -> (u32, u8, Option<std::net::IpAddr>) {
+    (spi, d as u8, dst)
+}
+
 /// `{"spi", "direction", "tunnel_dst"?}` of an SA in answers (tunnel_dst
 /// for SAs found by SPI and destination).
 fn sa_id_json((spi, d, dst): SaKey) -> Value {
@@ -1235,7 +1241,8 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         }
         self.reload_fits(&new, now)?;
         let (mut added, mut removed, mut replaced) = (0, 0, 0);
-        let gone: Vec<SaKey> = self.live.keys().filter(|k| !wanted.contains_key(k)).copied().collect();
+        let mut gone: Vec<SaKey> = self.live.keys().filter(|k| !wanted.contains_key(k)).copied().collect();
+        gone.sort_by_key(|&k| key_order(k));
         for k in gone {
             if let Some(l) = self.live_remove(k) {
                 // Its `deleted` event comes when its session is freed.
@@ -1533,6 +1540,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
                 }
             }
         }
+        fired.sort_by_key(|f| key_order(f.1));
         for (kind, k, why, life) in fired {
             let (spi, d, dst) = k;
             let what = if kind == "soft_expired" { "soft limit reached: rekey it" } else { "hard limit reached: it processes no more packets" };
@@ -1551,6 +1559,9 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     }
 
     fn tick_retiring(&mut self, now: Instant) {
+        // The SAs that go in this tick, reported in SPI order (the list is
+        // reordered as entries leave it).
+        let mut gone: Vec<(SaKey, String, Arc<SaLife>)> = Vec::new();
         let mut i = 0;
         while i < self.retiring.len() {
             let stage = self.retiring[i].stage;
@@ -1619,10 +1630,14 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
                     self.keys.gone(&r.live.sa.key, r.live.id);
                     let k = key_of(&r.live.sa);
                     let msg = format!("SA {} {}{} gone ({}): {} packets, {} bytes", k.0, dir_name(r.direction), dst_note(k.2), r.why, r.live.life.counters.packets.get(), r.live.life.counters.bytes.get());
-                    self.event("deleted", k, msg, Some(&r.live.life));
+                    gone.push((k, msg, r.live.life.clone()));
                 }
                 _ => i += 1,
             }
+        }
+        gone.sort_by_key(|g| key_order(g.0));
+        for (k, msg, life) in gone {
+            self.event("deleted", k, msg, Some(&life));
         }
     }
 

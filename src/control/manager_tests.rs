@@ -269,6 +269,34 @@ fn del_removes_policies_empties_the_slot_and_frees_the_session_only_after_quiesc
     assert_eq!(fx.m.del(1001, None, None, now).unwrap_err().kind, MgrErrorKind::NotFound);
 }
 
+/// SAs removed together (one reload) are reported in SPI order, not in
+/// hash order or the order they leave the retiring list (helper-89 saw
+/// 200000, 200002, 200001).
+#[test]
+fn sas_removed_together_are_reported_in_spi_order() {
+    let (_, path, cfg) = soft_config_file("gone-order");
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let spis: Vec<u32> = (0..24).map(|i| 200_000 + i).collect();
+    let frag: String = spis.iter().map(|&spi| sa(spi, "inbound", &key((spi % 200) as u8 + 0x30))).collect();
+    fx.m.add(&frag, Instant::now()).unwrap();
+    fx.m.publish();
+    fx.quiesce();
+    fx.m.take_events();
+    let now = Instant::now();
+    fx.m.reload(now).unwrap();
+    assert!(path.exists());
+    fx.m.publish();
+    for step in 1..=4 {
+        fx.quiesce();
+        fx.m.tick(now + Duration::from_secs(step));
+        fx.m.publish();
+    }
+    assert_eq!(fx.m.retiring(), 0);
+    let gone: Vec<u32> = fx.m.take_events().into_iter().filter(|e| e.kind == "deleted").map(|e| e.spi).collect();
+    assert_eq!(gone, spis);
+}
+
 #[test]
 fn rekey_outbound_moves_the_policies_at_once_and_the_old_slot_goes_after_the_grace() {
     for limit in [0u32, 4] {
