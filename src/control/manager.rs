@@ -1192,8 +1192,8 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     /// neighbours are replaced; `control.rekey_grace_ms` applies to the
     /// rekeys that follow. Ports, workers, crypto and reassembly settings
     /// and the control socket's path (unless `--socket` gave it) need a
-    /// restart: a file that changes
-    /// them is refused (`Invalid`), nothing applied.
+    /// restart: a file that changes them is refused (`Invalid`), nothing
+    /// applied.
     pub fn reload(&mut self, now: Instant) -> Result<Value, MgrError> {
         let opts = self.cfg.dpdk_import.clone().unwrap_or_default();
         let new = crate::config::load_any(&self.cfg.source, &opts).map_err(|e| err(MgrErrorKind::Invalid, e.to_string()))?.0;
