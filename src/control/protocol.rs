@@ -349,11 +349,24 @@ pub struct RequestError {
     pub error: CtlError,
 }
 
+/// The top-level keys of a request, read only to refuse one given twice
+/// (serde's derived reader fails on a duplicate field; others are left to
+/// [`parse_request`]'s own checks).
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct TopKeys {
+    v: Option<serde::de::IgnoredAny>,
+    id: Option<serde::de::IgnoredAny>,
+    cmd: Option<serde::de::IgnoredAny>,
+    args: Option<serde::de::IgnoredAny>,
+}
+
 /// Parses one request line (without its `\n`; a trailing `\r` is allowed).
 ///
 /// Errors, in the order checked: longer than [`MAX_REQUEST_BYTES`] →
 /// `too_large`; not UTF-8 JSON, not an object, `cmd` missing or not a
-/// string, or another top-level key than v/id/cmd/args → `bad_json`; `v`
+/// string, a top-level key given twice or another than v/id/cmd/args →
+/// `bad_json`; `v`
 /// missing or not [`VERSION`] → `bad_version`; an unknown `cmd` →
 /// `unknown_command`; `args` of the wrong shape → `bad_args`.
 pub fn parse_request(line: &[u8]) -> Result<Request, RequestError> {
@@ -368,6 +381,12 @@ pub fn parse_request(line: &[u8]) -> Result<Request, RequestError> {
         Err(e) => return fail(None, ErrorCode::BadJson, format!("not JSON: {e}")),
     };
     let id = obj.remove("id").filter(|v| !v.is_null());
+    // `Value` keeps the last of a key given twice: `{"cmd":"stats",
+    // "cmd":"sa.list"}` would run what a reader of the first key does not
+    // expect. The derived reader of the four keys refuses a repeat.
+    if let Err(e) = serde_json::from_slice::<TopKeys>(line) {
+        return fail(id, ErrorCode::BadJson, format!("{e}: a request key may be given once"));
+    }
     if let Some(k) = obj.keys().find(|k| !matches!(k.as_str(), "v" | "cmd" | "args")) {
         return fail(id, ErrorCode::BadJson, format!("unknown request key {k:?}; expected v, id, cmd, args"));
     }
@@ -628,6 +647,15 @@ mod tests {
 
     fn code(line: &str) -> ErrorCode {
         parse_request(line.as_bytes()).expect_err(line).error.code
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused() {
+        let e = parse_request(br#"{"v":1,"cmd":"stats","cmd":"sa.list","id":7}"#).unwrap_err();
+        assert_eq!((e.error.code, e.id), (ErrorCode::BadJson, Some(Value::from(7))));
+        assert!(e.error.message.contains("duplicate field `cmd`") && e.error.message.ends_with("a request key may be given once"), "{}", e.error.message);
+        assert_eq!(code(r#"{"v":1,"v":1,"cmd":"stats"}"#), ErrorCode::BadJson);
+        parse_request(br#"{"v":1,"cmd":"sa.del","args":{"spi":5}}"#).unwrap();
     }
 
     #[test]
