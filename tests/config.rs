@@ -1844,3 +1844,39 @@ fn names_with_control_characters_are_refused() {
     let text = BASE.replacen("name = \"inside\"", "name = \"in \\\"si\\\\de\"", 1);
     config::parse(&text, Path::new(FILE)).unwrap();
 }
+
+/// helper-90's cases: the covering entry named is the one that comes first
+/// in order, not in the file; an any-port entry that holds only part of a
+/// port entry's addresses lets the rest of its fragments meet later ones;
+/// an any-port entry before it takes whole datagrams, never its fragments;
+/// inbound, a DISCARD after it is met in the ordered lookup.
+#[test]
+fn fragment_and_shadow_warnings_follow_the_spd_order() {
+    let warns = |text: &str| config::warnings(&config::parse(text, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}")));
+    let pol = |dir: &str, src: &str, dst: &str, extra: &str, pri: u32, action: &str| {
+        format!("\n[[policy]]\ndirection = \"{dir}\"\nsrc = \"{src}\"\ndst = \"{dst}\"\n{extra}priority = {pri}\naction = \"{action}\"\n")
+    };
+    let (v4a, v4b) = ("192.0.2.0/24", "198.51.100.0/24");
+    let udp53 = "protocol = \"udp\"\ndst_ports = \"53\"\n";
+    // Outbound: the /32 any-port entry of the same SA holds only part; the
+    // DISCARD behind it takes the rest.
+    let base = BASE.replacen("action = \"protect 1001\"", "priority = 50\naction = \"protect 1001\"", 1);
+    let text = format!("{base}{}{}{}", pol("outbound", v4a, v4b, udp53, 5, "protect 1001"), pol("outbound", "192.0.2.5/32", v4b, "", 6, "protect 1001"), pol("outbound", v4a, v4b, "", 10, "discard"));
+    let w = warns(&text);
+    assert!(w.iter().any(|w| w.starts_with("test.toml: policy[2]: non-first") && w.contains("some of them take policy[4] (priority 10, discard)")), "{w:?}");
+    // An any-port BYPASS before it takes whole datagrams: no warning.
+    let text = format!("{base}{}{}{}", pol("outbound", "192.0.2.128/25", v4b, "", 1, "bypass"), pol("outbound", v4a, v4b, udp53, 5, "protect 1001"), pol("outbound", v4a, v4b, "", 20, "protect 1001"));
+    let w = warns(&text);
+    assert!(!w.iter().any(|w| w.contains("non-first")), "{w:?}");
+    // Inbound: DISCARD (udp, any port) after it, before the any-port
+    // PROTECT of its SA: the ordered lookup drops the fragments.
+    let base_in = BASE.replacen("action = \"protect 1002\"", "priority = 20\naction = \"protect 1002\"", 1);
+    let text = format!("{base_in}{}{}", pol("inbound", v4b, v4a, udp53, 10, "protect 1002"), pol("inbound", v4b, v4a, "protocol = \"udp\"\n", 15, "discard"));
+    let w = warns(&text);
+    assert!(w.iter().any(|w| w.starts_with("test.toml: policy[2]: non-first") && w.ends_with("they take policy[3] (priority 15, discard) and are dropped (policy_discard)")), "{w:?}");
+    // The covering entry named is the first in order: a BYPASS at priority
+    // 5 later in the file beats a DISCARD at 8 earlier in it.
+    let text = format!("{base_in}{}{}{}", pol("inbound", v4b, v4a, "", 8, "discard"), pol("inbound", v4b, v4a, "", 5, "bypass"), pol("inbound", v4b, v4a, "", 10, "protect 1002"));
+    let w = warns(&text);
+    assert!(w.iter().any(|w| w.starts_with("test.toml: policy[4]: policy[3] (priority 5, bypass) comes first")), "{w:?}");
+}

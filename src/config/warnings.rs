@@ -409,9 +409,25 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
             (k, None) => format!("policy[{k}] (priority {priority}"),
         }
     };
+    // Whether the worker looks decrypted packets of a family up in the
+    // inbound SPD: some BYPASS or DISCARD entry comes before some PROTECT
+    // one (`Spd::protect_shadowed`).
+    let shadowed = |v4: bool| {
+        let of = |want_protect: bool| {
+            (0..cfg.policies.len())
+                .filter(move |&i| {
+                    let p = &cfg.policies[i];
+                    p.direction == Direction::Inbound && p.src.0.is_ipv4() == v4 && matches!(p.action, Action::Protect(_)) == want_protect
+                })
+                .map(order)
+        };
+        matches!((of(false).min(), of(true).max()), (Some(a), Some(b)) if a < b)
+    };
     for (j, q) in cfg.policies.iter().enumerate().skip(first_policy) {
         let inbound_protect = q.direction == Direction::Inbound && matches!(q.action, Action::Protect(_));
-        let shadow = (0..cfg.policies.len()).filter(|&i| i != j && order(i) < order(j)).find(|&i| {
+        // The covering entry that comes first (the one that takes the
+        // packets), not the first in the file.
+        let shadow = (0..cfg.policies.len()).filter(|&i| i != j && order(i) < order(j)).filter(|&i| {
             let p = &cfg.policies[i];
             let prefix = |a: (IpAddr, u8), b: (IpAddr, u8)| a.1 <= b.1 && covers(a, b.0);
             let ports = |a: (u16, u16), b: (u16, u16)| a.0 <= b.0 && b.1 <= a.1;
@@ -422,7 +438,8 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
                 && (p.protocol == Protocol::Any || p.protocol == q.protocol)
                 && ports(p.src_ports, q.src_ports)
                 && ports(p.dst_ports, q.dst_ports)
-        });
+        })
+        .min_by_key(|&i| order(i));
         match shadow {
             Some(i) if inbound_protect => {
                 let (action, what) = if cfg.policies[i].action == Action::Bypass {
@@ -436,10 +453,14 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
             None => {}
         }
         // RFC 4301 §7.1: a non-first fragment carries no ports (OPAQUE)
-        // and matches only entries with any ports. A PROTECT entry with
-        // port selectors loses the rest of a datagram fragmented before the
-        // gateway to another entry (outbound), or its SA refuses them
-        // (inbound) unless the SA also has an any-port entry for them.
+        // and matches only entries with any ports. The datagrams this entry
+        // takes are outside every any-port entry before it (which would
+        // have taken their first fragment), so their other fragments meet
+        // the any-port entries after it, in order: outbound, the first that
+        // holds their addresses decides; inbound, the worker's ordered
+        // lookup does the same when a BYPASS or DISCARD precedes some
+        // PROTECT entry of the family, and the SA must also have an
+        // any-port entry for them.
         let (Action::Protect(spi), None) = (q.action, shadow) else { continue };
         if q.src_ports == ANY_PORTS && q.dst_ports == ANY_PORTS {
             continue;
@@ -452,18 +473,51 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
                 && overlap(p.src, q.src)
                 && overlap(p.dst, q.dst)
         };
+        let holds_all = |p: &Policy| p.src.1 <= q.src.1 && covers(p.src, q.src.0) && p.dst.1 <= q.dst.1 && covers(p.dst, q.dst.0);
+        // Inbound, an earlier any-port PROTECT entry holding them all
+        // passes their fragments in the ordered lookup before any later one.
+        let passed = q.direction == Direction::Inbound
+            && (0..cfg.policies.len()).any(|i| order(i) < order(j) && matches!(cfg.policies[i].action, Action::Protect(_)) && opaque(&cfg.policies[i]) && holds_all(&cfg.policies[i]));
+        let mut later: Vec<usize> = (0..cfg.policies.len()).filter(|&i| !passed && order(i) > order(j) && opaque(&cfg.policies[i])).collect();
+        later.sort_by_key(|&i| order(i));
         const WHY: &str = "non-first fragments of the datagrams it selects carry no ports (OPAQUE, RFC 4301 §7.1)";
-        if q.direction == Direction::Outbound {
-            let first = (0..cfg.policies.len()).filter(|&i| opaque(&cfg.policies[i])).min_by_key(|&i| order(i));
-            let what = match first.map(|i| (i, cfg.policies[i].action)) {
-                Some((_, Action::Protect(s))) if s == spi => continue,
-                Some((i, Action::Protect(s))) => format!("take {}, protect {s}) instead of SPI {spi}: such a datagram is split between the two SAs, and arrives only if both fit its fragments and the peer takes the rest from SPI {s}", name(i)),
-                Some((i, Action::Bypass)) => format!("take {}, bypass) and leave in the clear", name(i)),
-                Some((i, Action::Discard)) => format!("take {}, discard) and are dropped (policy_discard)", name(i)),
-                None => "match no entry and are dropped (no_policy)".into(),
+        // The first later entry that takes some of them elsewhere, and
+        // whether an earlier one took only part (then only some go there).
+        let mut partial = false;
+        let mut elsewhere = None;
+        let mut held = false;
+        for &i in &later {
+            let p = &cfg.policies[i];
+            let same = match (q.direction, p.action) {
+                (Direction::Outbound, a) => a == q.action,
+                // Inbound, any PROTECT entry passes the ordered lookup.
+                (Direction::Inbound, Action::Protect(_)) => true,
+                // A BYPASS or DISCARD one is met only if the worker looks
+                // decrypted packets up at all (`Spd::protect_shadowed`).
+                (Direction::Inbound, _) => !shadowed(p.src.0.is_ipv4()),
             };
-            warn(format!("policy[{j}]"), format!("{WHY}: they {what}"));
-        } else if !cfg.policies.iter().any(|p| p.action == q.action && opaque(p)) {
+            if !same {
+                elsewhere = Some(i);
+                break;
+            }
+            if holds_all(p) {
+                held = true;
+                break;
+            }
+            partial = true;
+        }
+        let some = if partial { "some of them" } else { "they" };
+        let what = match elsewhere.map(|i| (i, cfg.policies[i].action)) {
+            Some((i, Action::Protect(s))) => Some(format!("{some} take {}, protect {s}) instead of SPI {spi}: such a datagram is split between the two SAs, and arrives only if both fit its fragments and the peer takes the rest from SPI {s}", name(i))),
+            Some((i, Action::Bypass)) if q.direction == Direction::Outbound => Some(format!("{some} take {}, bypass) and leave in the clear", name(i))),
+            Some((i, Action::Bypass)) => Some(format!("{some} meet {}, bypass) first and are dropped (inner_policy_mismatch: decrypted where the SPD says clear)", name(i))),
+            Some((i, _)) => Some(format!("{some} take {}, discard) and are dropped (policy_discard)", name(i))),
+            None if !held && q.direction == Direction::Outbound => Some(format!("{} match no entry and are dropped (no_policy)", if later.is_empty() { "they" } else { "some of them" })),
+            None => None,
+        };
+        if let Some(what) = what {
+            warn(format!("policy[{j}]"), format!("{WHY}: {what}"));
+        } else if q.direction == Direction::Inbound && !cfg.policies.iter().any(|p| p.action == q.action && opaque(p)) {
             warn(
                 format!("policy[{j}]"),
                 format!("{WHY}, and no inbound entry of SPI {spi} with any ports selects them: decrypted, they are dropped (inner_policy_mismatch)"),
