@@ -39,9 +39,19 @@ pub fn pending_conf(n: &NeighbourTable) -> PendingConf {
     PendingConf { packets: n.pending_packets, per_hop: n.pending_per_hop }
 }
 
-/// Writes `snap` as JSON to `path` atomically (temporary file + rename).
+/// The temporary file a stats file is written to before the rename: in
+/// the same directory, hidden, named after it and this process
+/// (`.gw0.json.4711.tmp`), so no other file is taken over (`path` with
+/// its extension changed could be someone's, or `path` itself).
+fn stats_tmp(path: &std::path::Path) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
+}
+
+/// Writes `snap` as JSON to `path` atomically (temporary file + rename;
+/// a symlink at `path` is replaced, not followed).
 fn write_stats_file(path: &PathBuf, snap: &stats::Snapshot) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
+    let tmp = stats_tmp(path);
     std::fs::write(&tmp, snap.to_json()).and_then(|_| std::fs::rename(&tmp, path))
 }
 
@@ -115,10 +125,15 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
         // worker, as the schema wants), once the workers run. A file left
         // by an earlier run goes now: until then there is none, rather
         // than stale counters.
-        let tmp = path.with_extension("tmp");
+        let tmp = stats_tmp(path);
         std::fs::write(&tmp, b"")
             .and_then(|()| std::fs::remove_file(&tmp))
-            .and_then(|()| std::fs::remove_file(path).or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }))
+            .map_err(|e| ControlError::Unsupported(format!("--stats-file {}: cannot write {} beside it: {e}", path.display(), tmp.display())))?;
+        if path.is_dir() {
+            return Err(ControlError::Unsupported(format!("--stats-file {}: is a directory", path.display())));
+        }
+        std::fs::remove_file(path)
+            .or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) })
             .map_err(|e| ControlError::Unsupported(format!("--stats-file {}: {e}", path.display())))?;
     }
 
@@ -362,5 +377,15 @@ mod tests {
     #[test]
     fn config_defaults_are_the_dataplane_defaults() {
         assert_eq!(reassembly_conf(&Reassembly::default()), ReassemblyConf::DEFAULT);
+    }
+
+    /// The temporary stats file is this process's own, beside the file:
+    /// never the file itself nor `X.tmp` (helper-90 lost a `s5.tmp`).
+    #[test]
+    fn stats_tmp_is_hidden_and_per_process() {
+        let pid = std::process::id();
+        assert_eq!(stats_tmp(std::path::Path::new("/run/gw/s5.json")), PathBuf::from(format!("/run/gw/.s5.json.{pid}.tmp")));
+        let p = std::path::Path::new("/run/gw/s.tmp");
+        assert_ne!(stats_tmp(p), p);
     }
 }

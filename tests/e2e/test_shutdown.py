@@ -46,6 +46,10 @@ def test_stats_file_is_complete_from_its_first_write(testbed, artifacts):
             time.sleep(0.002)
 
     t = threading.Thread(target=watch)
+    # A file beside it with the stats file's stem is someone else's: the
+    # gateway's temporary file must not take it over.
+    beside = g.stats_file.with_suffix(".tmp")
+    beside.write_text("precious")
     try:
         # start() removes stats.json first; a stale one written after that
         # and before the process runs must not survive into this run.
@@ -68,6 +72,7 @@ def test_stats_file_is_complete_from_its_first_write(testbed, artifacts):
             t.join()
         rc = g.stop()
     assert rc == 0, g.logs()
+    assert beside.read_text() == "precious", f"{beside} was overwritten or removed"
     assert seen, f"no stats file while the gateway ran\n{g.logs()}"
     for text in seen:
         doc = json.loads(text)
