@@ -1837,9 +1837,18 @@ fn warnings_for_port_selectors_that_split_fragmented_datagrams() {
 fn names_with_control_characters_are_refused() {
     let text = BASE.replacen("name = \"inside\"", "name = \"in\\nside\"", 1);
     assert_ne!(text, BASE);
-    assert_one(&text, "\"in\\nside\"", 0, "port[0].name", "\"in\\nside\" holds the control character '\\n': a name must be printable");
+    assert_one(&text, "\"in\\nside\"", 0, "port[0].name", "\"in\\nside\" holds the control or formatting character '\\n': a name must be printable");
     let text = BASE.replacen("[gateway]\n", "[gateway]\nname = \"gw\\u001b[31m\"\n", 1);
-    assert_one(&text, "\"gw\\u001b", 0, "gateway.name", "holds the control character '\\u{1b}'");
+    assert_one(&text, "\"gw\\u001b", 0, "gateway.name", "holds the control or formatting character '\\u{1b}'");
+    // Line separator and right-to-left override (helper-90), and an
+    // interface name with a BEL.
+    let text = BASE.replacen("[gateway]\n", "[gateway]\nname = \"gw\\u2028x\"\n", 1);
+    assert_one(&text, "\"gw\\u2028", 0, "gateway.name", "'\\u{2028}'");
+    let text = BASE.replacen("name = \"inside\"", "name = \"in\\u202eside\"", 1);
+    assert_one(&text, "\"in\\u202e", 0, "port[0].name", "'\\u{202e}'");
+    let text = BASE.replacen("interface = \"in0\"", "interface = \"in\\u00070\"", 1);
+    assert_one(&text, "\"in\\u0007", 0, "port[0].interface", "without '/', ':', spaces or control characters");
+    assert!(config::dpdk::ImportOptions::parse_port("0=gw\u{7}a").unwrap_err().contains("control characters"));
     // Printable names, quotes and backslashes included, stay valid.
     let text = BASE.replacen("name = \"inside\"", "name = \"in \\\"si\\\\de\"", 1);
     config::parse(&text, Path::new(FILE)).unwrap();

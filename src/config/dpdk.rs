@@ -116,7 +116,7 @@ impl ImportOptions {
     pub fn parse_port(s: &str) -> Result<(u16, String), String> {
         let (id, ifname) = s.split_once('=').ok_or_else(|| format!("expected ID=IFACE like 0=gw0-p0, found {s:?}"))?;
         let id = id.parse::<u16>().map_err(|_| format!("expected a port id 0..=65535 in {s:?}"))?;
-        Ok((id, ifname.to_owned()))
+        Ok((id, super::load::parse_ifname(ifname)?))
     }
     /// Parses `ID,MAC` (`--eth-dest`, DPDK's syntax).
     pub fn parse_eth_dest(s: &str) -> Result<(u16, Mac), String> {

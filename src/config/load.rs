@@ -355,14 +355,22 @@ pub fn parse_fragment(
     }
 }
 
+/// A control character (C0, DEL, C1) or one that reorders or breaks text
+/// where it is shown: line and paragraph separators (U+2028, U+2029),
+/// zero-width and bidirectional formatting characters (U+200B–U+200F,
+/// U+202A–U+202E, U+2060–U+2069, U+FEFF).
+fn unprintable(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+}
+
 /// A gateway or port name: non-empty and without control characters (it
 /// appears in logs, counters tables, Prometheus labels and the default
 /// socket path, where a newline or escape would break lines).
 fn name_value(s: &str) -> Result<String, String> {
     if s.is_empty() {
         Err("expected a non-empty name, found \"\"".into())
-    } else if let Some(c) = s.chars().find(|c| c.is_control()) {
-        Err(format!("{s:?} holds the control character {c:?}: a name must be printable"))
+    } else if let Some(c) = s.chars().find(|&c| unprintable(c)) {
+        Err(format!("{s:?} holds the control or formatting character {c:?}: a name must be printable"))
     } else {
         Ok(s.to_owned())
     }
@@ -2567,16 +2575,16 @@ pub(super) fn parse_mac(s: &str) -> Result<Mac, String> {
 
 /// Linux interface name rules (`dev_valid_name`): 1..=15 bytes, not "." or
 /// "..", no '/', ':' or whitespace.
-fn parse_ifname(s: &str) -> Result<String, String> {
+pub(crate) fn parse_ifname(s: &str) -> Result<String, String> {
     if s.is_empty() || s.len() > 15 {
         return Err(format!(
             "expected an interface name of 1..=15 bytes, found {s:?} ({} bytes)",
             s.len()
         ));
     }
-    if s == "." || s == ".." || s.chars().any(|c| c == '/' || c == ':' || c.is_whitespace()) {
+    if s == "." || s == ".." || s.chars().any(|c| c == '/' || c == ':' || c.is_whitespace() || unprintable(c)) {
         return Err(format!(
-            "expected an interface name without '/', ':' or spaces, found {s:?}"
+            "expected an interface name without '/', ':', spaces or control characters, found {s:?}"
         ));
     }
     Ok(s.to_owned())
