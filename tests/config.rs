@@ -1883,6 +1883,17 @@ fn fragment_and_shadow_warnings_follow_the_spd_order() {
     let text = format!("{base_in}{}{}", pol("inbound", v4b, v4a, udp53, 10, "protect 1002"), pol("inbound", v4b, v4a, "protocol = \"udp\"\n", 15, "discard"));
     let w = warns(&text);
     assert!(w.iter().any(|w| w.starts_with("test.toml: policy[2]: non-first") && w.ends_with("they take policy[3] (priority 15, discard) and are dropped (policy_discard)")), "{w:?}");
+    // A DISCARD after every IPv4 PROTECT still counts when an IPv6 one
+    // comes before an IPv6 PROTECT: the worker's lookup of decrypted
+    // packets is one switch for both families (`Spd::protect_shadowed`).
+    let v6 = |action: &str, pri: u32| pol("inbound", "2001:db8:b::/64", "2001:db8:a::/64", "", pri, action);
+    let narrow_in = BASE.replacen("src = \"198.51.100.0/24\"\ndst = \"192.0.2.0/24\"\naction = \"protect 1002\"", "src = \"198.51.100.128/25\"\ndst = \"192.0.2.0/24\"\npriority = 5\naction = \"protect 1002\"", 1);
+    assert_ne!(narrow_in, BASE);
+    let text = format!("{narrow_in}{}{}", pol("inbound", v4b, v4a, udp53, 10, "protect 1002"), pol("inbound", v4b, v4a, "protocol = \"udp\"\n", 30, "discard"));
+    assert!(!warns(&text).iter().any(|w| w.contains("non-first")), "no lookup: {:?}", warns(&text));
+    let text = format!("{text}{}{}", v6("discard", 1), v6("protect 1002", 2));
+    let w = warns(&text);
+    assert!(w.iter().any(|w| w.starts_with("test.toml: policy[2]: non-first") && w.contains("take policy[3] (priority 30, discard)")), "{w:?}");
     // The covering entry named is the first in order: a BYPASS at priority
     // 5 later in the file beats a DISCARD at 8 earlier in it.
     let text = format!("{base_in}{}{}{}", pol("inbound", v4b, v4a, "", 8, "discard"), pol("inbound", v4b, v4a, "", 5, "bypass"), pol("inbound", v4b, v4a, "", 10, "protect 1002"));

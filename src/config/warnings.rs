@@ -15,14 +15,15 @@ fn covers((p, len): (IpAddr, u8), a: IpAddr) -> bool {
 /// A port range that selects every port.
 const ANY_PORTS: (u16, u16) = (0, u16::MAX);
 
-/// True if prefixes `a` and `b` share an address (the shorter one holds
-/// the longer one's network address).
+/// True if prefix `a` holds every address of prefix `b` (it is no longer
+/// and covers `b`'s network address).
+fn holds(a: (IpAddr, u8), b: (IpAddr, u8)) -> bool {
+    a.1 <= b.1 && covers(a, b.0)
+}
+
+/// True if prefixes `a` and `b` share an address (one holds the other).
 fn overlap(a: (IpAddr, u8), b: (IpAddr, u8)) -> bool {
-    if a.1 <= b.1 {
-        covers(a, b.0)
-    } else {
-        covers(b, a.0)
-    }
+    holds(a, b) || holds(b, a)
 }
 
 /// An outbound SA whose `first_seq` leaves fewer sequence numbers than
@@ -409,10 +410,10 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
             (k, None) => format!("policy[{k}] (priority {priority}"),
         }
     };
-    // Whether the worker looks decrypted packets of a family up in the
-    // inbound SPD: some BYPASS or DISCARD entry comes before some PROTECT
-    // one (`Spd::protect_shadowed`).
-    let shadowed = |v4: bool| {
+    // Whether the worker looks decrypted packets up in the inbound SPD, as
+    // `Spd::protect_shadowed` decides it: in either family, some BYPASS or
+    // DISCARD entry comes before some PROTECT one. Worked out once.
+    let shadowed = [true, false].into_iter().any(|v4| {
         let of = |want_protect: bool| {
             (0..cfg.policies.len())
                 .filter(move |&i| {
@@ -422,19 +423,18 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
                 .map(order)
         };
         matches!((of(false).min(), of(true).max()), (Some(a), Some(b)) if a < b)
-    };
+    });
     for (j, q) in cfg.policies.iter().enumerate().skip(first_policy) {
         let inbound_protect = q.direction == Direction::Inbound && matches!(q.action, Action::Protect(_));
         // The covering entry that comes first (the one that takes the
         // packets), not the first in the file.
         let shadow = (0..cfg.policies.len()).filter(|&i| i != j && order(i) < order(j)).filter(|&i| {
             let p = &cfg.policies[i];
-            let prefix = |a: (IpAddr, u8), b: (IpAddr, u8)| a.1 <= b.1 && covers(a, b.0);
             let ports = |a: (u16, u16), b: (u16, u16)| a.0 <= b.0 && b.1 <= a.1;
             p.direction == q.direction
                 && (!inbound_protect || matches!(p.action, Action::Bypass | Action::Discard))
-                && prefix(p.src, q.src)
-                && prefix(p.dst, q.dst)
+                && holds(p.src, q.src)
+                && holds(p.dst, q.dst)
                 && (p.protocol == Protocol::Any || p.protocol == q.protocol)
                 && ports(p.src_ports, q.src_ports)
                 && ports(p.dst_ports, q.dst_ports)
@@ -473,7 +473,7 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
                 && overlap(p.src, q.src)
                 && overlap(p.dst, q.dst)
         };
-        let holds_all = |p: &Policy| p.src.1 <= q.src.1 && covers(p.src, q.src.0) && p.dst.1 <= q.dst.1 && covers(p.dst, q.dst.0);
+        let holds_all = |p: &Policy| holds(p.src, q.src) && holds(p.dst, q.dst);
         // Inbound, an earlier any-port PROTECT entry holding them all
         // passes their fragments in the ordered lookup before any later one.
         let passed = q.direction == Direction::Inbound
@@ -494,7 +494,7 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
                 (Direction::Inbound, Action::Protect(_)) => true,
                 // A BYPASS or DISCARD one is met only if the worker looks
                 // decrypted packets up at all (`Spd::protect_shadowed`).
-                (Direction::Inbound, _) => !shadowed(p.src.0.is_ipv4()),
+                (Direction::Inbound, _) => !shadowed,
             };
             if !same {
                 elsewhere = Some(i);
