@@ -61,11 +61,17 @@
 #                        (b) always 1: the ESP generator encapsulates with SA 1001 only)
 #   --burst N, --idle-sleep US, --xdp-mode MODE
 #                        gateway settings for every row (default 32, 0, native;
-#                        --xdp-mode also for secgw-pktgen's sockets)
+#                        --idle-sleep also for the forwarder of (d), --xdp-mode
+#                        for all of secgw-pktgen's sockets). With --idle-sleep > 0
+#                        the table's "DUT CPU µs/pkt" (the device under test's
+#                        CPU time from /proc over the packets sent, at the latency
+#                        rate) is the work a packet costs; busy-polling, it is not
 #   --sink-idle-sleep US the sink's sleep after an empty poll (default 20; 0 = busy-poll).
 #                        The sink shares core 0 with the generator: a busy-polling
 #                        sink takes half of it (measured: 20 µs raised (d)'s
 #                        saturation rate ~1.6x and cut p50 latency 12 → 2.4 ms)
+#   --lat-rate PPS       the latency (and DUT CPU) trial at PPS instead of 50 % of the
+#                        row's saturation: the same rate for every row and run
 #   --no-crosscheck, --xcheck-rate PPS, --xcheck-size BYTES
 #   --json FILE          write every row (and its trials) as JSON
 #   --keep               leave the namespaces up at the end
@@ -92,7 +98,7 @@ TABLE_PY="$BENCH_TESTBED/bench_table.py"
 TOPOS="a,b,c,d,bypass"; SIZES="64,512,1420,imix"; WORKERS="1,2"; BACKENDS="software,descriptor"
 TRIAL_SECS=2; WARMUP=1; STEPS=6; LOSS_TOL=0; FLOWS=2
 BURST=32; IDLE_SLEEP=0; XDP_MODE=native; SINK_IDLE_SLEEP=20
-XCHECK=1; XCHECK_RATE=0; XCHECK_SIZE=""
+XCHECK=1; XCHECK_RATE=0; XCHECK_SIZE=""; LAT_RATE=0
 JSON_OUT=""; KEEP=0; QUICK=0
 
 die() { printf 'bench.sh: %s\n' "$*" >&2; exit 2; }
@@ -102,7 +108,7 @@ QUICK_OVERRIDES=""
 given() { case " $QUICK_OVERRIDES " in *" $1 "*) ;; *) QUICK_OVERRIDES="$QUICK_OVERRIDES $1" ;; esac; }
 while [ $# -gt 0 ]; do
     case "$1" in
-        --topologies|--sizes|--workers|--backends|--trial-secs|--warmup|--steps|--loss-tolerance|--flows|--burst|--idle-sleep|--xdp-mode|--sink-idle-sleep|--xcheck-rate|--xcheck-size|--json)
+        --topologies|--sizes|--workers|--backends|--trial-secs|--warmup|--steps|--loss-tolerance|--flows|--burst|--idle-sleep|--xdp-mode|--sink-idle-sleep|--lat-rate|--xcheck-rate|--xcheck-size|--json)
             [ $# -ge 2 ] || die "$1 needs a value (--help)" ;;
     esac
     case "$1" in
@@ -122,6 +128,7 @@ while [ $# -gt 0 ]; do
         --idle-sleep) IDLE_SLEEP="$2"; shift ;;
         --xdp-mode) XDP_MODE="$2"; shift ;;
         --sink-idle-sleep) SINK_IDLE_SLEEP="$2"; shift ;;
+        --lat-rate) LAT_RATE="$2"; shift ;;
         --crosscheck) XCHECK=1 ;;
         --no-crosscheck) XCHECK=0 ;;
         --xcheck-rate) XCHECK_RATE="$2"; shift ;;
@@ -170,6 +177,7 @@ int_in --burst "$BURST" 1 256
 int_in --idle-sleep "$IDLE_SLEEP" 0 10000
 int_in --sink-idle-sleep "$SINK_IDLE_SLEEP" 0 10000
 int_in --xcheck-rate "$XCHECK_RATE" 0 100000000
+int_in --lat-rate "$LAT_RATE" 0 100000000
 [ -z "$XCHECK_SIZE" ] || int_in --xcheck-size "$XCHECK_SIZE" 64 1500
 
 # Loud failures, never skips: everything the run needs must be there.
@@ -281,7 +289,7 @@ bench_config() {
         "$base" >"$out"
     # The rewrite must have hit every marked line (a config edit that breaks
     # the pattern would otherwise measure the wrong thing silently).
-    grep -q "^workers = $w " "$out" && grep -q "^idle_sleep_us = $IDLE_SLEEP " "$out" &&
+    grep -q "^workers = $w " "$out" && grep -q "^idle_sleep_us = $IDLE_SLEEP " "$out" && grep -q "^idle_spin_us = 0 " "$out" &&
         grep -q "^backend = \"$backend\"" "$out" && grep -q "^xdp_mode = \"$XDP_MODE\"" "$out" ||
         { err "bench_config: $base has no \`# bench:\` line for a setting"; return 1; }
     "$SECGW_BIN" check "$out" >/dev/null || { err "secgw check $out failed"; return 1; }
@@ -293,6 +301,7 @@ fwd_start() { # fwd_start WORKERS
     mkdir -p "$dir"
     ip netns exec "$(ns fwd)" env --default-signal=INT,TERM "$SECGW_PKTGEN_BIN" forward --in fwd-in --out fwd-out \
         --dst-mac "$SINK_MAC" --src-mac "$FWD_OUT_MAC" --queues "$q" --core "$DUT_CORE" --xdp-mode "$XDP_MODE" \
+        --idle-sleep-us "$IDLE_SLEEP" \
         >"$dir/stdout.log" 2>"$dir/stderr.log" </dev/null &
     FWD_PID=$!
     wait_xdp fwd fwd-in "$FWD_PID" "$dir/stderr.log" || { FWD_PID=""; return 1; }
@@ -366,7 +375,8 @@ trial() {
         >"$dir/sink.out" 2>"$dir/sink.err" </dev/null &
     local sink_pid=$!
     wait_xdp sink sink0 "$sink_pid" "$dir/sink.err" || { kill "$sink_pid" 2>/dev/null; wait "$sink_pid" 2>/dev/null; return 1; }
-    local rc=0
+    local rc=0 cpu0 cpu1
+    cpu0=$(dut_cpu_ticks)
     nsx gen "$SECGW_PKTGEN_BIN" gen --iface gen0 --queues "$q" --core "$GEN_CORE" --xdp-mode "$XDP_MODE" \
         --src-mac "$GEN_MAC" --dst-mac "$GEN_DST_MAC" --src "$GEN_IP" --dst "$SINK_IP" \
         --flows "$flows" --size "$size" --rate "$rate" --duration "$TRIAL_SECS" --warmup "$WARMUP" \
@@ -375,6 +385,7 @@ trial() {
         err "secgw-pktgen gen exited $rc:"; tail -20 "$dir/gen.err" >&2
         kill -INT "$sink_pid" 2>/dev/null; wait "$sink_pid" 2>/dev/null; return 1
     fi
+    cpu1=$(dut_cpu_ticks)
     wait "$sink_pid" || rc=$?
     if [ "$rc" -ne 0 ]; then err "secgw-pktgen sink exited $rc:"; tail -20 "$dir/sink.err" >&2; return 1; fi
     ESP_SEQ=$(( ESP_SEQ + $(jget "$dir/gen.json" tx_packets) ))
@@ -383,8 +394,23 @@ trial() {
     # The report's doubts (sink late, reports of two runs, ...) are shown, and kept in trial.json.
     grep -h ' WARN ' "$dir/report.err" | sed "s|^.* WARN [^ ]* |[bench] $dir: report warns: |" >&2 || true
     python3 "$TABLE_PY" trial --rate "$rate" --gen "$dir/gen.json" --sink "$dir/sink.json" --report "$dir/report.json" \
+        --dut-cpu-ticks "$((cpu1 - cpu0))" --clk-tck "$CLK_TCK" \
         >"$dir/trial.json" || return 1
     cat "$dir/trial.json"
+}
+
+# dut_cpu_ticks: CPU time (user + system, clock ticks) the device(s) under
+# test have used so far: the forwarder and every running gateway, from
+# /proc/PID/stat (fields 14 and 15, counted after the command name).
+CLK_TCK=$(getconf CLK_TCK)
+dut_cpu_ticks() {
+    local p sum=0 t
+    for p in $FWD_PID "${GW_PID[@]}"; do
+        [ -n "$p" ] && [ -r "/proc/$p/stat" ] || continue
+        t=$(sed 's/^.*) //' "/proc/$p/stat" | awk '{ print $12 + $13 }') || continue
+        sum=$((sum + t))
+    done
+    echo "$sum"
 }
 
 jget() { python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))[sys.argv[2]]; print(v if v is not None else "")' "$1" "$2"; }
@@ -428,7 +454,8 @@ run_row() {
     if [ -z "$lo_dir" ]; then lo_dir="$t"; fi
     # 3. latency at half the saturation rate (of the lowest probe when none passed)
     local lat_rate lat_dir="$rdir/lat"
-    if [ "$lo" != 0 ]; then lat_rate=$(fmul "$lo" 0.5); else lat_rate=$(fmul "$hi" 0.5); fi
+    if [ "$LAT_RATE" != 0 ]; then lat_rate="$LAT_RATE"
+    elif [ "$lo" != 0 ]; then lat_rate=$(fmul "$lo" 0.5); else lat_rate=$(fmul "$hi" 0.5); fi
     [ "$lat_rate" -ge 1 ] || lat_rate=1
     trial "$topo" "$size" "$w" "$lat_rate" "$lat_dir" >/dev/null || { dut_down || true; return 1; }
     blog "row $id: latency at $lat_rate pps: p50 $(jget "$lat_dir/trial.json" p50_us) µs, p99 $(jget "$lat_dir/trial.json" p99_us) µs, lost $(jget "$lat_dir/trial.json" lost)"

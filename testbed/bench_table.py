@@ -6,7 +6,8 @@ JSON they write and never runs anything itself. Subcommands:
 
   trial  --rate R --gen G --sink S --report P   one trial, normalized to
          {rate, offered_pps, tx_packets, rx_packets, lost, loss_pct, rx_pps,
-          gbps, p50_us, p99_us, max_us, warnings} (pps = packets per second of the
+          gbps, p50_us, p99_us, max_us, warnings, dut_cpu_s,
+          dut_cpu_us_per_pkt} (pps = packets per second of the
           measured window; gbps = Ethernet frame bytes without FCS ×8 / s at
           the sink, as `secgw-pktgen report` computes it)
   pass   --tol PCT TRIAL.json                    prints 1 when loss ≤ PCT % and
@@ -59,6 +60,10 @@ def cmd_trial(a):
     mpps = pick(rep, "mpps", "rx_mpps", default=None)
     rx_pps = float(mpps) * 1e6 if mpps is not None else rx / secs
     gbps = pick(rep, "gbps", "gbit_s", "rx_gbps", default=None)
+    # The device under test's CPU over the generator's whole run (warm-up
+    # included), per packet the generator sent in it.
+    dut_cpu_s = a.dut_cpu_ticks / a.clk_tck if a.clk_tck else None
+    sent_all = int(pick(gen, "tx_packets", default=0))
     out = {
         "rate": int(a.rate),
         "offered_pps": round(tx / secs),
@@ -75,6 +80,8 @@ def cmd_trial(a):
         "sink_esp_failed": pick(sink, "esp_failed", "decrypt_failed", "esp_errors", default=None),
         # `secgw-pktgen report`'s doubts about the two reports (other run, sink late, ...).
         "warnings": rep.get("warnings") or [],
+        "dut_cpu_s": dut_cpu_s,
+        "dut_cpu_us_per_pkt": dut_cpu_s * 1e6 / sent_all if dut_cpu_s is not None and sent_all else None,
     }
     json.dump(out, sys.stdout)
     print()
@@ -118,6 +125,7 @@ def cmd_row(a):
         "latency_rate_pps": int(a.lat_rate),
         "latency_loss_pct": lat["loss_pct"],
         "p50_us": lat["p50_us"], "p99_us": lat["p99_us"], "max_us": lat["max_us"],
+        "dut_cpu_us_per_pkt": lat.get("dut_cpu_us_per_pkt"),
         "gateways": gws,
         "trials": trials,
     }
@@ -216,15 +224,15 @@ def cmd_table(a):
     lines += [f"- {k}: {v}" for k, v in meta.items()]
     lines += ["",
               "| topology | size B | workers | backend | sat. rate pps | Mpps | Gbit/s | loss % | ratio to (d) "
-              "| lat. rate pps | p50 µs | p99 µs | max µs | loss % at lat. rate |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| lat. rate pps | p50 µs | p99 µs | max µs | loss % at lat. rate | DUT CPU µs/pkt at lat. rate |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append("| " + " | ".join([
             TOPO_NAME.get(r["topology"], r["topology"]), str(r["size"]), str(r["workers"]), r["backend"] or "—",
             str(r["saturation_pps"]) if r["saturation_pps"] else f"none ≤ {r['upper_pps']}",
             fmt(r["mpps"], 3), fmt(r["gbps"], 3), fmt(r["loss_pct"], 3), fmt(r["ratio_d"], 2),
             str(r["latency_rate_pps"]), fmt(r["p50_us"], 1), fmt(r["p99_us"], 1), fmt(r["max_us"], 1),
-            fmt(r["latency_loss_pct"], 3)]) + " |")
+            fmt(r["latency_loss_pct"], 3), fmt(r.get("dut_cpu_us_per_pkt"), 2)]) + " |")
     x = load(a.crosscheck) if a.crosscheck else None
     if x:
         t, p = x["trafgen"], x["pktgen"]
@@ -248,6 +256,7 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("trial")
     p.add_argument("--rate", required=True); p.add_argument("--gen", required=True)
+    p.add_argument("--dut-cpu-ticks", type=int, default=0); p.add_argument("--clk-tck", type=int, default=0)
     p.add_argument("--sink", required=True); p.add_argument("--report", required=True)
     p = sub.add_parser("pass")
     p.add_argument("--tol", type=float, default=0.0); p.add_argument("trial")

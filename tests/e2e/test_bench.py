@@ -62,6 +62,10 @@ def test_bench_quick_json(testbed, artifacts):
         assert r["gbps"] is not None and r["gbps"] > 0, r
         assert r["trials"] and all("rx_packets" in t for t in r["trials"]), r
         assert r["ratio_d"] is not None and r["ratio_d"] > 0, f"{topo}: no ratio to (d): {r}"
+        # The device under test's CPU at the latency rate, from /proc (it
+        # busy-polls here, so it used CPU all along).
+        assert isinstance(r["dut_cpu_us_per_pkt"], float) and r["dut_cpu_us_per_pkt"] > 0, f"{topo}: {r}"
+        assert all(t["dut_cpu_s"] > 0 for t in r["trials"]), f"{topo}: {r['trials']}"
     # (d) carried traffic in every trial it ran (the forwarder is the reference).
     assert all(t["rx_packets"] > 0 for t in rows["d"]["trials"]), rows["d"]["trials"]
     assert rows["d"]["ratio_d"] == 1.0
