@@ -18,7 +18,7 @@
 //!                           # default 100; unused with idle_sleep_us = 0
 //! pmtu_timeout_s = 600      # how long a tunnel SA's path MTU learned from ICMP holds
 //!                           # (RFC 4301 §8.2), 0..=86400 s; 0 = such ICMP is ignored; default 600
-//! pool_size = 4096          # packet buffers per worker (UMEM frames of 4096 bytes), 1024..=262144, at least
+//! pool_size = 4096          # packet buffers per worker (2176 bytes each), 1024..=262144, at least
 //!                           # 4 × neighbour_table.pending_packets and, with 2 workers or more,
 //!                           # 2 × handoff_depth; workers × pool_size <= 1048576; default 4096
 //! handoff_depth = 2048      # packets per handoff ring between two workers, power of two in
@@ -257,7 +257,7 @@ pub fn read_text(path: &Path) -> Result<Zeroizing<String>, ConfigError> {
 pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
 
 /// Packet buffers of all workers together at most (`gateway.workers` ×
-/// `gateway.pool_size`, 4 GiB of 4096-byte UMEM frames): every worker sizes
+/// `gateway.pool_size`, 2.1 GiB of 2176-byte buffers): every worker sizes
 /// its queues at start for all of them (any may be handed to it).
 const MAX_BUFFERS: i64 = 1 << 20;
 
@@ -1338,7 +1338,7 @@ impl Checker<'_> {
         if let (Some(pool), Some(n)) = (pool_size, workers) {
             let total = pool * n;
             if total > MAX_BUFFERS {
-                let gib = (total as u64 * crate::io::af_xdp::FRAME_SIZE as u64) as f64 / (1u64 << 30) as f64;
+                let gib = (total as u64 * crate::io::BUF_SIZE as u64) as f64 / (1u64 << 30) as f64;
                 let why = format!("workers × pool_size = {total} buffers ({gib:.1} GiB) exceeds {MAX_BUFFERS}");
                 match (&g.pool_size, &g.workers) {
                     (Some(v), _) => self.problem(&v.span(), &tab.field("pool_size"), format!("expected at most {} with {n} workers ({why}), found {pool}", MAX_BUFFERS / n)),

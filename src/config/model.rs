@@ -81,13 +81,11 @@ pub struct Gateway {
     /// it is forgotten (RFC 4301 §8.2.1–8.2.2, RFC 1191 §6.3; 0..=86400,
     /// default 600); 0 = such reports are ignored (RFC 4301 §6.1.1).
     pub pmtu_timeout_s: u64,
-    /// Packet buffers per worker, made at start: frames of the UMEM the
-    /// worker's AF_XDP sockets share (4096 bytes each, pinned), which rx
-    /// fills without a copy, or, when its ports' `xdp_mode`s differ, heap
-    /// blocks of `io::BUF_SIZE` (2176) bytes (1024..=262144, default 4096;
-    /// at least 4 × `neighbour_table.pending_packets` and, with 2 workers
-    /// or more, 2 × `handoff_depth`: a full handoff ring leaves half the
-    /// pool; `workers` × `pool_size` at most 1048576, 4 GiB). Every frame a worker holds
+    /// Packet buffers per worker (`io::BUF_SIZE`, 2176 bytes each), made
+    /// at start (1024..=262144, default 4096; at least 4 ×
+    /// `neighbour_table.pending_packets` and, with 2 workers or more, 2 ×
+    /// `handoff_depth`: a full handoff ring leaves half the pool; `workers`
+    /// × `pool_size` at most 1048576, 2.1 GiB). Every frame a worker holds
     /// (received, handed to another worker, in its crypto queue pair,
     /// waiting for a next hop's MAC, in a reassembly) takes one; with none
     /// free, rx leaves frames in the AF_XDP rx ring.
@@ -111,7 +109,7 @@ pub struct Gateway {
 pub struct Reassembly {
     /// Datagrams each worker reassembles at once (0..=1024, default 64;
     /// 0 = off: fragments to the gateway are dropped as `fragment`). Each
-    /// holds one packet buffer of the worker's pool while in use.
+    /// holds one 2176-byte packet buffer of the worker's pool while in use.
     pub contexts: usize,
     /// Fragments one datagram may have (2..=256, default 16).
     pub max_fragments: usize,

@@ -52,28 +52,23 @@ pub fn summary(cfg: &Config) -> String {
         0 => String::new(),
         _ => format!(", {rings} handoff rings of {} ({} in all)", g.handoff_depth, size(handoff_bytes)),
     };
-    // A worker's buffers are frames of the UMEM its sockets share when its
-    // ports bind alike (`AfXdpPort::open_group`), heap blocks otherwise.
-    let in_umem = cfg.ports.windows(2).all(|w| w[0].xdp_mode == w[1].xdp_mode);
-    let buffers = (g.pool_size + g.burst) as u64;
-    let pool_bytes = buffers * if in_umem { crate::io::af_xdp::FRAME_SIZE as u64 } else { crate::io::BUF_SIZE as u64 };
+    let pool_bytes = g.pool_size as u64 * crate::io::BUF_SIZE as u64;
     let pools = pool_bytes * g.workers as u64;
     let umem = |p: &Port| 2 * p.ring_size as u64 * crate::io::af_xdp::FRAME_SIZE as u64;
     let _ = writeln!(out, "config {}", cfg.source.display());
     let _ = writeln!(
         out,
-        "gateway {:?}: {} worker(s) on cores {cores}, burst {}, outer TTL {}, stats {stats}, {} buffers a worker and {} for rx bursts ({}{}){handoff}",
-        g.name, g.workers, g.burst, g.outer_ttl, g.pool_size, g.burst, size(pool_bytes), if in_umem { " of its UMEM" } else { "" }
+        "gateway {:?}: {} worker(s) on cores {cores}, burst {}, outer TTL {}, stats {stats}, {} buffers a worker ({}){handoff}",
+        g.name, g.workers, g.burst, g.outer_ttl, g.pool_size, size(pool_bytes)
     );
-    let umems: u64 = cfg.ports.iter().map(umem).sum::<u64>() * g.workers as u64 + if in_umem { pools } else { 0 };
+    let umems: u64 = cfg.ports.iter().map(umem).sum::<u64>() * g.workers as u64;
     let _ = writeln!(
         out,
-        "memory: {} in all: buffers {}, handoff rings {}, AF_XDP UMEMs {} (pinned{})",
-        size(if in_umem { handoff_bytes + umems } else { pools + handoff_bytes + umems }),
+        "memory: {} in all: buffers {}, handoff rings {}, AF_XDP UMEMs {} (pinned)",
+        size(pools + handoff_bytes + umems),
         size(pools),
         size(handoff_bytes),
-        size(umems),
-        if in_umem { ", the buffers included" } else { "" }
+        size(umems)
     );
     let c = &cfg.crypto;
     let backend = match c.backend {

@@ -261,15 +261,16 @@ pub fn run_with<D: CryptoDevice + 'static>(cfg: &Config, opts: &RunOptions, dev:
                     tracing::warn!(worker = w, core, "could not pin worker");
                 }
                 // Ports are opened on the thread that polls them.
-                // One UMEM for the worker's sockets, its packet buffers
-                // included, so that a received frame is not copied.
-                let ports = match AfXdpPort::open_group(0, &port_cfgs, wconf.pool_size + wconf.burst) {
-                    Ok(p) => p,
-                    Err((i, e)) => {
-                        let _ = ready.send((w, Err(format!("{}: {e}", opened_at.get(i).map_or("ports", String::as_str)))));
-                        return;
+                let mut ports = Vec::with_capacity(port_cfgs.len());
+                for (i, pc) in port_cfgs.iter().enumerate() {
+                    match AfXdpPort::open(i as u16, pc) {
+                        Ok(p) => ports.push(p),
+                        Err(e) => {
+                            let _ = ready.send((w, Err(format!("{}: {e}", opened_at[i]))));
+                            return;
+                        }
                     }
-                };
+                }
                 let mut worker = Worker::new(wconf, ports, qp, wtables, c, handoff);
                 let _ = ready.send((w, Ok(())));
                 worker.run(&wstop);

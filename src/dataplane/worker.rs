@@ -556,11 +556,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         // Every buffer of every worker may end up here at once.
         let total = (conf.pool_size + conf.burst) * conf.nb_workers.max(1);
         let nports = ports.len();
-        let mut ports = ports;
-        // Buffers of the ports' own frame memory where they offer it (rx
-        // then trades frames instead of copying), else from the heap.
-        let mut mk = || {
-            let mut b = ports.iter_mut().find_map(|p| p.new_buffer()).unwrap_or_default();
+        let mk = || {
+            let mut b = PktBuf::new();
             b.home = conf.id as u16;
             b
         };

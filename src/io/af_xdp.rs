@@ -1,23 +1,11 @@
 //! AF_XDP port backend (through `xsk-rs`, which wraps libxdp).
 //!
 //! One [`AfXdpPort`] is one AF_XDP socket bound to one `(interface, queue)`
-//! pair. The ports a worker opens together ([`AfXdpPort::open_group`])
-//! share one UMEM (`XDP_SHARED_UMEM`, each socket with its own fill and
-//! completion ring); [`AfXdpPort::open`] gives one port a UMEM of its own.
-//! Each port's frames are split once at open: the first half lives on its
-//! fill ring (receive), the second half is its free list for transmit. The
-//! group's further frames are the worker's [`PktBuf`]s (see
-//! [`SharedUmem`]).
-//!
-//! Receive *trades* a frame with a buffer of the same UMEM: the buffer
-//! takes the received frame as it lies (the packet at the buffer's
-//! `HEADROOM`, the kernel's XDP headroom in front of it for outer headers),
-//! and its old frame goes to the fill ring in the same `rx_burst`. A buffer
-//! of another UMEM or of the heap is received into by copying
-//! ([`AfXdpPort::rx_copied`]). Transmit copies the frame into one of the
-//! port's tx frames (the outer headers ESP prepends move the packet's start
-//! to where xsk-rs 0.11's `FrameDesc`, whose address cannot be set, cannot
-//! point), so a buffer never aliases a frame the kernel owns.
+//! pair, with a UMEM of its own. The UMEM's frames are split once at
+//! [`AfXdpPort::open`]: the first half lives on the fill ring (receive), the
+//! second half is a free list for transmit. Frames are *copied* between the
+//! UMEM and [`PktBuf`]s, so a `PktBuf` never aliases kernel-owned memory and
+//! a received frame goes back to the fill ring within the same `rx_burst`.
 //!
 //! Contracts:
 //! - Nothing on the per-packet path (`rx_burst`, `tx_burst`, `poll`)
@@ -31,10 +19,7 @@
 //!   [`PortStats::rx_dropped`], never dereferenced, and never panics.
 //! - Frame ownership (xsk-rs's rule): a descriptor produced on the fill or tx
 //!   ring is not touched again until the rx or completion ring hands it back;
-//!   descriptors only ever index this port's own UMEM. A frame is at any
-//!   time in exactly one place: a ring, a port's tx free list, or one
-//!   buffer; a trade moves one frame each way, so every port's fill ring
-//!   gets back as many frames as it gave.
+//!   descriptors only ever index this port's own UMEM.
 //! - Ownership: while a process has a port open on an interface it holds an
 //!   exclusive `flock` on `/run/secgw/xdp-<netns inode>-<ifindex>.lock`,
 //!   which holds its pid. The first port a process opens on an interface
@@ -69,7 +54,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use xsk_rs::config::{
     BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig, XdpFlags,
 };
@@ -195,70 +180,6 @@ struct Xsk {
     fq: FillQueue,
     cq: CompQueue,
     umem: Umem,
-}
-
-/// A UMEM shared by the AF_XDP sockets of one worker's ports
-/// ([`AfXdpPort::open_group`]), whose frames beyond the ports' own are that
-/// worker's packet buffers: a [`PktBuf`] of it is the `BUF_SIZE`-byte
-/// window of one frame that starts [`SharedUmem::WINDOW`] bytes in, so a
-/// frame the kernel wrote at the usual offset (256, the XDP headroom) lies
-/// at the buffer's `HEADROOM`. Kept mapped while a port or a buffer holds
-/// it.
-pub struct SharedUmem {
-    /// Keeps the mapping (and libxdp's UMEM) alive.
-    #[allow(dead_code)]
-    umem: Umem,
-    /// Address of UMEM offset 0.
-    base: NonNull<u8>,
-    /// Bytes of UMEM.
-    len: usize,
-    /// Bytes per frame.
-    frame_size: usize,
-    /// log2 of `frame_size`.
-    frame_shift: u32,
-    /// The descriptor `Umem::new` made for each frame, by frame index: what
-    /// goes on a fill ring for a frame a buffer gives up.
-    descs: Vec<FrameDesc>,
-}
-
-// SAFETY: `base` is only an address (the mapping it points into lives as
-// long as `umem`); the frames themselves are reached through the buffers and
-// rings that own them, one owner at a time.
-unsafe impl Send for SharedUmem {}
-// SAFETY: as for `Send`: nothing in a `SharedUmem` is written after it is
-// made, and `Umem` is `Sync`.
-unsafe impl Sync for SharedUmem {}
-
-impl SharedUmem {
-    /// Offset in a frame of a buffer's window: the XDP headroom (256) less
-    /// the buffer's `HEADROOM` (128).
-    pub const WINDOW: usize = 128;
-
-    /// The `BUF_SIZE`-byte window of frame `frame`, or `None` if the frame
-    /// is not in the UMEM or too small to hold one.
-    #[inline]
-    fn window(&self, frame: usize) -> Option<NonNull<[u8; super::BUF_SIZE]>> {
-        let at = frame.checked_mul(self.frame_size)?.checked_add(Self::WINDOW)?;
-        if self.frame_size < Self::WINDOW + super::BUF_SIZE || at + super::BUF_SIZE > self.len {
-            return None;
-        }
-        // SAFETY: `at + BUF_SIZE <= len`, so the window lies inside the
-        // mapping that starts at `base`.
-        Some(unsafe { self.base.add(at) }.cast())
-    }
-
-    /// The index of the frame whose window is `w` (one [`SharedUmem::window`]
-    /// returned).
-    #[inline]
-    fn frame_of(&self, w: NonNull<[u8; super::BUF_SIZE]>) -> usize {
-        (w.as_ptr() as usize).wrapping_sub(self.base.as_ptr() as usize + Self::WINDOW) >> self.frame_shift
-    }
-}
-
-impl std::fmt::Debug for SharedUmem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedUmem").field("len", &self.len).field("frame_size", &self.frame_size).finish()
-    }
 }
 
 /// Network namespace (inode of `/proc/thread-self/ns/net`) and ifindex of an
@@ -405,15 +326,8 @@ pub struct AfXdpPort {
     key: IfKey,
     /// Dropped exactly once, first thing in `Drop`.
     xsk: ManuallyDrop<Xsk>,
-    /// Bytes of UMEM (every frame of the group's shared UMEM).
+    /// Bytes of UMEM (`frame_count * frame_size`).
     umem_len: usize,
-    /// The UMEM this port's socket is bound to, shared with the other ports
-    /// of its [`AfXdpPort::open_group`].
-    share: Arc<SharedUmem>,
-    /// Frames of `share` for [`Port::new_buffer`] (start-up only).
-    spare: Vec<u32>,
-    /// Frames received by copying into a buffer not of `share`.
-    rx_copied: u64,
     /// Bytes per UMEM frame.
     frame_size: usize,
     /// Largest frame a tx UMEM frame holds (`frame_size - 256`).
@@ -484,123 +398,26 @@ impl AfXdpPort {
     /// already bound, the driver lacks native XDP, ...), with the OS error in
     /// the message.
     pub fn open(id: u16, cfg: &AfXdpConfig) -> Result<AfXdpPort, IoError> {
-        let mut ports = Self::open_group(id, std::slice::from_ref(cfg), 0).map_err(|(_, e)| e)?;
-        ports.pop().ok_or_else(|| IoError::Setup { interface: cfg.interface.clone(), queue: cfg.queue, what: "no port opened".into() })
-    }
-
-    /// Opens ports `first_id, first_id + 1, …` on `cfgs` (one socket each,
-    /// as [`AfXdpPort::open`]) over one UMEM they share (`XDP_SHARED_UMEM`,
-    /// each socket with its own fill and completion ring), holding every
-    /// port's `frame_count` frames plus `buffers` more: packet buffers a
-    /// worker takes with [`Port::new_buffer`] (from the first port). A port
-    /// receives into such a buffer by trading frames with it (the buffer
-    /// takes the received frame, the fill ring the buffer's old one), so a
-    /// frame a worker received on one port is read and rewritten in place
-    /// and copied once, into a tx frame. Buffers of another UMEM, or of the
-    /// heap, are received into by copying.
-    ///
-    /// The ports share one UMEM only when they have the same `frame_size`
-    /// and `mode` (their sockets then bind alike): otherwise, or when a
-    /// second socket cannot share it (a driver bound zero-copy, say), each
-    /// port opens with a UMEM of its own and `buffers` is ignored. Buffers
-    /// need 4096-byte frames (the kernel's 256-byte XDP headroom and a
-    /// whole `PktBuf` in one frame); with 2048-byte frames, or where they
-    /// would take the UMEM past 4 GiB, none are made.
-    ///
-    /// # Errors
-    /// As [`AfXdpPort::open`] for each port (the ports opened before the
-    /// failing one are closed again); [`IoError::Setup`] if two configs
-    /// name the same interface and queue, or the ports' frames alone pass
-    /// 4 GiB.
-    pub fn open_group(first_id: u16, cfgs: &[AfXdpConfig], buffers: usize) -> Result<Vec<AfXdpPort>, (usize, IoError)> {
-        let Some(first) = cfgs.first() else { return Ok(Vec::new()) };
-        let setup = |cfg: &AfXdpConfig, what: String| IoError::Setup { interface: cfg.interface.clone(), queue: cfg.queue, what };
-        for (i, cfg) in cfgs.iter().enumerate() {
-            validate(cfg).map_err(|e| (i, setup(cfg, e)))?;
-            if cfgs[..i].iter().any(|c| c.interface == cfg.interface && c.queue == cfg.queue) {
-                return Err((i, setup(cfg, "the interface and queue are given twice".into())));
-            }
-        }
-        if cfgs.iter().any(|c| c.frame_size != first.frame_size || c.mode != first.mode) {
-            let mut ports = Vec::with_capacity(cfgs.len());
-            for (i, cfg) in cfgs.iter().enumerate() {
-                ports.extend(Self::open_group(first_id + i as u16, std::slice::from_ref(cfg), 0).map_err(|(_, e)| (i, e))?);
-            }
-            return Ok(ports);
-        }
-        let frame_size = first.frame_size as usize;
-        let buffers = if frame_size >= SharedUmem::WINDOW + super::BUF_SIZE { buffers } else { 0 };
-        let port_frames: usize = cfgs.iter().map(|c| c.frame_count as usize).sum();
-        let fits = |frames: usize| (frames as u64) * (frame_size as u64) <= (1 << 32);
-        // Buffers that would take the UMEM past 4 GiB come from the heap.
-        let buffers = if fits(port_frames + buffers) { buffers } else { 0 };
-        let total = port_frames + buffers;
-        if !fits(total) {
-            return Err((0, setup(first, format!("UMEM of {total} x {frame_size} bytes (the ports' frames) is over 4 GiB"))));
-        }
-        let ring = cfgs.iter().map(|c| c.ring_size).max().unwrap_or(first.ring_size);
-        let group = |e: IoError| (0, e);
-        let (fsize, qsize) = (
-            FrameSize::new(first.frame_size).map_err(|e| group(setup(first, e.to_string())))?,
-            QueueSize::new(ring).map_err(|e| group(setup(first, e.to_string())))?,
-        );
-        let umem_cfg = UmemConfig::builder()
-            .frame_size(fsize)
-            .fill_queue_size(qsize)
-            .comp_queue_size(qsize)
-            .frame_headroom(0)
-            .build()
-            .map_err(|e| group(setup(first, format!("UMEM config: {e}"))))?;
-        // `WINDOW` assumes the kernel's XDP headroom, which xsk-rs lays out.
-        if umem_cfg.xdp_headroom() as usize != SharedUmem::WINDOW + super::HEADROOM {
-            return Err(group(setup(first, format!("UMEM XDP headroom is {} bytes, not 256", umem_cfg.xdp_headroom()))));
-        }
-        let count = std::num::NonZeroU32::new(total as u32).ok_or_else(|| group(setup(first, "frame_count is 0".into())))?;
-        let (umem, descs) = Umem::new(umem_cfg, count, false).map_err(|e| group(setup(first, format!("UMEM: {}", err_chain(&e)))))?;
-        let Some(d0) = descs.first() else { return Err(group(setup(first, "UMEM has no frames".into()))) };
-        // SAFETY: `d0` is a frame `Umem::new` just made; nothing else uses
-        // the UMEM yet. Only its address is taken.
-        let at = unsafe { umem.data(d0) }.contents().as_ptr();
-        let base = NonNull::new(at.wrapping_sub(d0.addr()) as *mut u8).ok_or_else(|| group(setup(first, "UMEM base is null".into())))?;
-        let share = Arc::new(SharedUmem { umem: umem.clone(), base, len: total * frame_size, frame_size, frame_shift: frame_size.trailing_zeros(), descs });
-
-        let mut ports: Vec<AfXdpPort> = Vec::with_capacity(cfgs.len());
-        let mut next = 0usize;
-        for (i, cfg) in cfgs.iter().enumerate() {
-            let id = first_id + i as u16;
-            let frames = &share.descs[next..next + cfg.frame_count as usize];
-            next += cfg.frame_count as usize;
-            match Self::open_socket(id, cfg, &umem, &share, frames, umem_cfg.xdp_headroom() as usize) {
-                Ok(p) => ports.push(p),
-                // A second socket the kernel will not let share the UMEM
-                // (its bind would differ from the first's) gets its own.
-                Err(e) if i > 0 => {
-                    tracing::info!(interface = %cfg.interface, queue = cfg.queue, "AF_XDP socket cannot share the worker's UMEM ({e}); it gets its own, and frames it receives are copied");
-                    ports.extend(Self::open_group(id, std::slice::from_ref(cfg), 0).map_err(|(_, e)| (i, e))?);
-                }
-                Err(e) => return Err((i, e)),
-            }
-        }
-        if let Some(p) = ports.first_mut() {
-            if Arc::ptr_eq(&p.share, &share) {
-                p.spare = (port_frames..total).map(|f| f as u32).collect();
-            }
-        }
-        Ok(ports)
-    }
-
-    /// Opens the socket of port `id` on `cfg`'s interface and queue over
-    /// `umem` (`share`'s), with `frames` (`cfg.frame_count` of them): the
-    /// first half goes on its fill ring, the second is its tx free list.
-    fn open_socket(id: u16, cfg: &AfXdpConfig, umem: &Umem, share: &Arc<SharedUmem>, frames: &[FrameDesc], xdp_headroom: usize) -> Result<AfXdpPort, IoError> {
         let setup = |what: String| IoError::Setup {
             interface: cfg.interface.clone(),
             queue: cfg.queue,
             what,
         };
+        validate(cfg).map_err(setup)?;
         let ifindex = ifindex_of(&cfg.interface)?;
         let key: IfKey = (current_netns().map_err(IoError::Os)?, ifindex);
-        let ring = QueueSize::new(cfg.ring_size).map_err(|e| setup(e.to_string()))?;
+
+        let (frame_size, ring) = (
+            FrameSize::new(cfg.frame_size).map_err(|e| setup(e.to_string()))?,
+            QueueSize::new(cfg.ring_size).map_err(|e| setup(e.to_string()))?,
+        );
+        let umem_cfg = UmemConfig::builder()
+            .frame_size(frame_size)
+            .fill_queue_size(ring)
+            .comp_queue_size(ring)
+            .frame_headroom(0)
+            .build()
+            .map_err(|e| setup(format!("UMEM config: {e}")))?;
         let (xdp_flags, bind_flags) = match cfg.mode {
             AttachMode::Skb => (
                 XdpFlags::XDP_FLAGS_SKB_MODE,
@@ -636,6 +453,10 @@ impl AfXdpPort {
             remove_stale_program(ifindex, &cfg.interface).map_err(setup)?;
         }
 
+        let frame_count = std::num::NonZeroU32::new(cfg.frame_count)
+            .ok_or_else(|| setup("frame_count is 0".into()))?;
+        let (umem, mut descs) = Umem::new(umem_cfg, frame_count, false)
+            .map_err(|e| setup(format!("UMEM: {}", err_chain(&e))))?;
         // A queue still bound by the socket of a process that just died
         // (the kernel tears an XSK down after its owner's exit, not at
         // once) refuses the bind with EBUSY for a moment: retried for up
@@ -644,13 +465,12 @@ impl AfXdpPort {
         // lock still gets the error, after the second).
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
         let (tx, rx, fq_cq) = loop {
-            // SAFETY: no socket of `umem` is bound to this interface and
-            // queue (`open_group` refuses a pair given twice), so the
-            // shared-UMEM precondition of `Socket::new`
-            // (XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD when the pair is already
-            // bound from the same UMEM) does not apply; a failed attempt
-            // binds nothing, so trying again is the same call.
-            match unsafe { Socket::new(sock_cfg, umem, &if_name, cfg.queue) } {
+            // SAFETY: `umem` was created just above and is used by this
+            // socket only (not shared), so the shared-UMEM precondition of
+            // `Socket::new` (XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD when the pair
+            // is already bound from the same UMEM) does not apply; a failed
+            // attempt binds nothing, so trying again is the same call.
+            match unsafe { Socket::new(sock_cfg, &umem, &if_name, cfg.queue) } {
                 Ok(s) => break s,
                 Err(e) => {
                     let text = err_chain(&e);
@@ -666,19 +486,19 @@ impl AfXdpPort {
             fq_cq.ok_or_else(|| setup("libxdp returned no fill/completion ring".into()))?;
 
         let rx_frames = (cfg.frame_count / 2) as usize;
-        let (fill, tx_frames) = frames.split_at(rx_frames.min(frames.len()));
-        // SAFETY: these descriptors are frames of this UMEM given to this
-        // port alone and never produced anywhere; after this call they
-        // belong to the kernel until the rx ring hands them back.
-        let filled = unsafe { fq.produce(fill) };
-        if filled != fill.len() {
+        let tx_frames: Vec<FrameDesc> = descs.split_off(rx_frames);
+        // SAFETY: these descriptors come from `Umem::new` for this UMEM and
+        // have never been produced anywhere; after this call they belong to
+        // the kernel until the rx ring hands them back.
+        let filled = unsafe { fq.produce(&descs) };
+        if filled != descs.len() {
             return Err(setup(format!(
                 "fill ring took {filled} of {} frames",
-                fill.len()
+                descs.len()
             )));
         }
         let mut tx_free = Vec::with_capacity(tx_frames.len());
-        tx_free.extend_from_slice(tx_frames);
+        tx_free.extend_from_slice(&tx_frames);
 
         match lock {
             Some(lock) => attached.push(Attached {
@@ -705,14 +525,11 @@ impl AfXdpPort {
                 rx,
                 fq,
                 cq,
-                umem: umem.clone(),
+                umem,
             }),
-            umem_len: share.len,
+            umem_len: cfg.frame_count as usize * cfg.frame_size as usize,
             frame_size: cfg.frame_size as usize,
-            tx_max: cfg.frame_size as usize - xdp_headroom,
-            share: share.clone(),
-            spare: Vec::new(),
-            rx_copied: 0,
+            tx_max: (cfg.frame_size - umem_cfg.xdp_headroom()) as usize,
             rx_descs: vec![FrameDesc::default(); ring_len],
             fill_pending: Vec::with_capacity(rx_frames),
             comp_descs: vec![FrameDesc::default(); ring_len],
@@ -727,14 +544,6 @@ impl AfXdpPort {
     /// `PktBuf`s).
     pub fn id(&self) -> u16 {
         self.id
-    }
-
-    /// Frames received by copying them into the buffer `rx_burst` was
-    /// given, because it was not a frame of this port's UMEM (a
-    /// [`PktBuf::new`] buffer, or one of another worker's); the others
-    /// were traded, not copied.
-    pub fn rx_copied(&self) -> u64 {
-        self.rx_copied
     }
 
     /// Frames currently free for transmit (the rest are on the tx or
@@ -840,36 +649,15 @@ impl Port for AfXdpPort {
                 self.stats.rx_dropped += 1;
                 continue;
             }
-            let buf = &mut bufs[out];
-            // A buffer of this UMEM takes the frame as it is and gives its
-            // own to the fill ring.
-            let (frame, at) = (d.addr() / self.frame_size, d.addr() % self.frame_size);
-            if buf.umem().is_some_and(|u| Arc::ptr_eq(u, &self.share)) && at >= SharedUmem::WINDOW && at - SharedUmem::WINDOW + len <= super::BUF_SIZE {
-                if let (Some(window), Some(&old)) = (self.share.window(frame), self.share.descs.get(self.share.frame_of(buf.window()))) {
-                    // SAFETY: `frame` came back on the rx ring (so it is
-                    // ours), lies in `share` (checked in `window`) as the
-                    // buffer's does, and the packet `at..at + len` lies in its
-                    // window (checked above); the buffer's old frame, which
-                    // nothing else references, goes to the fill ring in its
-                    // place.
-                    unsafe { buf.trade_frame(window, at - SharedUmem::WINDOW, len) };
-                    self.rx_descs[recycle - 1] = old;
-                    buf.port = self.id;
-                    out += 1;
-                    self.stats.rx_packets += 1;
-                    self.stats.rx_bytes += len as u64;
-                    continue;
-                }
-            }
             // SAFETY: `d` came back on the rx ring, so the kernel is done
             // with the frame and nothing else references it until we produce
             // it on the fill ring below; `addr..addr + len` was checked above
             // to lie inside one frame of this port's UMEM.
             let data = unsafe { self.xsk.umem.data(&d) };
+            let buf = &mut bufs[out];
             if buf.copy_from(data.contents()) {
                 buf.port = self.id;
                 out += 1;
-                self.rx_copied += 1;
                 self.stats.rx_packets += 1;
                 self.stats.rx_bytes += len as u64;
             } else {
@@ -963,16 +751,6 @@ impl Port for AfXdpPort {
         }
         self.stats.tx_dropped += (bufs.len() - taken) as u64;
         taken
-    }
-
-    /// A buffer of one of the frames [`AfXdpPort::open_group`] set aside
-    /// for buffers (the group's first port holds them all).
-    fn new_buffer(&mut self) -> Option<PktBuf> {
-        let frame = self.spare.pop()?;
-        let window = self.share.window(frame as usize)?;
-        // SAFETY: `frame` is a spare frame of `share` that no ring, port or
-        // other buffer has, and leaves the spare list for good.
-        Some(unsafe { PktBuf::in_umem(self.share.clone(), window) })
     }
 
     /// Reclaims completions, re-offers frames the fill ring refused, wakes

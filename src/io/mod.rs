@@ -2,21 +2,15 @@
 //!
 //! A [`Port`] moves bursts of Ethernet frames between an interface and
 //! [`PktBuf`]s, the gateway's packet buffers (DPDK's mbufs). A `PktBuf` is a
-//! fixed-size buffer made once at start-up (a frame of the worker's AF_XDP
-//! UMEM, or a heap block) with [`HEADROOM`] bytes in front of the frame, so
-//! ESP encapsulation grows into headroom and tailroom without allocating per
-//! packet.
+//! fixed-size buffer allocated once at start-up with [`HEADROOM`] bytes in
+//! front of the frame, so ESP encapsulation grows into headroom and tailroom
+//! without allocating per packet.
 //!
 //! Backends: [`af_xdp`] (AF_XDP sockets through `xsk-rs`) and [`mem`]
 //! (in-memory port pairs for tests).
 
-#![allow(unsafe_code)]
-
 pub mod af_xdp;
 pub mod mem;
-
-use std::ptr::NonNull;
-use std::sync::Arc;
 
 /// Total bytes of one packet buffer (headroom + frame + tailroom).
 pub const BUF_SIZE: usize = 2048 + HEADROOM;
@@ -28,23 +22,12 @@ pub const HEADROOM: usize = 128;
 
 /// One packet buffer: `BUF_SIZE` bytes, the frame at `[head, head + len)`.
 ///
-/// The bytes are either a heap block the buffer owns ([`PktBuf::new`]) or a
-/// window of one frame of an AF_XDP UMEM shared by a worker's sockets
-/// ([`af_xdp::SharedUmem`]); then a port bound to that UMEM receives by
-/// trading frames with the buffer instead of copying (DPDK's mbufs living in
-/// the port's mempool). Either way the buffer alone reads and writes its
-/// bytes while it holds them.
-///
 /// Invariant: `head + len <= BUF_SIZE`.
 pub struct PktBuf {
-    /// `BUF_SIZE` bytes this buffer alone owns: a leaked `Box` when `umem`
-    /// is `None`, else the window of one frame of `umem`. A thin pointer
-    /// to a fixed-size array (not a slice): the buffer moves as a few words
-    /// through the per-packet path, and its bounds are known to the compiler.
-    data: NonNull<[u8; BUF_SIZE]>,
-    /// The UMEM the window lies in (kept mapped while any buffer holds one
-    /// of its frames); `None` for a heap buffer.
-    umem: Option<Arc<af_xdp::SharedUmem>>,
+    /// A thin pointer to a fixed-size array (not a slice): the buffer
+    /// moves as three words through the per-packet path, and its bounds
+    /// are known to the compiler.
+    data: Box<[u8; BUF_SIZE]>,
     head: u32,
     len: u32,
     /// Port the frame was received on.
@@ -64,22 +47,6 @@ pub struct PktBuf {
     pub outer_frag_mtu: u16,
 }
 
-// SAFETY: a `PktBuf` is the only owner of its `BUF_SIZE` bytes (a heap block
-// it frees itself, or a UMEM frame window no other buffer, ring or port
-// touches while the buffer holds it), so moving it to another thread moves
-// that exclusive access with it; the UMEM is kept mapped by the `Arc`.
-unsafe impl Send for PktBuf {}
-
-impl Drop for PktBuf {
-    fn drop(&mut self) {
-        if self.umem.is_none() {
-            // SAFETY: a buffer without a UMEM owns `data`, a `Box` leaked in
-            // `PktBuf::new` and never freed elsewhere.
-            drop(unsafe { Box::from_raw(self.data.as_ptr()) });
-        }
-    }
-}
-
 impl std::fmt::Debug for PktBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PktBuf").field("head", &self.head).field("len", &self.len).field("port", &self.port).finish()
@@ -97,75 +64,19 @@ impl PktBuf {
     /// start-up only.
     pub fn new() -> Self {
         let data: Box<[u8; BUF_SIZE]> = vec![0u8; BUF_SIZE].into_boxed_slice().try_into().expect("BUF_SIZE bytes");
-        PktBuf { data: NonNull::from(Box::leak(data)), umem: None, head: HEADROOM as u32, len: 0, port: 0, home: 0, outer_frag_mtu: 0 }
-    }
-
-    /// A buffer whose bytes are the window `data` of a frame of `umem`,
-    /// empty at `HEADROOM`.
-    ///
-    /// # Safety
-    /// `data` must be the window of a frame of `umem` that nothing else
-    /// reads or writes while the buffer (or whoever it trades the frame
-    /// to) holds it.
-    pub(crate) unsafe fn in_umem(umem: Arc<af_xdp::SharedUmem>, data: NonNull<[u8; BUF_SIZE]>) -> Self {
-        PktBuf { data, umem: Some(umem), head: HEADROOM as u32, len: 0, port: 0, home: 0, outer_frag_mtu: 0 }
-    }
-
-    /// The UMEM whose frame holds the bytes, if any.
-    #[inline]
-    pub(crate) fn umem(&self) -> Option<&Arc<af_xdp::SharedUmem>> {
-        self.umem.as_ref()
-    }
-
-    /// The window the bytes are (of a UMEM frame with [`PktBuf::umem`]).
-    #[inline]
-    pub(crate) fn window(&self) -> NonNull<[u8; BUF_SIZE]> {
-        self.data
-    }
-
-    /// Trades this buffer's UMEM frame for the frame whose window is
-    /// `data`, which holds a received frame of `len` bytes at offset `head`
-    /// of the window; returns the window given up. Nothing is copied.
-    ///
-    /// # Safety
-    /// The buffer must be in a UMEM ([`PktBuf::umem`]) and `data` the
-    /// window of a frame of that same UMEM, which the caller hands over for
-    /// the buffer alone to use; `head + len <= BUF_SIZE`. The caller takes
-    /// the returned frame (the buffer no longer touches it).
-    #[inline]
-    pub(crate) unsafe fn trade_frame(&mut self, data: NonNull<[u8; BUF_SIZE]>, head: usize, len: usize) -> NonNull<[u8; BUF_SIZE]> {
-        let old = self.data;
-        self.data = data;
-        self.head = head as u32;
-        self.len = len as u32;
-        self.outer_frag_mtu = 0;
-        old
-    }
-
-    #[inline]
-    fn bytes(&self) -> &[u8; BUF_SIZE] {
-        // SAFETY: `data` is `BUF_SIZE` bytes this buffer alone owns (type
-        // invariant), valid as long as the buffer (and its `Arc`) lives.
-        unsafe { self.data.as_ref() }
-    }
-
-    #[inline]
-    fn bytes_mut(&mut self) -> &mut [u8; BUF_SIZE] {
-        // SAFETY: as in `bytes`, and `&mut self` makes the access exclusive.
-        unsafe { self.data.as_mut() }
+        PktBuf { data, head: HEADROOM as u32, len: 0, port: 0, home: 0, outer_frag_mtu: 0 }
     }
 
     /// The frame bytes.
     #[inline]
     pub fn frame(&self) -> &[u8] {
-        &self.bytes()[self.head as usize..(self.head + self.len) as usize]
+        &self.data[self.head as usize..(self.head + self.len) as usize]
     }
 
     /// The frame bytes, mutable.
     #[inline]
     pub fn frame_mut(&mut self) -> &mut [u8] {
-        let (head, end) = (self.head as usize, (self.head + self.len) as usize);
-        &mut self.bytes_mut()[head..end]
+        &mut self.data[self.head as usize..(self.head + self.len) as usize]
     }
 
     /// Frame length in bytes.
@@ -200,7 +111,7 @@ impl PktBuf {
         self.head = HEADROOM as u32;
         self.len = 0;
         self.outer_frag_mtu = 0;
-        &mut self.bytes_mut()[HEADROOM..]
+        &mut self.data[HEADROOM..]
     }
 
     /// Sets the frame length after writing into [`PktBuf::reset`]'s area.
@@ -226,7 +137,7 @@ impl PktBuf {
             return false;
         }
         let head = self.head as usize;
-        self.bytes_mut().copy_within(head + from.start..head + from.end, HEADROOM + to);
+        self.data.copy_within(head + from.start..head + from.end, HEADROOM + to);
         self.head = HEADROOM as u32;
         self.len = 0;
         self.outer_frag_mtu = 0;
@@ -377,15 +288,6 @@ pub trait Port: Send {
 
     /// Counters kept by the backend.
     fn stats(&self) -> PortStats;
-
-    /// A packet buffer made from the port's own frame memory, which the
-    /// port then receives into without copying (a UMEM frame of an
-    /// [`af_xdp::AfXdpPort::open_group`]); `None` once it has no more, or
-    /// if it has none (the caller makes [`PktBuf::new`] ones instead).
-    /// Allocates nothing per packet: call at start-up.
-    fn new_buffer(&mut self) -> Option<PktBuf> {
-        None
-    }
 }
 
 impl AsMut<[u8]> for PktBuf {
