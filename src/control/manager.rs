@@ -804,7 +804,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
     /// tables, see [`crate::config::parse_fragment`]) and installs it; all
     /// or nothing. Published with the next [`Manager::publish`]. `Invalid`
     /// also for key material another SA holds or held
-    /// ([`Self::key_reuse_refused`]).
+    /// ([`Self::key_reuse_refused`]), and for a fragment with no table.
     pub fn add(&mut self, text: &str, now: Instant) -> Result<Value, MgrError> {
         let frag = {
             let installed = |spi, d| self.installed(spi, d);
@@ -816,6 +816,10 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
                 err(if dup { MgrErrorKind::Exists } else { MgrErrorKind::Invalid }, e.to_string())
             })?
         };
+        // An empty fragment (a wrong file, say) would "succeed" at nothing.
+        if frag.sas.is_empty() && frag.policies.is_empty() {
+            return Err(err(MgrErrorKind::Invalid, "<sa add>: the fragment has no [[sa]] or [[policy]] table: nothing to add"));
+        }
         for sa in &frag.sas {
             self.key_reuse_refused(sa)?;
         }
@@ -1071,6 +1075,10 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         }
         sa.key = zeroize::Zeroizing::new(key);
         match auth_key {
+            // Even an empty one, as a config file's `auth_key = ""` is.
+            Some(a) if sa.algorithm.auth_key_len() == 0 => {
+                return Err(err(MgrErrorKind::Invalid, format!("{} takes no auth_key (its ICV comes from its key), got {} bytes", sa.algorithm.name(), a.len())));
+            }
             Some(a) => sa.auth_key = zeroize::Zeroizing::new(a),
             // Keeping the old integrity key under the new SPI would be a
             // rekey of half the key material, silently.

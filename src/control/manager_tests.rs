@@ -144,6 +144,19 @@ fn add_publishes_the_sa_in_a_slot_with_its_selectors_and_a_duplicate_is_refused(
     assert_eq!(d.qp_sessions(0).unwrap(), 3, "attached before publish");
 }
 
+/// An `sa add` fragment with no table (empty, comments only) is refused,
+/// not answered `added: []` (helper-90).
+#[test]
+fn add_of_an_empty_fragment_is_refused() {
+    let cfg = load("add-empty", &config_text("backend = \"software\"", ""));
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    for text in ["", "# only a comment\n\n"] {
+        let e = fx.m.add(text, Instant::now()).unwrap_err();
+        assert!(e.kind == MgrErrorKind::Invalid && e.message.contains("no [[sa]] or [[policy]] table: nothing to add"), "{text:?}: {e}");
+    }
+}
+
 /// `sa add` answers with what `secgw check` would warn about in the
 /// fragment's entries, placed in the fragment; the running config's own
 /// warnings (here: none) and a clean fragment give no `warnings` key.
@@ -353,6 +366,11 @@ fn rekey_to_the_same_keys_is_refused() {
     // (helper-89 got "integrity key is 1 bytes, expected 0").
     let e = fx.m.rekey(1001, None, None, 1101, hex::decode(key(0x51)).unwrap(), Some(vec![0]), Instant::now()).unwrap_err();
     assert!(e.kind == MgrErrorKind::Invalid && e.message.contains("aes-128-gcm takes no auth_key"), "{e}");
+    // Empty too, as in a config file (helper-90).
+    let e = fx.m.rekey(1001, None, None, 1101, hex::decode(key(0x51)).unwrap(), Some(Vec::new()), Instant::now()).unwrap_err();
+    assert!(e.kind == MgrErrorKind::Invalid && e.message.contains("aes-128-gcm takes no auth_key (its ICV comes from its key), got 0 bytes"), "{e}");
+    fx.m.publish();
+    assert!(fx.out_slot(1001).is_some() && fx.out_slot(1101).is_none(), "nothing changed");
 }
 
 #[test]
