@@ -344,7 +344,7 @@ fn real_main(cmd: Cmd) -> anyhow::Result<()> {
             for n in &notices {
                 tracing::warn!("{n}");
             }
-            for w in secgw::config::warnings(&cfg) {
+            for w in secgw::config::run_warnings(&cfg, socket.is_some()) {
                 tracing::warn!("{w}");
             }
             let opts = secgw::control::RunOptions { stats_interval, stats_file, socket };

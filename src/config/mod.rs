@@ -25,7 +25,7 @@ pub(crate) use load::{nonce_from_seq, two_ciphers};
 pub use model::*;
 pub use positions::{Located, Positions};
 pub use summary::{provider_counts, summary};
-pub use warnings::{fragment_warnings, warnings};
+pub use warnings::{fragment_warnings, run_warnings, warnings};
 
 /// One problem in a config file, at a position.
 ///

@@ -69,7 +69,15 @@ const FEW_SEQUENCE_NUMBERS: u64 = 1 << 16;
 /// outbound entry or to none, or, inbound, to an SA with no any-port entry
 /// for them.
 pub fn warnings(cfg: &Config) -> Vec<String> {
-    collect(cfg, Scope::File)
+    collect(cfg, Scope::File { socket_given: false })
+}
+
+/// [`warnings`] for the config `secgw run` runs (at start and on
+/// `reload`): when `--socket` gave the control socket
+/// (`socket_on_command_line`), the file's `control.socket` is not used, so
+/// nothing is said about it being relative.
+pub fn run_warnings(cfg: &Config, socket_on_command_line: bool) -> Vec<String> {
+    collect(cfg, Scope::File { socket_given: socket_on_command_line })
 }
 
 /// The warnings [`warnings`] gives about the entries an `sa add` fragment
@@ -87,8 +95,9 @@ pub fn fragment_warnings(merged: &Config, sas: usize, policies: usize, text: &st
 /// Which entries [`collect`] warns about and where it places them.
 #[derive(Clone, Copy)]
 enum Scope<'a> {
-    /// Every entry, placed in the config's file.
-    File,
+    /// Every entry, placed in the config's file; `socket_given`: the
+    /// command line gave the control socket (the file's is unused).
+    File { socket_given: bool },
     /// The SAs from index `sas` on and the policies from `policies` on,
     /// placed in the fragment `text` named `source`.
     Fragment { text: &'a str, source: &'a Path, sas: usize, policies: usize },
@@ -98,7 +107,7 @@ impl Scope<'_> {
     /// The first SA and policy index warned about.
     fn first(self) -> (usize, usize) {
         match self {
-            Scope::File => (0, 0),
+            Scope::File { .. } => (0, 0),
             Scope::Fragment { sas, policies, .. } => (sas, policies),
         }
     }
@@ -125,7 +134,7 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
     let mut positions: Option<super::Positions> = None;
     let read = |p: &mut Option<super::Positions>| -> super::Positions {
         p.take().unwrap_or_else(|| match scope {
-            Scope::File => super::Positions::read(cfg),
+            Scope::File { .. } => super::Positions::read(cfg),
             Scope::Fragment { text, .. } => super::Positions::of(text),
         })
     };
@@ -135,7 +144,7 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
     // written, so the file read again tells (a file edited or gone since
     // it was loaded can miss or misplace these two warnings, as it can
     // misplace the others). A `.cfg` import never writes either key.
-    let (handoff_idle, spin_idle) = if matches!(scope, Scope::File) && (g.workers == 1 || g.idle_sleep_us == 0) && cfg.dpdk_import.is_none() {
+    let (handoff_idle, spin_idle) = if matches!(scope, Scope::File { .. }) && (g.workers == 1 || g.idle_sleep_us == 0) && cfg.dpdk_import.is_none() {
         let p = positions.insert(read(&mut None));
         (g.workers == 1 && p.has("gateway.handoff_depth"), g.idle_sleep_us == 0 && p.has("gateway.idle_spin_us"))
     } else {
@@ -382,7 +391,7 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
             format!("next hop {nh} has no [[neighbour]] entry, port {} has no peer_mac and no address of its family: {what}", port.name),
         );
     }
-    if cfg.control.socket.is_relative() {
+    if cfg.control.socket.is_relative() && !matches!(scope, Scope::File { socket_given: true }) {
         warn(
             "control.socket".into(),
             format!("{} is relative: it is taken from the directory secgw run starts in, and secgw ctl must be given the same path from there", cfg.control.socket.display()),
@@ -399,15 +408,20 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
     // The covering entry is named with its line too: in an imported
     // `.cfg` an index means little.
     let mut name = |i: usize| {
-        let priority = cfg.policies[i].priority;
+        // An imported `.cfg`'s reader knows DPDK's `pri` (the higher wins),
+        // of which secgw's priority is `ACL_MAX_PRIORITY - pri`.
+        let priority = match (&cfg.dpdk_import, cfg.policies[i].priority) {
+            (Some(_), p) if p <= super::dpdk::ACL_MAX_PRIORITY => format!("pri {}", super::dpdk::ACL_MAX_PRIORITY - p),
+            (_, p) => format!("priority {p}"),
+        };
         let at = match scope {
-            Scope::Fragment { policies, .. } if i < policies => return format!("installed policy {i} (`policy list`; priority {priority}"),
+            Scope::Fragment { policies, .. } if i < policies => return format!("installed policy {i} (`policy list`; {priority}"),
             Scope::Fragment { policies, .. } => (i - policies, positions.get_or_insert_with(|| read(&mut None)).get(&format!("policy[{}]", i - policies))),
-            Scope::File => (i, positions.get_or_insert_with(|| read(&mut None)).get(&format!("policy[{i}]"))),
+            Scope::File { .. } => (i, positions.get_or_insert_with(|| read(&mut None)).get(&format!("policy[{i}]"))),
         };
         match at {
-            (k, Some((line, _))) => format!("policy[{k}] (line {line}, priority {priority}"),
-            (k, None) => format!("policy[{k}] (priority {priority}"),
+            (k, Some((line, _))) => format!("policy[{k}] (line {line}, {priority}"),
+            (k, None) => format!("policy[{k}] ({priority}"),
         }
     };
     // Whether the worker looks decrypted packets up in the inbound SPD, as
@@ -529,7 +543,7 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
     }
     let p = read(&mut positions);
     match scope {
-        Scope::File => found.into_iter().map(|(field, msg)| format!("{}: {msg}", p.locate(&cfg.source, &field))).collect(),
+        Scope::File { .. } => found.into_iter().map(|(field, msg)| format!("{}: {msg}", p.locate(&cfg.source, &field))).collect(),
         Scope::Fragment { source, .. } => found
             .into_iter()
             .filter_map(|(field, msg)| scope.fragment_field(&field).map(|f| format!("{}: {msg}", p.locate(source, &f))))

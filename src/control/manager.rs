@@ -1296,7 +1296,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         self.dirty = true;
         self.tick_retiring(now);
         // What `secgw check` would warn about in the file now running.
-        let warnings = crate::config::warnings(&new);
+        let warnings = crate::config::run_warnings(&new, self.socket_from_command_line);
         for w in &warnings {
             tracing::warn!("reload: {}: {w}", new.source.display());
         }

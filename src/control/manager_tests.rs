@@ -683,6 +683,13 @@ fn reload_takes_a_new_socket_path_when_the_command_line_gave_it() {
     let mut fx = fixture(&cfg, &s);
     fx.m.set_socket_from_command_line(true);
     let now = Instant::now();
+    // The file's socket is unused, so a relative one is not warned about
+    // (helper-90); `secgw check` of the same file still warns.
+    std::fs::write(&path, format!("{base}[control]\nsocket = \"relative.sock\"\n")).unwrap();
+    let r = fx.m.reload(now).unwrap();
+    assert!(!r["warnings"].to_string().contains("control.socket"), "{r}");
+    let file = crate::config::load(&path).unwrap();
+    assert!(crate::config::warnings(&file).iter().any(|w| w.contains("control.socket: relative.sock is relative")), "check warns");
     std::fs::write(&path, format!("{base}[control]\nrekey_grace_ms = 300\nsocket = \"/tmp/elsewhere.sock\"\n")).unwrap();
     fx.m.reload(now).unwrap();
     let r = fx.m.rekey(1002, None, None, 4002, hex::decode(key(0x42)).unwrap(), None, now).unwrap();
