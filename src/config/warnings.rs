@@ -409,10 +409,11 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
     // `.cfg` an index means little.
     let mut name = |i: usize| {
         // An imported `.cfg`'s reader knows DPDK's `pri` (the higher wins),
-        // of which secgw's priority is `ACL_MAX_PRIORITY - pri`.
-        let priority = match (&cfg.dpdk_import, cfg.policies[i].priority) {
-            (Some(_), p) if p <= super::dpdk::ACL_MAX_PRIORITY => format!("pri {}", super::dpdk::ACL_MAX_PRIORITY - p),
-            (_, p) => format!("priority {p}"),
+        // of which secgw's priority is `ACL_MAX_PRIORITY - pri`; `policy
+        // list`, which names installed entries, shows secgw's.
+        let priority = match (scope, &cfg.dpdk_import, cfg.policies[i].priority) {
+            (Scope::File { .. }, Some(_), p) if p <= super::dpdk::ACL_MAX_PRIORITY => format!("pri {}", super::dpdk::ACL_MAX_PRIORITY - p),
+            (_, _, p) => format!("priority {p}"),
         };
         let at = match scope {
             Scope::Fragment { policies, .. } if i < policies => return format!("installed policy {i} (`policy list`; {priority}"),

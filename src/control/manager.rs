@@ -1090,12 +1090,10 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             }
             None => {}
         }
+        // A combined-mode algorithm got no auth_key (refused above), so a
+        // wrong length here is a separate integrity key's.
         if sa.auth_key.len() != sa.algorithm.auth_key_len() {
-            // A combined-mode algorithm's ICV comes from its key: no auth_key.
-            let m = match sa.algorithm.auth_key_len() {
-                0 => format!("{} takes no auth_key (its ICV comes from its key), got {} bytes", sa.algorithm.name(), sa.auth_key.len()),
-                n => format!("{}: integrity key is {} bytes, expected {n}", sa.algorithm.name(), sa.auth_key.len()),
-            };
+            let m = format!("{}: integrity key is {} bytes, expected {}", sa.algorithm.name(), sa.auth_key.len(), sa.algorithm.auth_key_len());
             return Err(err(MgrErrorKind::Invalid, m));
         }
         // The new SA counts from 1 again: under the old keys its first
