@@ -968,15 +968,16 @@ fn udp_encap_and_ports() {
 #[test]
 fn reassembly_table_defaults_values_and_ranges() {
     let d = config::parse(BASE, Path::new(FILE)).unwrap().reassembly;
-    assert_eq!((d.contexts, d.max_fragments, d.timeout_ms), (64, 16, 5000));
-    let text = format!("{BASE}\n[reassembly]\ncontexts = 0\nmax_fragments = 256\ntimeout_ms = 10\n");
+    assert_eq!((d.contexts, d.max_fragments, d.timeout_ms, d.forwarded), (64, 16, 5000, false));
+    let text = format!("{BASE}\n[reassembly]\ncontexts = 0\nmax_fragments = 256\ntimeout_ms = 10\nforwarded = true\n");
     let r = config::parse(&text, Path::new(FILE)).unwrap().reassembly;
-    assert_eq!((r.contexts, r.max_fragments, r.timeout_ms), (0, 256, 10));
+    assert_eq!((r.contexts, r.max_fragments, r.timeout_ms, r.forwarded), (0, 256, 10, true));
     for (line, field, msg) in [
         ("contexts = 1025", "contexts", "expected an integer in 0..=1024, found 1025"),
         ("max_fragments = 1", "max_fragments", "expected an integer in 2..=256, found 1"),
         ("timeout_ms = 9", "timeout_ms", "expected an integer in 10..=120000, found 9"),
         ("timeout_ms = \"5s\"", "timeout_ms", "an integer in 10..=120000"),
+        ("forwarded = 1", "forwarded", "a boolean"),
     ] {
         let text = format!("{BASE}\n[reassembly]\n{line}\n");
         assert_one(&text, line, field.len() + 3, &format!("reassembly.{field}"), msg);
@@ -1811,16 +1812,22 @@ fn warnings_for_port_selectors_that_split_fragmented_datagrams() {
     let w = warns(&format!("{BASE}{sa3}{}", port_policy("outbound", 1003)));
     assert_eq!(w.len(), 1, "{w:?}");
     assert!(w[0].starts_with("test.toml: policy[2]: non-first fragments of the datagrams it selects carry no ports (OPAQUE, RFC 4301 §7.1): they take policy[0] (priority 100, protect 1001) instead of SPI 1003"), "{w:?}");
+    assert!(w[0].ends_with(" (reassembly.forwarded = true keeps them with it)"), "{w:?}");
+    // With `reassembly.forwarded` an IPv4 datagram is reassembled before
+    // the outbound lookup: no warning, unless reassembly is off.
+    assert!(warns(&format!("{BASE}{sa3}{}\n[reassembly]\nforwarded = true\n", port_policy("outbound", 1003))).is_empty());
+    let w = warns(&format!("{BASE}{sa3}{}\n[reassembly]\nforwarded = true\ncontexts = 0\n", port_policy("outbound", 1003)));
+    assert!(w.len() == 1 && w[0].ends_with(" (reassembly.forwarded would keep them with it, but reassembly.contexts is 0)"), "{w:?}");
     // The same SA: the whole datagram takes it, no warning.
     assert!(warns(&format!("{BASE}{}", port_policy("outbound", 1001))).is_empty());
     // A DISCARD entry for the rest; no entry at all.
     let discard = BASE.replacen("action = \"protect 1001\"", "action = \"discard\"", 1);
     let w = warns(&format!("{discard}{}", port_policy("outbound", 1001)));
-    assert!(w.iter().any(|w| w.contains("policy[2]: non-first") && w.ends_with("discard) and are dropped (policy_discard)")), "{w:?}");
+    assert!(w.iter().any(|w| w.contains("policy[2]: non-first") && w.ends_with("discard) and are dropped (policy_discard) (reassembly.forwarded = true keeps them with it)")), "{w:?}");
     let narrow = BASE.replacen("dst = \"198.51.100.0/24\"\naction = \"protect 1001\"", "dst = \"198.51.100.128/25\"\naction = \"protect 1001\"", 1);
     assert_ne!(narrow, BASE);
     let w = warns(&format!("{narrow}{}", port_policy("outbound", 1001)));
-    assert!(w.iter().any(|w| w.ends_with("they match no entry and are dropped (no_policy)")), "{w:?}");
+    assert!(w.iter().any(|w| w.ends_with("they match no entry and are dropped (no_policy) (reassembly.forwarded = true keeps them with it)")), "{w:?}");
     // Inbound: SA 1002's any-port entry covers them; without it, not.
     assert!(warns(&format!("{BASE}{}", port_policy("inbound", 1002))).is_empty());
     let narrow_in = BASE.replacen("src = \"198.51.100.0/24\"\ndst = \"192.0.2.0/24\"", "src = \"198.51.100.128/25\"\ndst = \"192.0.2.0/24\"", 1);

@@ -467,3 +467,117 @@ fn ipv6_fragments_with_reassembly_off_are_dropped_as_fragment() {
     assert_eq!(gw1.drop_count("fragment"), frames.len() as u64);
     assert_eq!(gw1.stats().frags_received, 0);
 }
+
+// ---- Forwarded fragments under port selectors (RFC 4301 §7) ----------------
+
+/// configs/ep0-2w.toml / ep1-2w.toml on one worker: UDP to or from ports
+/// 6000-6999 on SA 2001, everything else between the sites on SA 2002; the
+/// peer's inbound entries of SA 2001 select the same ports. `extra` is
+/// appended (e.g. a `[reassembly]` table).
+fn port_split(base: &str, tag: &str, extra: &str) -> String {
+    edited_config(base, tag, |t| {
+        let t = t.replacen("workers = 2\ncores = [0,1]", "workers = 1\ncores = [0]", 1).replacen("workers = 2\ncores = [1,0]", "workers = 1\ncores = [0]", 1);
+        assert!(t.contains("workers = 1"), "{base}: worker line");
+        format!("{t}\n{extra}\n")
+    })
+}
+
+/// The SPI of the ESP packet (or first outer fragment) in `f`.
+fn spi_of(f: &[u8]) -> u32 {
+    u32::from_be_bytes([f[34], f[35], f[36], f[37]])
+}
+
+/// A UDP datagram to port 6000 that hostA's stack cut into fragments:
+/// without `reassembly.forwarded` its first fragment matches the port entry
+/// (SA 2001) and the others, with no ports, the any-port entry (SA 2002):
+/// the datagram is split between two SAs (and, were that entry BYPASS,
+/// its non-first fragments would leave in the clear). With it gw0
+/// reassembles the datagram, in any
+/// fragment order, and it travels whole on SA 2001: gw1 delivers it byte for
+/// byte. A datagram whose ESP exceeds the wan MTU is encrypted whole and the
+/// ESP fragmented (DF clear), and gw1's inside (MTU 1500) fragments it again.
+#[test]
+fn forwarded_fragments_under_port_selectors_stay_on_the_first_fragments_sa() {
+    let gw1_cfg = port_split("ep1-2w.toml", "ports-gw1", "");
+    let on = port_split("ep0-2w.toml", "ports-gw0-on", "[reassembly]\nforwarded = true");
+    let off = port_split("ep0-2w.toml", "ports-gw0-off", "");
+
+    // Before: the datagram is split between the two SAs.
+    let sent = from_host_a(1400, 6000);
+    let frags = cut(&sent, 496);
+    assert_eq!(frags.len(), 3);
+    let mut gw0 = Gw::from_config(&off);
+    let esp = gw0.push("inside", &frags);
+    let spis: Vec<u32> = esp.iter().map(|(_, f)| spi_of(f)).collect();
+    assert_eq!(spis, [2001, 2002, 2002], "reassembly.forwarded off: the ports decide the first fragment only");
+    // With an any-port BYPASS entry in place of SA 2002's, they leave in the
+    // clear.
+    let leaky = |c: &str, tag: &str| {
+        let text = std::fs::read_to_string(c).expect("config");
+        let at = "priority = 20\naction = \"protect 2002\"";
+        assert!(text.contains(at), "{c}: SA 2002's entry");
+        temp_config(tag, "gw0.toml", &text.replacen(at, "priority = 20\naction = \"bypass\"", 1))
+    };
+    let mut gw0 = Gw::from_config(&leaky(&off, "ports-gw0-off-bypass"));
+    let out = gw0.push("inside", &frags);
+    let mut protos: Vec<u8> = out.iter().map(|(_, f)| f[14 + 9]).collect();
+    protos.sort();
+    assert_eq!(protos, [17, 17, 50], "reassembly.forwarded off: one ESP packet, two fragments in the clear");
+    let mut gw0 = Gw::from_config(&leaky(&on, "ports-gw0-on-bypass"));
+    let out = gw0.push("inside", &frags);
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].1[14 + 9], spi_of(&out[0].1)), (50, 2001), "reassembly.forwarded on: all of it in ESP");
+
+    // With it, for fragments in any order.
+    for order in [[0, 1, 2], [2, 0, 1], [1, 2, 0]] {
+        let mut gw0 = Gw::from_config(&on);
+        let shuffled: Vec<Vec<u8>> = order.iter().map(|&k| frags[k].clone()).collect();
+        let free = gw0.worker().free_buffers();
+        let esp = gw0.push("inside", &shuffled);
+        let s = gw0.stats();
+        assert_eq!(esp.len(), 1, "{order:?}: one ESP packet; drops {:?}", s.drops.iter().filter(|(_, &v)| v > 0).collect::<Vec<_>>());
+        assert_eq!((esp[0].0.as_str(), spi_of(&esp[0].1)), ("outside", 2001));
+        assert_eq!((s.frags_received, s.frags_reassembled, s.reassembled), (3, 3, 1));
+        assert_accounted(&s, "gw0");
+        assert_eq!(gw0.worker().free_buffers(), free, "every buffer back in gw0's pool");
+        let mut gw1 = Gw::from_config(&gw1_cfg);
+        let out = gw1.push("outside", &[esp[0].1.clone()]);
+        assert_eq!(out.len(), 1, "{order:?}: drops {:?}", gw1.stats().drops.iter().filter(|(_, &v)| v > 0).collect::<Vec<_>>());
+        assert_eq!(out[0].0, "inside");
+        assert_same_inner(&out[0].1, &sent);
+    }
+
+    // 1800 bytes: ESP above the wan MTU (1500), fragmented after encryption;
+    // gw1 reassembles it, decrypts, and cuts the inner datagram to its
+    // inside MTU on the way out.
+    let big = from_host_a(1800, 6001);
+    let mut gw0 = Gw::from_config(&on);
+    let esp = gw0.push("inside", &cut(&big, 1000));
+    assert_eq!(esp.len(), 2, "the ESP packet in two outer fragments");
+    assert!(esp.iter().all(|(p, f)| p == "outside" && is_fragment(f) && f.len() - 14 <= 1500));
+    assert_eq!(spi_of(&esp[0].1), 2001);
+    let mut gw1 = Gw::from_config(&gw1_cfg);
+    let out = gw1.push("outside", &esp.into_iter().map(|(_, f)| f).collect::<Vec<_>>());
+    assert!(out.len() >= 2 && out.iter().all(|(p, f)| p == "inside" && is_fragment(f)), "{} frames", out.len());
+    let mut data = Vec::new();
+    for (_, f) in &out {
+        let off = (u16::from_be_bytes([f[20], f[21]]) & 0x1fff) as usize * 8;
+        assert_eq!(off, data.len(), "fragments in order");
+        data.extend_from_slice(&f[14 + 20..]);
+    }
+    assert_eq!(data, big[14 + 20..], "the datagram's data byte for byte");
+}
+
+/// `reassembly.forwarded` changes nothing where no outbound policy selects
+/// ports (configs/ep0.toml): a datagram's fragments all meet the same
+/// entries, so they are encrypted as they come, one ESP packet each.
+#[test]
+fn forwarded_fragments_without_port_selectors_are_not_reassembled() {
+    let cfg = with_reassembly("ep0.toml", "forwarded = true", "reasm-fwd-noports");
+    let mut gw0 = Gw::from_config(&cfg);
+    let frags = cut(&from_host_a(1400, 6000), 496);
+    let esp = gw0.push("inside", &frags);
+    assert_eq!(esp.len(), 3);
+    assert!(esp.iter().all(|(p, f)| p == "outside" && spi_of(f) == 1001));
+    assert_eq!(gw0.stats().frags_received, 0);
+}

@@ -45,6 +45,9 @@
 //! max_fragments = 16        # fragments one datagram may have, 2..=256, default 16
 //! timeout_ms = 5000         # time a datagram has to complete from its first fragment,
 //!                           # 10..=120000 ms, default 5000
+//! forwarded = false         # also IPv4 TCP/UDP fragments forwarded from a protected port, before
+//!                           # the outbound SPD lookup, while an IPv4 outbound policy selects ports
+//!                           # (RFC 4301 §7: non-first fragments carry none); default false
 //!
 //! [neighbour_table]         # optional table: ARP (RFC 826) / Neighbor Discovery (RFC 4861)
 //!                           # resolution of next hops without a [[neighbour]] entry or peer_mac
@@ -525,6 +528,7 @@ struct RawReassembly {
     contexts: Field,
     max_fragments: Field,
     timeout_ms: Field,
+    forwarded: Field,
 }
 
 #[derive(Deserialize)]
@@ -1430,10 +1434,12 @@ impl Checker<'_> {
         let contexts = self.opt_integer(&r.contexts, &tab.field("contexts"), 0, 1024, d.contexts as i64);
         let max_fragments = self.opt_integer(&r.max_fragments, &tab.field("max_fragments"), 2, 256, d.max_fragments as i64);
         let timeout_ms = self.opt_integer(&r.timeout_ms, &tab.field("timeout_ms"), 10, 120_000, d.timeout_ms as i64);
+        let forwarded = self.opt_bool(&r.forwarded, &tab.field("forwarded"), d.forwarded);
         Some(Reassembly {
             contexts: contexts? as usize,
             max_fragments: max_fragments? as usize,
             timeout_ms: timeout_ms? as u64,
+            forwarded: forwarded?,
         })
     }
 

@@ -116,11 +116,19 @@ pub struct Reassembly {
     /// Milliseconds a datagram has to complete, from its first fragment
     /// (10..=120000, default 5000).
     pub timeout_ms: u64,
+    /// Also reassemble IPv4 TCP and UDP fragments forwarded from a
+    /// protected port, before the outbound SPD lookup, while some IPv4
+    /// outbound policy selects ports (default false): a datagram's
+    /// non-first fragments carry no ports (OPAQUE, RFC 4301 §7.1), so
+    /// without it they meet the any-port entries instead of their first
+    /// fragment's. Needs `contexts` > 0; datagrams of more than 2048 data
+    /// bytes are then dropped (`reasm_too_big`).
+    pub forwarded: bool,
 }
 
 impl Default for Reassembly {
     fn default() -> Self {
-        Reassembly { contexts: 64, max_fragments: 16, timeout_ms: 5000 }
+        Reassembly { contexts: 64, max_fragments: 16, timeout_ms: 5000, forwarded: false }
     }
 }
 

@@ -81,8 +81,10 @@ pub fn summary(cfg: &Config) -> String {
         0 => writeln!(out, "reassembly off: outer fragments to the gateway are dropped"),
         n => writeln!(
             out,
-            "reassembly: {n} datagrams per worker, up to {} fragments each, timeout {} ms",
-            r.max_fragments, r.timeout_ms
+            "reassembly: {n} datagrams per worker, up to {} fragments each, timeout {} ms{}",
+            r.max_fragments,
+            r.timeout_ms,
+            if r.forwarded { "; also forwarded IPv4 TCP/UDP fragments while an outbound policy selects ports" } else { "" }
         ),
     };
     let _ = writeln!(

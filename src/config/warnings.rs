@@ -480,6 +480,23 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
         if q.src_ports == ANY_PORTS && q.dst_ports == ANY_PORTS {
             continue;
         }
+        // With `reassembly.forwarded` the worker reassembles an IPv4
+        // datagram's fragments before the outbound lookup, so its ports
+        // decide for all of it (datagrams over 2048 data bytes are dropped,
+        // as README says).
+        let reassembled = q.direction == Direction::Outbound && q.src.0.is_ipv4() && cfg.reassembly.forwarded && cfg.reassembly.contexts > 0;
+        if reassembled {
+            continue;
+        }
+        let hint = if q.direction == Direction::Outbound && q.src.0.is_ipv4() {
+            if cfg.reassembly.forwarded {
+                " (reassembly.forwarded would keep them with it, but reassembly.contexts is 0)"
+            } else {
+                " (reassembly.forwarded = true keeps them with it)"
+            }
+        } else {
+            ""
+        };
         let opaque = |p: &Policy| {
             p.direction == q.direction
                 && p.src_ports == ANY_PORTS
@@ -531,7 +548,7 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
             None => None,
         };
         if let Some(what) = what {
-            warn(format!("policy[{j}]"), format!("{WHY}: {what}"));
+            warn(format!("policy[{j}]"), format!("{WHY}: {what}{hint}"));
         } else if q.direction == Direction::Inbound && !cfg.policies.iter().any(|p| p.action == q.action && opaque(p)) {
             warn(
                 format!("policy[{j}]"),

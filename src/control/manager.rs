@@ -1211,7 +1211,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             fixed.push(changes!("crypto", model::Crypto, &self.cfg.crypto, &new.crypto, backend, provider, ring_depth, max_sessions_per_qp, engines));
         }
         if new.reassembly != self.cfg.reassembly {
-            fixed.push(changes!("reassembly", model::Reassembly, &self.cfg.reassembly, &new.reassembly, contexts, max_fragments, timeout_ms));
+            fixed.push(changes!("reassembly", model::Reassembly, &self.cfg.reassembly, &new.reassembly, contexts, max_fragments, timeout_ms, forwarded));
         }
         // The workers' pending queues are sized at start.
         let nt = (&self.cfg.neighbour_table, &new.neighbour_table);

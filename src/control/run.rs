@@ -31,7 +31,7 @@ pub struct RunOptions {
 
 /// The workers' reassembly settings from the config's `[reassembly]`.
 pub fn reassembly_conf(r: &Reassembly) -> ReassemblyConf {
-    ReassemblyConf { contexts: r.contexts, max_fragments: r.max_fragments, timeout: Duration::from_millis(r.timeout_ms) }
+    ReassemblyConf { contexts: r.contexts, max_fragments: r.max_fragments, timeout: Duration::from_millis(r.timeout_ms), forwarded: r.forwarded }
 }
 
 /// The workers' pending-queue sizes from the config's `[neighbour_table]`.

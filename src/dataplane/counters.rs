@@ -404,7 +404,8 @@ pub struct WorkerCounters {
     /// sent, each in place of its request.
     pub echo_replies: Counter,
     /// IPv4 and IPv6 fragments addressed to the gateway taken by the
-    /// reassembler.
+    /// reassembler, and forwarded IPv4 fragments it took with
+    /// `reassembly.forwarded`.
     pub frags_received: Counter,
     /// Datagrams reassembled (each goes on as one received packet).
     pub reassembled: Counter,

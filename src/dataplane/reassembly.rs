@@ -126,6 +126,11 @@ pub struct ReassemblyConf {
     pub max_fragments: usize,
     /// How long a datagram may take to complete, from its first fragment.
     pub timeout: Duration,
+    /// Whether IPv4 TCP/UDP fragments the gateway forwards from a
+    /// protected port are reassembled too, before the outbound SPD lookup,
+    /// while an IPv4 outbound policy selects ports (config
+    /// `reassembly.forwarded`; RFC 4301 §7).
+    pub forwarded: bool,
 }
 
 impl ReassemblyConf {
@@ -134,7 +139,7 @@ impl ReassemblyConf {
     /// fragment (the inner TCP will have retransmitted in a new ESP packet
     /// long before); shorter than Linux's 30 s `ipfrag_time` so a lost
     /// fragment holds a context for less time.
-    pub const DEFAULT: ReassemblyConf = ReassemblyConf { contexts: 64, max_fragments: 16, timeout: Duration::from_secs(5) };
+    pub const DEFAULT: ReassemblyConf = ReassemblyConf { contexts: 64, max_fragments: 16, timeout: Duration::from_secs(5), forwarded: false };
 }
 
 impl Default for ReassemblyConf {
@@ -347,6 +352,13 @@ impl Reassembler {
     /// Whether reassembly is on (at least one context).
     pub fn enabled(&self) -> bool {
         !self.ctxs.is_empty()
+    }
+
+    /// Whether forwarded fragments are reassembled too
+    /// ([`ReassemblyConf::forwarded`], and reassembly on).
+    #[inline]
+    pub fn forwarded(&self) -> bool {
+        self.conf.forwarded && self.enabled()
     }
 
     /// Whether any context is in use (datagrams being assembled or
@@ -716,7 +728,7 @@ mod tests {
             Harness { r: Reassembler::new(conf), c: WorkerCounters::new(2), pool: (0..size).map(|_| PktBuf::new()).collect(), size, now: Instant::now() }
         }
         fn small() -> Harness {
-            Harness::new(ReassemblyConf { contexts: 4, max_fragments: 8, timeout: Duration::from_millis(100) })
+            Harness::new(ReassemblyConf { contexts: 4, max_fragments: 8, timeout: Duration::from_millis(100), forwarded: false })
         }
         /// Pushes one frame; returns the completed datagram's frame.
         fn push(&mut self, frame: &[u8]) -> Option<Vec<u8>> {
@@ -811,7 +823,7 @@ mod tests {
             x ^= x << 17;
             (x % n as u64) as usize
         };
-        let mut h = Harness::new(ReassemblyConf { contexts: 8, max_fragments: 64, timeout: Duration::from_secs(1) });
+        let mut h = Harness::new(ReassemblyConf { contexts: 8, max_fragments: 64, timeout: Duration::from_secs(1), forwarded: false });
         for id in 0..500u16 {
             let len = 9 + rnd(CAPACITY - 8);
             let chunk = 8 * (1 + rnd(len / 8 + 1));
@@ -952,7 +964,7 @@ mod tests {
     /// evicted datagram's tombstone drops a1, and b and c complete.
     #[test]
     fn a_late_fragment_of_an_evicted_datagram_evicts_nothing() {
-        let mut h = Harness::new(ReassemblyConf { contexts: 2, max_fragments: 16, timeout: Duration::from_millis(500) });
+        let mut h = Harness::new(ReassemblyConf { contexts: 2, max_fragments: 16, timeout: Duration::from_millis(500), forwarded: false });
         let ips: Vec<Vec<u8>> = (20..23).map(|id| datagram(id, 300)).collect();
         for ip in &ips {
             assert!(h.push(&split(ip, 200)[0]).is_none());

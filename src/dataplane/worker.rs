@@ -1050,6 +1050,20 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         icmp && self.conf.icmp_echo && self.reasm.enabled() && t.is_ours(key.dst)
     }
 
+    /// Whether an IPv4 fragment from a protected port (`key`: its
+    /// addresses and protocol; ports only in a first fragment) is
+    /// reassembled before the outbound SPD lookup (`reassembly.forwarded`;
+    /// README, Reassembly): TCP or UDP through the gateway while an IPv4
+    /// outbound policy selects ports. The datagram's non-first fragments
+    /// carry no ports (OPAQUE, RFC 4301 §7.1) and would meet the any-port
+    /// entries, not the entry its first fragment matches; whole, the
+    /// datagram is classified by its ports and every byte of it takes that
+    /// entry's action (RFC 4301 §7: fragments of one datagram kept on one
+    /// SA). Off the fast path: only fragments come here.
+    fn port_selected_fragment(&self, t: &Tables, key: &FlowKey) -> bool {
+        (key.protocol == ipv4::PROTO_TCP || key.protocol == ipv4::PROTO_UDP) && self.reasm.forwarded() && t.spd_out.selects_ports_v4() && !t.is_ours(key.dst)
+    }
+
     /// The IPv4 packet in `buf` (received on `port`) cannot be forwarded
     /// as `report` says: counts it under `report`'s drop reason and turns
     /// the buffer into the ICMP error to its source, quoting its header and
@@ -1386,7 +1400,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     }
 
     /// An outer IPv4 or IPv6 fragment addressed to the gateway (ESP, ESP
-    /// in UDP, or ICMP that may be an Echo Request): into the reassembler;
+    /// in UDP, or ICMP that may be an Echo Request), or a forwarded IPv4
+    /// TCP/UDP fragment from a protected port under port selectors
+    /// ([`Self::port_selected_fragment`]): into the reassembler;
     /// a completed datagram goes on through [`Self::inbound`], or
     /// [`Self::outbound`] on a protected port, as if received whole (it is
     /// counted once under rx by its fragments).
@@ -1411,9 +1427,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let Ok((key, ttl, hl, frag)) = parsed else {
             return self.drop_buf(port, DropReason::Malformed, buf);
         };
-        // From a protected port only Echo Requests are reassembled
-        // ([`Self::echo_fragment`]): they go where that port's packets to
-        // us go.
+        // From a protected port, Echo Requests to us
+        // ([`Self::echo_fragment`]) and, with `reassembly.forwarded`,
+        // TCP/UDP datagrams through us ([`Self::port_selected_fragment`]):
+        // both go where that port's whole packets go.
         if t.ports.get(port).is_some_and(|p| p.protected) {
             return self.outbound(t, port, buf, key, ttl, None);
         }
@@ -1601,7 +1618,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 // Ethernet padding after the IP packet is not part of it.
                 buf.trim_to(ethernet::HEADER_LEN + total);
                 if pinfo.protected {
-                    if frag && self.echo_fragment(t, &key) {
+                    if frag && (self.echo_fragment(t, &key) || self.port_selected_fragment(t, &key)) {
                         return self.reassemble(t, port, buf);
                     }
                     self.outbound(t, port, buf, key, ttl, None)

@@ -17,6 +17,14 @@ in the netns testbed, against fragments we did not make:
 - timeout: gw1 with `timeout_ms = 1000` gets only the first fragments of two
   datagrams; `frags_pending` shows them held, and after the timeout
   `reasm_timeout` counts them and nothing is held; nothing reaches hostB.
+- forwarded fragments under port selectors (RFC 4301 §7, `reassembly.forwarded`):
+  gw0's outbound SPD protects UDP to ports 45000-45999 with SA 1001 and
+  discards the rest; scapy cuts hostA's datagrams to such ports with its own
+  `fragment()` and sends the fragments (in order, reversed, shuffled) to gw0.
+  Without the option only the first fragments (which carry the ports) leave,
+  the others are discarded and hostB gets no datagram whole; with it gw0
+  reassembles each datagram, only ESP crosses the wan, hostB receives every
+  datagram once, byte for byte, and gw0 counts the reassemblies and no drop;
 - IPv6 outer fragments (RFC 8200 §4.5), gateways on the dual-stack configs
   ep0-v6/ep1-v6: scapy encrypts for gw1's inbound SA 1101 (IPv6 outer,
   key from configs/ep1-v6.toml), cuts the ESP with scapy's `fragment6()`
@@ -31,6 +39,8 @@ from __future__ import annotations
 import random
 import struct
 import time
+
+import pytest
 
 import e2elib as L
 
@@ -359,3 +369,67 @@ def test_scapy_ipv6_fragments_reassembled_at_gw1(start_gws, artifacts):
     sa_in = next(s for s in st["sas"] if s["spi"] == SPI6 and s["direction"] == "inbound")
     assert sa_in["packets"] >= len(per_datagram), sa_in
     print(f"\nipv6: {nfrags} scapy fragment6() fragments of {len(per_datagram)} datagrams → {len(got)} packets at hostB")
+
+
+def port_split(text: str) -> str:
+    """gw0's outbound SPD: UDP to ports 45000-45999 on SA 1001, the rest of
+    the site-to-site traffic discarded."""
+    old = 'direction = "outbound"\nsrc = "192.0.2.0/24"\ndst = "198.51.100.0/24"\npriority = 10\naction = "protect 1001"\n'
+    assert old in text
+    new = (old.replace("priority = 10", 'protocol = "udp"\ndst_ports = "45000-45999"\npriority = 10') +
+           '\n[[policy]]\ndirection = "outbound"\nsrc = "192.0.2.0/24"\ndst = "198.51.100.0/24"\npriority = 20\naction = "discard"\n')
+    return text.replace(old, new, 1)
+
+
+@pytest.mark.parametrize("forwarded", [False, True], ids=["forwarded-off", "forwarded-on"])
+def test_port_selected_fragments_from_the_inside(start_gws, artifacts, forwarded):
+    from scapy.compat import raw
+    from scapy.layers.inet import IP, UDP, fragment
+    from scapy.layers.l2 import Ether
+    from scapy.packet import Raw
+    extra = "\n[reassembly]\nforwarded = true\n" if forwarded else ""
+    gw0_cfg = derived_config("gw0", artifacts, "ports-" + ("on" if forwarded else "off"), lambda t: port_split(t) + extra)
+    gw = start_gws({"gw0": gw0_cfg, "gw1": L.CONFIG_DIR / L.GW_CONFIG["gw1"]})
+    rng = random.Random(7)
+    sizes = [600, 1000, 1400]
+    inners, frames = {}, []
+    for n, size in enumerate(sizes):
+        ip = IP(raw(IP(src=L.A_IP, dst=L.B_IP, ttl=64, id=0x4500 + n, flags=0) / UDP(sport=40000, dport=45000 + n) /
+                    Raw(bytes((n * 11 + j) & 0xFF for j in range(size)))))
+        inners[45000 + n] = raw(ip)
+        frags = [Ether(dst=L.GW0_IN_MAC, src=L.A_MAC) / f for f in fragment(ip, fragsize=480)]
+        assert len(frags) >= 2
+        if n == 1:
+            frags.reverse()
+        elif n == 2:
+            rng.shuffle(frags)
+        frames += frags
+    nfrags = len(frames)
+    cap_b = L.Capture("hostB", "b0", f"udp and src host {L.A_IP} and dst host {L.B_IP}", artifacts / "b0")
+    cap_w = L.Capture("wan", "br0", f"ip and src host {L.GW0_OUT_IP} and dst host {L.GW1_OUT_IP}", artifacts / "wan")
+    L.send_frames("hostA", "a0", frames, artifacts / "frags")
+    if forwarded:
+        st1 = gw["gw1"].wait_stats(lambda s: sum(x["packets"] for x in s["sas"] if x["direction"] == "inbound") >= len(sizes),
+                                   timeout=10)
+    st0 = gw["gw0"].wait_stats(lambda s: s.get("frags_received", 0) + sum(s["drops"].values()) + s.get("frags_pending", 0) >= nfrags - len(sizes),
+                               timeout=10)
+    got = cap_b.stop(settle=0.5)
+    wan = cap_w.stop()
+    assert all(ip_bytes(raw(f))[9] == 50 for f in wan), "only ESP on the wan"
+    if not forwarded:
+        # The first fragments (ports) take SA 1001 and reach hostB as
+        # fragments; the others (no ports) meet the DISCARD entry.
+        st0 = gw["gw0"].stats()
+        assert st0["frags_received"] == 0, st0
+        assert L.nonzero_drops(st0) == {"policy_discard": nfrags - len(sizes)}, L.nonzero_drops(st0)
+        firsts = [ip_bytes(raw(f)) for f in got]
+        assert len(firsts) == len(sizes), f"hostB got {len(firsts)} frames, want the {len(sizes)} first fragments"
+        assert all(struct.unpack("!H", ip[6:8])[0] == 0x2000 for ip in firsts), "first fragments only (MF, offset 0)"
+        return
+    check_delivered(got, inners, 2, st1, "hostA's fragments → gw0 → gw1")
+    st0 = gw["gw0"].wait_stats(lambda s: s.get("reassembled", 0) >= len(sizes), timeout=5)
+    assert (st0["frags_received"], st0["frags_reassembled"], st0["reassembled"]) == (nfrags, nfrags, len(sizes)), st0
+    assert not L.nonzero_drops(st0), L.nonzero_drops(st0)
+    assert len(wan) == len(sizes), f"{len(wan)} ESP packets on the wan for {len(sizes)} datagrams"
+    print(f"\n{len(sizes)} datagrams in {nfrags} fragments from hostA: {st0['reassembled']} reassembled at gw0, "
+          f"{len(wan)} ESP packets on the wan, {len(got)} datagrams at hostB")

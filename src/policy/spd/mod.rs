@@ -308,6 +308,8 @@ pub struct Spd {
     /// Whether, in either family, a BYPASS or DISCARD entry comes before a
     /// PROTECT entry in lookup order ([`Spd::protect_shadowed`]).
     protect_shadowed: bool,
+    /// Whether some IPv4 entry selects ports ([`Spd::selects_ports_v4`]).
+    ports_v4: bool,
 }
 
 /// An address from [`addr_bits`] as a trie key of its family's width.
@@ -342,7 +344,17 @@ impl Spd {
             last_protect.is_some_and(|l| v[..l].iter().any(|e| !matches!(e.action, SpdAction::Protect(_))))
         };
         let protect_shadowed = shadowed(&v4) || shadowed(&v6);
-        Spd { v4: Family::new(v4), v6: Family::new(v6), protect_shadowed }
+        let ports_v4 = v4.iter().any(|e| e.selector.src_ports != (0, u16::MAX) || e.selector.dst_ports != (0, u16::MAX));
+        Spd { v4: Family::new(v4), v6: Family::new(v6), protect_shadowed, ports_v4 }
+    }
+
+    /// True when some IPv4 entry selects a port range other than all
+    /// ports, so a datagram's first fragment (with ports) and its other
+    /// fragments (without: OPAQUE, RFC 4301 §7.1) may be classified apart.
+    /// O(1); computed when built.
+    #[inline]
+    pub fn selects_ports_v4(&self) -> bool {
+        self.ports_v4
     }
 
     /// True when some BYPASS or DISCARD entry comes before some PROTECT
