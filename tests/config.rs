@@ -1818,6 +1818,23 @@ fn warnings_for_port_selectors_that_split_fragmented_datagrams() {
     assert!(warns(&format!("{BASE}{sa3}{}\n[reassembly]\nforwarded = true\n", port_policy("outbound", 1003))).is_empty());
     let w = warns(&format!("{BASE}{sa3}{}\n[reassembly]\nforwarded = true\ncontexts = 0\n", port_policy("outbound", 1003)));
     assert!(w.len() == 1 && w[0].ends_with(" (reassembly.forwarded would keep them with it, but reassembly.contexts is 0)"), "{w:?}");
+    let w = warns(&format!("{BASE}{sa3}{}\n[reassembly]\ncontexts = 0\n", port_policy("outbound", 1003)));
+    assert!(w.len() == 1 && w[0].ends_with(" (reassembly.forwarded = true with reassembly.contexts > 0 keeps them with it)"), "{w:?}");
+    // An SA whose outer header may not be fragmented cuts a datagram too
+    // big for it again before encryption: still warned, saying why.
+    let w = warns(&format!("{BASE}{sa3}df = \"set\"\n{}\n[reassembly]\nforwarded = true\n", port_policy("outbound", 1003)));
+    assert!(
+        w.len() == 1 && w[0].ends_with(" (reassembly.forwarded reassembles them, but SPI 1003's df = \"set\" cuts a datagram too big for the tunnel again before encryption)"),
+        "{w:?}"
+    );
+    // `secgw check`'s summary says whether the option does anything.
+    let summary = |text: &str| config::summary(&config::parse(text, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}")));
+    let on = format!("{BASE}{sa3}{}\n[reassembly]\nforwarded = true\n", port_policy("outbound", 1003));
+    assert!(summary(&on).contains("; also forwarded IPv4 TCP/UDP fragments between addresses a port-selecting outbound policy may match"), "{}", summary(&on));
+    let idle = format!("{BASE}\n[reassembly]\nforwarded = true\n");
+    assert!(summary(&idle).contains("; reassembly.forwarded idle: no IPv4 outbound policy selects ports"), "{}", summary(&idle));
+    let off = format!("{BASE}\n[reassembly]\nforwarded = true\ncontexts = 0\n");
+    assert!(summary(&off).contains("reassembly off: outer fragments to the gateway are dropped (reassembly.forwarded has no effect)"), "{}", summary(&off));
     // The same SA: the whole datagram takes it, no warning.
     assert!(warns(&format!("{BASE}{}", port_policy("outbound", 1001))).is_empty());
     // A DISCARD entry for the rest; no entry at all.

@@ -568,6 +568,52 @@ fn forwarded_fragments_under_port_selectors_stay_on_the_first_fragments_sa() {
     assert_eq!(data, big[14 + 20..], "the datagram's data byte for byte");
 }
 
+/// What `reassembly.forwarded` leaves as it was, on ep0-2w's port split:
+/// fragments with IPv4 options (their reassembled header would take the
+/// outer headers' headroom) and fragments between addresses no
+/// port-selecting entry matches go on as they come, one ESP packet each.
+#[test]
+fn forwarded_fragments_with_options_or_outside_port_selectors_go_as_they_come() {
+    let on = port_split("ep0-2w.toml", "ports-gw0-on-scope", "[reassembly]\nforwarded = true");
+    // IPv4 options (IHL 6) in every fragment.
+    let frags: Vec<Vec<u8>> = cut(&from_host_a(1400, 6000), 496)
+        .into_iter()
+        .map(|f| {
+            let mut ip = f[14..].to_vec();
+            add_ipv4_options(&mut ip);
+            set_ipv4_checksum(&mut ip);
+            eth(mac("02:00:00:00:00:01"), mac("02:00:00:00:0a:01"), 0x0800, &ip)
+        })
+        .collect();
+    let mut gw0 = Gw::from_config(&on);
+    let esp = gw0.push("inside", &frags);
+    let spis: Vec<u32> = esp.iter().map(|(_, f)| spi_of(f)).collect();
+    assert_eq!(spis, [2001, 2002, 2002], "with options: as without the option");
+    assert_eq!(gw0.stats().frags_received, 0);
+    // A destination outside every port-selecting entry (198.51.100.0/24):
+    // an any-port entry of its own, SA 2002.
+    let wide = edited_config("ep0-2w.toml", "ports-gw0-wide", |t| {
+        let t = t.replacen("workers = 2\ncores = [0,1]", "workers = 1\ncores = [0]", 1);
+        let at = "dst = \"198.51.100.0/24\"\npriority = 20\naction = \"protect 2002\"";
+        assert!(t.contains(at));
+        let t = t.replacen(at, "dst = \"198.51.0.0/16\"\npriority = 20\naction = \"protect 2002\"", 1);
+        format!("{t}\n[[route]]\nprefix = \"198.51.0.0/16\"\nvia = \"203.0.113.2\"\nport = \"outside\"\n\n[reassembly]\nforwarded = true\n")
+    });
+    let mut ip = udp_packet(HOST_A, Ipv4Addr::new(198, 51, 7, 10), 0, 64, 40000, 6000, &[0x5a; 1372]);
+    ip[6] = 0;
+    set_ipv4_checksum(&mut ip);
+    let frame = eth(mac("02:00:00:00:00:01"), mac("02:00:00:00:0a:01"), 0x0800, &ip);
+    let mut gw0 = Gw::from_config(&wide);
+    let esp = gw0.push("inside", &cut(&frame, 496));
+    let s = gw0.stats();
+    assert_eq!(esp.len(), 3, "drops {:?}", s.drops.iter().filter(|(_, &v)| v > 0).collect::<Vec<_>>());
+    assert!(esp.iter().all(|(_, f)| spi_of(f) == 2002));
+    assert_eq!(s.frags_received, 0, "198.51.7.10 is outside every port-selecting entry");
+    // The same port split's own destinations are reassembled.
+    let esp = gw0.push("inside", &cut(&from_host_a(1400, 6000), 496));
+    assert_eq!((esp.len(), spi_of(&esp[0].1), gw0.stats().reassembled), (1, 2001, 1));
+}
+
 /// `reassembly.forwarded` changes nothing where no outbound policy selects
 /// ports (configs/ep0.toml): a datagram's fragments all meet the same
 /// entries, so they are encrypted as they come, one ESP packet each.

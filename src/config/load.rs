@@ -46,8 +46,9 @@
 //! timeout_ms = 5000         # time a datagram has to complete from its first fragment,
 //!                           # 10..=120000 ms, default 5000
 //! forwarded = false         # also IPv4 TCP/UDP fragments forwarded from a protected port, before
-//!                           # the outbound SPD lookup, while an IPv4 outbound policy selects ports
-//!                           # (RFC 4301 §7: non-first fragments carry none); default false
+//!                           # the outbound SPD lookup, between addresses a port-selecting IPv4
+//!                           # outbound policy may match (RFC 4301 §7: non-first fragments carry
+//!                           # no ports); default false
 //!
 //! [neighbour_table]         # optional table: ARP (RFC 826) / Neighbor Discovery (RFC 4861)
 //!                           # resolution of next hops without a [[neighbour]] entry or peer_mac

@@ -117,12 +117,14 @@ pub struct Reassembly {
     /// (10..=120000, default 5000).
     pub timeout_ms: u64,
     /// Also reassemble IPv4 TCP and UDP fragments forwarded from a
-    /// protected port, before the outbound SPD lookup, while some IPv4
-    /// outbound policy selects ports (default false): a datagram's
-    /// non-first fragments carry no ports (OPAQUE, RFC 4301 §7.1), so
-    /// without it they meet the any-port entries instead of their first
-    /// fragment's. Needs `contexts` > 0; datagrams of more than 2048 data
-    /// bytes are then dropped (`reasm_too_big`).
+    /// protected port (without IPv4 options), before the outbound SPD
+    /// lookup, between addresses a port-selecting IPv4 outbound policy may
+    /// match (default false): a datagram's non-first fragments carry no
+    /// ports (OPAQUE, RFC 4301 §7.1), so without it they meet the any-port
+    /// entries instead of their first fragment's. Needs `contexts` > 0;
+    /// such datagrams of more than 2048 data bytes are then dropped
+    /// (`reasm_too_big`). README, "Forwarded fragments under port
+    /// selectors".
     pub forwarded: bool,
 }
 

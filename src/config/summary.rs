@@ -77,15 +77,19 @@ pub fn summary(cfg: &Config) -> String {
     };
     let _ = writeln!(out, "crypto: backend {backend}, provider {}, queue pairs of {} ops (sessions: {})", c.provider.name(), c.ring_depth, provider_counts(cfg));
     let r = &cfg.reassembly;
+    let ports_v4 = cfg.policies.iter().any(|p| p.direction == Direction::Outbound && p.src.0.is_ipv4() && (p.src_ports != (0, u16::MAX) || p.dst_ports != (0, u16::MAX)));
+    let forwarded = match (r.forwarded, ports_v4) {
+        (false, _) => "",
+        (true, true) => "; also forwarded IPv4 TCP/UDP fragments between addresses a port-selecting outbound policy may match",
+        (true, false) => "; reassembly.forwarded idle: no IPv4 outbound policy selects ports",
+    };
     let _ = match r.contexts {
-        0 => writeln!(out, "reassembly off: outer fragments to the gateway are dropped"),
-        n => writeln!(
+        0 => writeln!(
             out,
-            "reassembly: {n} datagrams per worker, up to {} fragments each, timeout {} ms{}",
-            r.max_fragments,
-            r.timeout_ms,
-            if r.forwarded { "; also forwarded IPv4 TCP/UDP fragments while an outbound policy selects ports" } else { "" }
+            "reassembly off: outer fragments to the gateway are dropped{}",
+            if r.forwarded { " (reassembly.forwarded has no effect)" } else { "" }
         ),
+        n => writeln!(out, "reassembly: {n} datagrams per worker, up to {} fragments each, timeout {} ms{forwarded}", r.max_fragments, r.timeout_ms),
     };
     let _ = writeln!(
         out,

@@ -483,19 +483,28 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
         // With `reassembly.forwarded` the worker reassembles an IPv4
         // datagram's fragments before the outbound lookup, so its ports
         // decide for all of it (datagrams over 2048 data bytes are dropped,
-        // as README says).
-        let reassembled = q.direction == Direction::Outbound && q.src.0.is_ipv4() && cfg.reassembly.forwarded && cfg.reassembly.contexts > 0;
-        if reassembled {
+        // as README says), and its SA carries it whole unless its outer
+        // header may not be fragmented (`df = "set"`, an IPv6 outer
+        // header): a datagram too big for the tunnel is then cut again
+        // before encryption, and the peer meets its non-first fragments
+        // without ports.
+        let outbound_v4 = q.direction == Direction::Outbound && q.src.0.is_ipv4();
+        let recut = cfg.sas.iter().find(|s| s.spi == spi && s.direction == Direction::Outbound).filter(|s| s.mode == SaMode::Tunnel && (s.df == DfMode::Set || s.tunnel_dst.is_ipv6()));
+        let on = cfg.reassembly.forwarded && cfg.reassembly.contexts > 0;
+        if outbound_v4 && on && recut.is_none() {
             continue;
         }
-        let hint = if q.direction == Direction::Outbound && q.src.0.is_ipv4() {
-            if cfg.reassembly.forwarded {
-                " (reassembly.forwarded would keep them with it, but reassembly.contexts is 0)"
-            } else {
-                " (reassembly.forwarded = true keeps them with it)"
-            }
-        } else {
-            ""
+        let hint = match (outbound_v4, recut) {
+            (true, Some(s)) if on => format!(
+                " (reassembly.forwarded reassembles them, but SPI {spi}'s {} cuts a datagram too big for the tunnel again before encryption)",
+                if s.df == DfMode::Set { "df = \"set\"" } else { "IPv6 outer header" }
+            ),
+            (true, _) if cfg.dpdk_import.is_some() => " (reassembly.forwarded = true, in the TOML `secgw import-dpdk` writes, keeps them with it)".into(),
+            (true, _) if cfg.reassembly.forwarded => " (reassembly.forwarded would keep them with it, but reassembly.contexts is 0)".into(),
+            (true, _) if cfg.reassembly.contexts == 0 => " (reassembly.forwarded = true with reassembly.contexts > 0 keeps them with it)".into(),
+            (true, _) => " (reassembly.forwarded = true keeps them with it)".into(),
+            (false, _) if q.direction == Direction::Outbound && cfg.reassembly.forwarded => " (reassembly.forwarded takes IPv4 only)".into(),
+            _ => String::new(),
         };
         let opaque = |p: &Policy| {
             p.direction == q.direction

@@ -4,8 +4,11 @@
 //!
 //! A non-first fragment carries no SPI, so the worker that receives the
 //! fragments reassembles them before the SAD lookup and before handing the
-//! datagram to the SA's owner. Only datagrams addressed to the gateway
-//! come here; fragments the gateway forwards are forwarded as they are.
+//! datagram to the SA's owner. Datagrams addressed to the gateway come
+//! here, and, with [`ReassemblyConf::forwarded`], IPv4 TCP/UDP datagrams
+//! from a protected port that port selectors may classify (before the
+//! outbound SPD lookup, RFC 4301 §7); other fragments the gateway forwards
+//! are forwarded as they are.
 //!
 //! # Contract
 //! - **Fixed memory.** `contexts` contexts are built at worker start; a
@@ -128,8 +131,8 @@ pub struct ReassemblyConf {
     pub timeout: Duration,
     /// Whether IPv4 TCP/UDP fragments the gateway forwards from a
     /// protected port are reassembled too, before the outbound SPD lookup,
-    /// while an IPv4 outbound policy selects ports (config
-    /// `reassembly.forwarded`; RFC 4301 §7).
+    /// where port selectors may classify them (config
+    /// `reassembly.forwarded`; RFC 4301 §7; the worker decides which).
     pub forwarded: bool,
 }
 

@@ -1051,17 +1051,26 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     }
 
     /// Whether an IPv4 fragment from a protected port (`key`: its
-    /// addresses and protocol; ports only in a first fragment) is
-    /// reassembled before the outbound SPD lookup (`reassembly.forwarded`;
-    /// README, Reassembly): TCP or UDP through the gateway while an IPv4
-    /// outbound policy selects ports. The datagram's non-first fragments
-    /// carry no ports (OPAQUE, RFC 4301 §7.1) and would meet the any-port
-    /// entries, not the entry its first fragment matches; whole, the
-    /// datagram is classified by its ports and every byte of it takes that
-    /// entry's action (RFC 4301 §7: fragments of one datagram kept on one
-    /// SA). Off the fast path: only fragments come here.
-    fn port_selected_fragment(&self, t: &Tables, key: &FlowKey) -> bool {
-        (key.protocol == ipv4::PROTO_TCP || key.protocol == ipv4::PROTO_UDP) && self.reasm.forwarded() && t.spd_out.selects_ports_v4() && !t.is_ours(key.dst)
+    /// addresses and protocol; ports only in a first fragment; `hl` its
+    /// header length) is reassembled before the outbound SPD lookup
+    /// (`reassembly.forwarded`; README, Forwarded fragments under port
+    /// selectors): TCP or UDP through the gateway, between addresses some
+    /// port-selecting IPv4 outbound entry may match
+    /// ([`crate::policy::spd::Spd::ports_may_select_v4`]). The datagram's
+    /// non-first fragments carry no ports (OPAQUE, RFC 4301 §7.1) and would
+    /// meet the any-port entries, not the entry its first fragment matches;
+    /// whole, the datagram is classified by its ports and every byte of it
+    /// takes that entry's action (RFC 4301 §7: fragments of one datagram
+    /// kept on one SA). Not with IPv4 options (`hl` > 20): the reassembled
+    /// header would take headroom the outer headers need, and the
+    /// fragmenter cuts option-free headers only. Off the fast path: only
+    /// fragments come here.
+    fn port_selected_fragment(&self, t: &Tables, key: &FlowKey, hl: usize) -> bool {
+        hl == ipv4::MIN_HEADER_LEN
+            && (key.protocol == ipv4::PROTO_TCP || key.protocol == ipv4::PROTO_UDP)
+            && self.reasm.forwarded()
+            && !t.is_ours(key.dst)
+            && t.spd_out.ports_may_select_v4(key)
     }
 
     /// The IPv4 packet in `buf` (received on `port`) cannot be forwarded
@@ -1618,7 +1627,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 // Ethernet padding after the IP packet is not part of it.
                 buf.trim_to(ethernet::HEADER_LEN + total);
                 if pinfo.protected {
-                    if frag && (self.echo_fragment(t, &key) || self.port_selected_fragment(t, &key)) {
+                    if frag && (self.echo_fragment(t, &key) || self.port_selected_fragment(t, &key, hl)) {
                         return self.reassemble(t, port, buf);
                     }
                     self.outbound(t, port, buf, key, ttl, None)

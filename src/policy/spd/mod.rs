@@ -308,9 +308,21 @@ pub struct Spd {
     /// Whether, in either family, a BYPASS or DISCARD entry comes before a
     /// PROTECT entry in lookup order ([`Spd::protect_shadowed`]).
     protect_shadowed: bool,
-    /// Whether some IPv4 entry selects ports ([`Spd::selects_ports_v4`]).
-    ports_v4: bool,
+    /// The source and destination prefixes and protocol of the IPv4
+    /// entries that select ports, each once ([`Spd::ports_may_select_v4`]),
+    /// unless there are more than [`PORT_PAIRS_MAX`] of them
+    /// (`port_pairs_over`).
+    port_pairs_v4: Vec<(Prefix, Prefix, Option<u8>)>,
+    /// More than [`PORT_PAIRS_MAX`] triples: every IPv4 key may be selected
+    /// by ports.
+    port_pairs_over: bool,
 }
+
+/// Most distinct (source, destination, protocol) triples of port-selecting
+/// IPv4 entries [`Spd::ports_may_select_v4`] scans; above it, it answers
+/// true for every key (a fragment's scan stays bounded however many port
+/// policies the SPD holds).
+pub const PORT_PAIRS_MAX: usize = 64;
 
 /// An address from [`addr_bits`] as a trie key of its family's width.
 trait From128 {
@@ -344,17 +356,37 @@ impl Spd {
             last_protect.is_some_and(|l| v[..l].iter().any(|e| !matches!(e.action, SpdAction::Protect(_))))
         };
         let protect_shadowed = shadowed(&v4) || shadowed(&v6);
-        let ports_v4 = v4.iter().any(|e| e.selector.src_ports != (0, u16::MAX) || e.selector.dst_ports != (0, u16::MAX));
-        Spd { v4: Family::new(v4), v6: Family::new(v6), protect_shadowed, ports_v4 }
+        let mut pairs: Vec<(Prefix, Prefix, Option<u8>)> = Vec::new();
+        for s in v4.iter().map(|e| e.selector).filter(|s| s.src_ports != (0, u16::MAX) || s.dst_ports != (0, u16::MAX)) {
+            let t = (s.src, s.dst, s.protocol);
+            if !pairs.contains(&t) {
+                pairs.push(t);
+            }
+            if pairs.len() > PORT_PAIRS_MAX {
+                break;
+            }
+        }
+        let port_pairs_over = pairs.len() > PORT_PAIRS_MAX;
+        if port_pairs_over {
+            pairs.clear();
+        }
+        Spd { v4: Family::new(v4), v6: Family::new(v6), protect_shadowed, port_pairs_v4: pairs, port_pairs_over }
     }
 
-    /// True when some IPv4 entry selects a port range other than all
-    /// ports, so a datagram's first fragment (with ports) and its other
-    /// fragments (without: OPAQUE, RFC 4301 §7.1) may be classified apart.
-    /// O(1); computed when built.
-    #[inline]
-    pub fn selects_ports_v4(&self) -> bool {
-        self.ports_v4
+    /// True when some IPv4 entry selecting a port range other than all
+    /// ports may match packets from `k.src` to `k.dst` of protocol
+    /// `k.protocol` (its ports are not read): a datagram between them may
+    /// then have its first fragment (with ports) and its other fragments
+    /// (without: OPAQUE, RFC 4301 §7.1) classified apart. Scans at most
+    /// [`PORT_PAIRS_MAX`] distinct (source, destination, protocol) triples,
+    /// built with the SPD; with more, true for every IPv4 key. The entries'
+    /// ranks are not weighed: an entry that an earlier any-port entry
+    /// shadows still counts.
+    pub fn ports_may_select_v4(&self, k: &FlowKey) -> bool {
+        if self.port_pairs_over {
+            return k.src.is_ipv4();
+        }
+        self.port_pairs_v4.iter().any(|(s, d, p)| s.contains(k.src) && d.contains(k.dst) && p.is_none_or(|p| p == k.protocol))
     }
 
     /// True when some BYPASS or DISCARD entry comes before some PROTECT

@@ -387,3 +387,34 @@ fn protect_shadowed_by_rank() {
     assert!(!Spd::new(vec![v6(SpdAction::Discard, 1), at(p, 2)]).protect_shadowed(), "an IPv6 discard shadows no IPv4 protect");
     assert!(Spd::new(vec![at(p, 2), v6(SpdAction::Discard, 1), v6(p, 3)]).protect_shadowed());
 }
+
+/// `ports_may_select_v4`: true only for addresses and protocols of an IPv4
+/// entry that selects ports (whatever the key's ports), never for IPv6 or
+/// an empty SPD; with more than `PORT_PAIRS_MAX` distinct triples, true for
+/// every IPv4 key.
+#[test]
+fn ports_may_select_v4_by_address_pair_and_protocol() {
+    assert!(!Spd::default().ports_may_select_v4(&key("198.51.100.10", 17, None)));
+    let spd = Spd::new(vec![
+        SpdEntry { selector: sel("192.0.2.0/24", "198.51.100.0/25", Some(17), (6000, 6999)), priority: 10, action: SpdAction::Protect(0) },
+        SpdEntry { selector: sel("192.0.2.0/24", "198.51.100.0/25", Some(17), (7000, 7999)), priority: 11, action: SpdAction::Protect(1) },
+        SpdEntry { selector: sel("0.0.0.0/0", "0.0.0.0/0", None, (0, 65535)), priority: 20, action: SpdAction::Bypass },
+        SpdEntry { selector: sel("2001:db8:a::/48", "::/0", Some(6), (22, 22)), priority: 5, action: SpdAction::Discard },
+    ]);
+    assert_eq!(spd.port_pairs_v4.len(), 1, "the two port entries share one triple");
+    assert!(spd.ports_may_select_v4(&key("198.51.100.10", 17, None)));
+    assert!(spd.ports_may_select_v4(&key("198.51.100.10", 17, Some(5))), "ports are not read");
+    assert!(!spd.ports_may_select_v4(&key("198.51.100.200", 17, None)), "outside the /25");
+    assert!(!spd.ports_may_select_v4(&key("198.51.100.10", 6, None)), "TCP: no TCP entry selects ports");
+    let k6 = FlowKey { src: "2001:db8:a::10".parse().unwrap(), dst: "2001:db8:b::10".parse().unwrap(), protocol: 6, ports: None };
+    assert!(!spd.ports_may_select_v4(&k6), "IPv6 never");
+    // Above PORT_PAIRS_MAX distinct triples: every IPv4 key.
+    let many: Vec<SpdEntry> = (0..=PORT_PAIRS_MAX)
+        .map(|i| SpdEntry { selector: sel(&format!("10.{i}.0.0/16"), "198.51.100.0/24", Some(17), (53, 53)), priority: 1, action: SpdAction::Bypass })
+        .collect();
+    let spd = Spd::new(many.clone());
+    assert!(spd.ports_may_select_v4(&key("203.0.113.9", 6, None)));
+    assert!(!spd.ports_may_select_v4(&k6));
+    let spd = Spd::new(many[..PORT_PAIRS_MAX].to_vec());
+    assert!(!spd.ports_may_select_v4(&key("203.0.113.9", 6, None)), "{PORT_PAIRS_MAX} triples are still scanned");
+}
