@@ -22,7 +22,9 @@ in the netns testbed, against fragments we did not make:
   discards the rest; scapy cuts hostA's datagrams to such ports with its own
   `fragment()` and sends the fragments (in order, reversed, shuffled) to gw0.
   Without the option only the first fragments (which carry the ports) leave,
-  the others are discarded and hostB gets no datagram whole; with it gw0
+  the others are discarded and hostB gets no datagram whole (its stack
+  answers each after its reassembly time, shortened to FRAG_TIME_S here,
+  with an ICMP Time Exceeded that reaches hostA); with it gw0
   reassembles each datagram, only ESP crosses the wan, hostB receives every
   datagram once, byte for byte, and gw0 counts the reassemblies and no drop;
 - IPv6 outer fragments (RFC 8200 §4.5), gateways on the dual-stack configs
@@ -371,6 +373,18 @@ def test_scapy_ipv6_fragments_reassembled_at_gw1(start_gws, artifacts):
     print(f"\nipv6: {nfrags} scapy fragment6() fragments of {len(per_datagram)} datagrams → {len(got)} packets at hostB")
 
 
+FRAG_TIME_S = 2
+
+
+def frag_queues(host: str) -> int:
+    """IPv4 fragment queues the namespace's stack holds (`FRAG: inuse N` of
+    /proc/net/sockstat, per network namespace)."""
+    for line in L.run_ns(host, "cat", "/proc/net/sockstat").stdout.splitlines():
+        if line.startswith("FRAG:"):
+            return int(line.split()[2])
+    raise AssertionError(f"{host}: no FRAG line in /proc/net/sockstat")
+
+
 def port_split(text: str) -> str:
     """gw0's outbound SPD: UDP to ports 45000-45999 on SA 1001, the rest of
     the site-to-site traffic discarded."""
@@ -382,7 +396,7 @@ def port_split(text: str) -> str:
 
 
 @pytest.mark.parametrize("forwarded", [False, True], ids=["forwarded-off", "forwarded-on"])
-def test_port_selected_fragments_from_the_inside(start_gws, artifacts, forwarded):
+def test_port_selected_fragments_from_the_inside(start_gws, artifacts, forwarded, request):
     from scapy.compat import raw
     from scapy.layers.inet import IP, UDP, fragment
     from scapy.layers.l2 import Ether
@@ -405,6 +419,17 @@ def test_port_selected_fragments_from_the_inside(start_gws, artifacts, forwarded
             rng.shuffle(frags)
         frames += frags
     nfrags = len(frames)
+    if not forwarded:
+        # hostB's stack will hold the first fragments; left there, each
+        # expires after ipfrag_time (30 s) with an ICMP Time Exceeded to
+        # hostA (RFC 792; RFC 1122 §3.3.2) through the tunnel, into whatever
+        # test runs then (test_rekey counted 3 such on its reverse SAs). A
+        # short reassembly time (read when the queue is made, so set before
+        # the fragments) lets them expire here, and below waits for them.
+        frag_time = L.run_ns("hostB", "sysctl", "-n", "net.ipv4.ipfrag_time").stdout.strip()
+        L.run_ns("hostB", "sysctl", "-qw", f"net.ipv4.ipfrag_time={FRAG_TIME_S}")
+        request.addfinalizer(lambda: L.run_ns("hostB", "sysctl", "-qw", f"net.ipv4.ipfrag_time={frag_time}"))
+        cap_a = L.Capture("hostA", "a0", f"icmp and src host {L.B_IP} and dst host {L.A_IP}", artifacts / "a0-icmp")
     cap_b = L.Capture("hostB", "b0", f"udp and src host {L.A_IP} and dst host {L.B_IP}", artifacts / "b0")
     cap_w = L.Capture("wan", "br0", f"ip and src host {L.GW0_OUT_IP} and dst host {L.GW1_OUT_IP}", artifacts / "wan")
     L.send_frames("hostA", "a0", frames, artifacts / "frags")
@@ -425,6 +450,13 @@ def test_port_selected_fragments_from_the_inside(start_gws, artifacts, forwarded
         firsts = [ip_bytes(raw(f)) for f in got]
         assert len(firsts) == len(sizes), f"hostB got {len(firsts)} frames, want the {len(sizes)} first fragments"
         assert all(struct.unpack("!H", ip[6:8])[0] == 0x2000 for ip in firsts), "first fragments only (MF, offset 0)"
+        # hostB's incomplete datagrams expire now, each answered by a Time
+        # Exceeded (fragment reassembly time exceeded) that reaches hostA.
+        L.wait_for(lambda: frag_queues("hostB") == 0, "hostB's fragment queues expired", timeout=FRAG_TIME_S + 5)
+        icmp = [ip_bytes(raw(f)) for f in cap_a.stop(settle=1.0)]
+        expired = [ip for ip in icmp if ip[20:22] == bytes([11, 1])]
+        assert len(expired) == len(sizes) == len(icmp), \
+            f"ICMP at hostA: {[ip[20:22].hex() for ip in icmp]}, want {len(sizes)} Time Exceeded (0b01)"
         return
     check_delivered(got, inners, 2, st1, "hostA's fragments → gw0 → gw1")
     st0 = gw["gw0"].wait_stats(lambda s: s.get("reassembled", 0) >= len(sizes), timeout=5)
