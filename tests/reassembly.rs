@@ -475,10 +475,15 @@ fn ipv6_fragments_with_reassembly_off_are_dropped_as_fragment() {
 /// peer's inbound entries of SA 2001 select the same ports. `extra` is
 /// appended (e.g. a `[reassembly]` table).
 fn port_split(base: &str, tag: &str, extra: &str) -> String {
+    port_split_with(base, tag, |t| format!("{t}\n{extra}\n"))
+}
+
+/// [`port_split`] with `edit` applied to the one-worker text.
+fn port_split_with(base: &str, tag: &str, edit: impl FnOnce(String) -> String) -> String {
     edited_config(base, tag, |t| {
         let t = t.replacen("workers = 2\ncores = [0,1]", "workers = 1\ncores = [0]", 1).replacen("workers = 2\ncores = [1,0]", "workers = 1\ncores = [0]", 1);
         assert!(t.contains("workers = 1"), "{base}: worker line");
-        format!("{t}\n{extra}\n")
+        edit(t)
     })
 }
 
@@ -512,18 +517,19 @@ fn forwarded_fragments_under_port_selectors_stay_on_the_first_fragments_sa() {
     assert_eq!(spis, [2001, 2002, 2002], "reassembly.forwarded off: the ports decide the first fragment only");
     // With an any-port BYPASS entry in place of SA 2002's, they leave in the
     // clear.
-    let leaky = |c: &str, tag: &str| {
-        let text = std::fs::read_to_string(c).expect("config");
-        let at = "priority = 20\naction = \"protect 2002\"";
-        assert!(text.contains(at), "{c}: SA 2002's entry");
-        temp_config(tag, "gw0.toml", &text.replacen(at, "priority = 20\naction = \"bypass\"", 1))
+    let leaky = |tag: &str, extra: &str| {
+        port_split_with("ep0-2w.toml", tag, |t| {
+            let at = "priority = 20\naction = \"protect 2002\"";
+            assert!(t.contains(at), "ep0-2w.toml: SA 2002's entry");
+            format!("{}\n{extra}\n", t.replacen(at, "priority = 20\naction = \"bypass\"", 1))
+        })
     };
-    let mut gw0 = Gw::from_config(&leaky(&off, "ports-gw0-off-bypass"));
+    let mut gw0 = Gw::from_config(&leaky("ports-gw0-off-bypass", ""));
     let out = gw0.push("inside", &frags);
     let mut protos: Vec<u8> = out.iter().map(|(_, f)| f[14 + 9]).collect();
     protos.sort();
     assert_eq!(protos, [17, 17, 50], "reassembly.forwarded off: one ESP packet, two fragments in the clear");
-    let mut gw0 = Gw::from_config(&leaky(&on, "ports-gw0-on-bypass"));
+    let mut gw0 = Gw::from_config(&leaky("ports-gw0-on-bypass", "[reassembly]\nforwarded = true"));
     let out = gw0.push("inside", &frags);
     assert_eq!(out.len(), 1);
     assert_eq!((out[0].1[14 + 9], spi_of(&out[0].1)), (50, 2001), "reassembly.forwarded on: all of it in ESP");
@@ -592,8 +598,7 @@ fn forwarded_fragments_with_options_or_outside_port_selectors_go_as_they_come() 
     assert_eq!(gw0.stats().frags_received, 0);
     // A destination outside every port-selecting entry (198.51.100.0/24):
     // an any-port entry of its own, SA 2002.
-    let wide = edited_config("ep0-2w.toml", "ports-gw0-wide", |t| {
-        let t = t.replacen("workers = 2\ncores = [0,1]", "workers = 1\ncores = [0]", 1);
+    let wide = port_split_with("ep0-2w.toml", "ports-gw0-wide", |t| {
         let at = "dst = \"198.51.100.0/24\"\npriority = 20\naction = \"protect 2002\"";
         assert!(t.contains(at));
         let t = t.replacen(at, "dst = \"198.51.0.0/16\"\npriority = 20\naction = \"protect 2002\"", 1);

@@ -2291,7 +2291,7 @@ impl Checker<'_> {
         protocol: Option<Protocol>,
     ) -> Option<(u16, u16)> {
         let Some(v) = f else {
-            return Some((0, u16::MAX));
+            return Some(ANY_PORTS);
         };
         let range = match v.get_ref() {
             Raw::Int(_) => self
@@ -2303,7 +2303,7 @@ impl Checker<'_> {
                 None
             }
         }?;
-        if range != (0, u16::MAX) {
+        if range != ANY_PORTS {
             match protocol {
                 Some(Protocol::Number(6 | 17)) | None => {}
                 Some(p) => {
@@ -2624,7 +2624,7 @@ pub fn parse_spi(s: &str) -> Result<u32, String> {
 /// "any" | "N" | "N-M" with N <= M.
 fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
     if s == "any" {
-        return Ok((0, u16::MAX));
+        return Ok(ANY_PORTS);
     }
     let bad = || format!("expected \"any\", \"N\" or \"N-M\" with ports 0..=65535, found {s:?}");
     let port = |p: &str| {

@@ -7,6 +7,9 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use zeroize::Zeroizing;
 
+/// Re-exported so the loader and the checks name "any ports" as the SPD does.
+pub use crate::policy::spd::ANY_PORTS;
+
 /// A 6-byte Ethernet MAC address.
 pub type Mac = [u8; 6];
 
@@ -557,6 +560,15 @@ pub struct Policy {
     pub priority: u32,
     /// What to do with a match.
     pub action: Action,
+}
+
+impl Policy {
+    /// True if either port range is narrower than 0..=65535 ([`ANY_PORTS`]):
+    /// the entry then takes no OPAQUE packet (RFC 4301 §4.4.1.1), such as a
+    /// non-first fragment.
+    pub fn selects_ports(&self) -> bool {
+        self.src_ports != ANY_PORTS || self.dst_ports != ANY_PORTS
+    }
 }
 
 /// `[[route]]`: a static route.

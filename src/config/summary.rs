@@ -77,7 +77,7 @@ pub fn summary(cfg: &Config) -> String {
     };
     let _ = writeln!(out, "crypto: backend {backend}, provider {}, queue pairs of {} ops (sessions: {})", c.provider.name(), c.ring_depth, provider_counts(cfg));
     let r = &cfg.reassembly;
-    let ports_v4 = cfg.policies.iter().any(|p| p.direction == Direction::Outbound && p.src.0.is_ipv4() && (p.src_ports != (0, u16::MAX) || p.dst_ports != (0, u16::MAX)));
+    let ports_v4 = cfg.policies.iter().any(|p| p.direction == Direction::Outbound && p.src.0.is_ipv4() && p.selects_ports());
     let forwarded = match (r.forwarded, ports_v4) {
         (false, _) => "",
         (true, true) => "; also forwarded IPv4 TCP/UDP fragments between addresses a port-selecting outbound policy may match",
@@ -334,7 +334,7 @@ fn prefix(a: IpAddr, len: u8) -> String {
 
 fn ports((lo, hi): (u16, u16)) -> String {
     match (lo, hi) {
-        (0, u16::MAX) => "any".into(),
+        ANY_PORTS => "any".into(),
         (lo, hi) if lo == hi => lo.to_string(),
         (lo, hi) => format!("{lo}-{hi}"),
     }

@@ -12,9 +12,6 @@ fn covers((p, len): (IpAddr, u8), a: IpAddr) -> bool {
     Prefix::new(p, len).contains(a)
 }
 
-/// A port range that selects every port.
-const ANY_PORTS: (u16, u16) = (0, u16::MAX);
-
 /// True if prefix `a` holds every address of prefix `b` (it is no longer
 /// and covers `b`'s network address).
 fn holds(a: (IpAddr, u8), b: (IpAddr, u8)) -> bool {
@@ -477,7 +474,7 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
         // PROTECT entry of the family, and the SA must also have an
         // any-port entry for them.
         let (Action::Protect(spi), None) = (q.action, shadow) else { continue };
-        if q.src_ports == ANY_PORTS && q.dst_ports == ANY_PORTS {
+        if !q.selects_ports() {
             continue;
         }
         // With `reassembly.forwarded` the worker reassembles an IPv4
@@ -508,8 +505,7 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
         };
         let opaque = |p: &Policy| {
             p.direction == q.direction
-                && p.src_ports == ANY_PORTS
-                && p.dst_ports == ANY_PORTS
+                && !p.selects_ports()
                 && (p.protocol == Protocol::Any || p.protocol == q.protocol)
                 && overlap(p.src, q.src)
                 && overlap(p.dst, q.dst)

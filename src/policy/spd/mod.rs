@@ -144,6 +144,11 @@ impl std::fmt::Display for Prefix {
     }
 }
 
+/// The port range of a selector that does not select ports: 0..=65535,
+/// which also matches OPAQUE keys (RFC 4301 §4.4.1.1: non-first fragments,
+/// protocols without ports).
+pub const ANY_PORTS: (u16, u16) = (0, u16::MAX);
+
 /// A selector (RFC 4301 §4.4.1.1). Source and destination prefixes are of
 /// one family; it matches packets of that family only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,6 +166,12 @@ pub struct Selector {
 }
 
 impl Selector {
+    /// True if either port range is narrower than [`ANY_PORTS`]: the
+    /// selector then matches no OPAQUE key (RFC 4301 §4.4.1.1).
+    #[inline]
+    pub fn selects_ports(&self) -> bool {
+        self.src_ports != ANY_PORTS || self.dst_ports != ANY_PORTS
+    }
     /// True if `k` matches every field (and is of the selector's family).
     #[inline]
     pub fn matches(&self, k: &FlowKey) -> bool {
@@ -182,9 +193,8 @@ impl Selector {
                 return false;
             }
         }
-        let any_ports = self.src_ports == (0, u16::MAX) && self.dst_ports == (0, u16::MAX);
         match k.ports {
-            None => any_ports,
+            None => !self.selects_ports(),
             Some((s, d)) => {
                 (self.src_ports.0..=self.src_ports.1).contains(&s) && (self.dst_ports.0..=self.dst_ports.1).contains(&d)
             }
@@ -357,7 +367,7 @@ impl Spd {
         };
         let protect_shadowed = shadowed(&v4) || shadowed(&v6);
         let mut pairs: Vec<(Prefix, Prefix, Option<u8>)> = Vec::new();
-        for s in v4.iter().map(|e| e.selector).filter(|s| s.src_ports != (0, u16::MAX) || s.dst_ports != (0, u16::MAX)) {
+        for s in v4.iter().map(|e| e.selector).filter(Selector::selects_ports) {
             let t = (s.src, s.dst, s.protocol);
             if !pairs.contains(&t) {
                 pairs.push(t);

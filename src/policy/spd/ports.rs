@@ -13,9 +13,7 @@
 //! - neither: also the best rank an OPAQUE key (no ports) can match.
 
 use super::trie::NONE;
-use super::Selector;
-
-const ANY: (u16, u16) = (0, u16::MAX);
+use super::{Selector, ANY_PORTS as ANY};
 
 /// An inclusive port range (first, last).
 type Ports = (u16, u16);
