@@ -67,7 +67,7 @@ enum Cmd {
     },
 }
 
-/// DPDK ipsec-secgw's port options, for a `.cfg` file.
+/// DPDK ipsec-secgw's command-line options, for a `.cfg` file.
 #[derive(clap::Args, Default)]
 struct DpdkArgs {
     /// DPDK `-p PORTMASK`: ports in use, hex [default: every port id the file names].
@@ -82,6 +82,21 @@ struct DpdkArgs {
     /// DPDK `--eth-dest PORT,MAC`: destination MAC of a port (repeatable).
     #[arg(long = "eth-dest", value_name = "ID,MAC")]
     eth_dest: Vec<String>,
+    /// DPDK `-w N`: anti-replay window of every inbound SA, 0 = none [default: secgw's 64].
+    #[arg(short = 'w', value_name = "N")]
+    replay_window: Option<String>,
+    /// DPDK `-e`: extended sequence numbers on every SA.
+    #[arg(short = 'e')]
+    esn: bool,
+    /// DPDK `--mtu MTU`: every port's mtu.
+    #[arg(long = "mtu", value_name = "MTU")]
+    mtu: Option<String>,
+    /// DPDK `--reassemble N`: reassembly contexts per worker (0 = off); N > 0 also reassembles forwarded fragments under port selectors.
+    #[arg(long = "reassemble", value_name = "N")]
+    reassemble: Option<String>,
+    /// DPDK `--frag-ttl NS`: time a datagram has to complete, in ns (at most 10 s).
+    #[arg(long = "frag-ttl", value_name = "NS")]
+    frag_ttl: Option<String>,
 }
 
 impl DpdkArgs {
@@ -91,6 +106,11 @@ impl DpdkArgs {
         let mut o = O {
             port_mask: self.port_mask.as_deref().map(O::parse_mask).transpose().map_err(|m| e(format!("-p: {m}")))?,
             unprotected_mask: self.unprotected_mask.as_deref().map(O::parse_mask).transpose().map_err(|m| e(format!("-u: {m}")))?,
+            replay_window: self.replay_window.as_deref().map(O::parse_decimal).transpose().map_err(|m| e(format!("-w: {m}")))?,
+            esn: self.esn,
+            mtu: self.mtu.as_deref().map(O::parse_decimal).transpose().map_err(|m| e(format!("--mtu: {m}")))?,
+            reassemble: self.reassemble.as_deref().map(O::parse_decimal).transpose().map_err(|m| e(format!("--reassemble: {m}")))?,
+            frag_ttl_ns: self.frag_ttl.as_deref().map(O::parse_decimal).transpose().map_err(|m| e(format!("--frag-ttl: {m}")))?,
             ..O::default()
         };
         for p in &self.ports {

@@ -654,3 +654,113 @@ fn key_before_its_algorithm_names_the_order() {
     let ps = problems(&format!("sa out 5 cipher_key {k} mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2\n{TAIL}"));
     assert!(ps.iter().any(|p| p.field == "cipher_key" && p.message.starts_with("cipher_key must follow \"cipher_algo NAME\"")), "{ps:#?}");
 }
+
+/// An inbound SA for GOOD_SA's peer and one outbound with `esn 100`, a
+/// port-selecting outbound policy, routes: the file the option tests import.
+const OPTION_CFG: &str = "sa out 5 cipher_algo aes-128-cbc cipher_key 0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0 auth_algo sha1-hmac auth_key 0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0 mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2\n\
+    sa in 6 aead_algo aes-128-gcm aead_key 1:2:3:4:5:6:7:8:9:a:b:c:d:e:f:10:11:12:13:14 mode ipv4-tunnel src 10.0.0.2 dst 10.0.0.1\n\
+    sa out 7 aead_algo aes-128-gcm aead_key 2:2:3:4:5:6:7:8:9:a:b:c:d:e:f:10:11:12:13:14 mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2 esn 100\n\
+    sp ipv4 out esp protect 7 pri 2 dst 192.168.1.0/24 proto 17:255 sport 0:65535 dport 6000:6999\n\
+    sp ipv4 out esp protect 5 pri 1 dst 192.168.1.0/24 sport 0:65535 dport 0:65535\n\
+    sp ipv4 in esp protect 6 pri 1 src 192.168.1.0/24 sport 0:65535 dport 0:65535\n\
+    rt ipv4 dst 10.0.0.2/32 port 0\nrt ipv4 dst 192.168.9.0/24 port 1\n";
+
+fn option_opts() -> ImportOptions {
+    ImportOptions { port_mask: Some(3), unprotected_mask: Some(1), ..Default::default() }
+}
+
+/// As `secgw check` loads it (`dpdk::load`: the options kept with the config).
+fn import_with(o: &ImportOptions) -> Result<(Config, Vec<dpdk::Notice>), ConfigError> {
+    dpdk::parse(OPTION_CFG, Path::new("opt.cfg"), o).map(|(c, n)| (Config { dpdk_import: Some(o.clone()), ..c }, n))
+}
+
+/// DPDK's `-w`, `-e`, `--mtu`, `--reassemble` and `--frag-ttl` set every
+/// inbound SA's anti-replay window, ESN on every SA, every port's MTU and
+/// the reassembly table (with forwarded fragments, as DPDK reassembles
+/// every fragment it receives); without them secgw's defaults stay.
+#[test]
+fn dpdk_sa_port_and_reassembly_options() {
+    let (plain, _) = import_with(&option_opts()).unwrap();
+    let defaults = config::Reassembly::default();
+    assert_eq!(plain.reassembly, defaults, "no option: secgw's reassembly defaults");
+    assert!(plain.ports.iter().all(|p| p.mtu == 1500));
+    let sa = |c: &Config, spi: u32| c.sas.iter().find(|s| s.spi == spi).unwrap().clone();
+    assert_eq!((sa(&plain, 6).replay_window, sa(&plain, 5).esn, sa(&plain, 7).esn), (64, false, true));
+    // With the .cfg's port selector on SA 7 and no --reassemble, check's
+    // OPAQUE warning names the DPDK option that keeps the datagrams whole.
+    let hint = " (DPDK's --reassemble N, N > 0, keeps them with it)";
+    assert!(config::warnings(&plain).iter().any(|w| w.ends_with(hint)), "{:?}", config::warnings(&plain));
+
+    let o = ImportOptions { replay_window: Some(1024), esn: true, mtu: Some(1400), reassemble: Some(256), frag_ttl_ns: Some(2_500_000_001), ..option_opts() };
+    let (cfg, notices) = import_with(&o).unwrap();
+    assert_eq!(sa(&cfg, 6).replay_window, 1024, "-w: the inbound SA's window");
+    assert_eq!(sa(&cfg, 5).replay_window, plain.sas.iter().find(|s| s.spi == 5).unwrap().replay_window, "-w: outbound SAs have none");
+    assert!(cfg.sas.iter().all(|s| s.esn), "-e: ESN on every SA");
+    assert_eq!((sa(&cfg, 5).first_seq, sa(&cfg, 7).first_seq), (sa(&plain, 5).first_seq, 100), "-e keeps an esn N line's start");
+    assert!(cfg.ports.iter().all(|p| p.mtu == 1400), "--mtu: every port");
+    assert_eq!((cfg.reassembly.contexts, cfg.reassembly.forwarded, cfg.reassembly.timeout_ms), (256, true, 2501), "--frag-ttl rounded up to whole ms");
+    assert_eq!(cfg.reassembly.max_fragments, defaults.max_fragments);
+    assert!(!config::warnings(&cfg).iter().any(|w| w.ends_with(hint)), "{:?}", config::warnings(&cfg));
+    let warned = |ns: &[dpdk::Notice], kw: &str, text: &str| ns.iter().any(|n| n.line == 0 && n.keyword == kw && n.kind == NoticeKind::Warning && n.message.contains(text));
+    assert!(warned(&notices, "--reassemble", "IPv6 ones among them"), "{notices:#?}");
+
+    // --reassemble 0: off, as in DPDK; a --frag-ttl below secgw's 10 ms is raised, warned.
+    let (off, notices) = import_with(&ImportOptions { reassemble: Some(0), frag_ttl_ns: Some(1_000), ..option_opts() }).unwrap();
+    assert_eq!((off.reassembly.contexts, off.reassembly.forwarded, off.reassembly.timeout_ms), (0, false, 10));
+    assert!(warned(&notices, "--frag-ttl", "10 ms is used"), "{notices:#?}");
+    assert!(!notices.iter().any(|n| n.keyword == "--reassemble"));
+
+    // Values secgw cannot take: one problem each, naming the option.
+    for (o, kw, msg) in [
+        (ImportOptions { mtu: Some(9000), ..option_opts() }, "--mtu", "packet buffers hold 2048-byte frames"),
+        (ImportOptions { mtu: Some(500), ..option_opts() }, "--mtu", "576"),
+        (ImportOptions { replay_window: Some(70_000), ..option_opts() }, "-w", "65536"),
+        (ImportOptions { reassemble: Some(5000), ..option_opts() }, "--reassemble", "1024"),
+        (ImportOptions { frag_ttl_ns: Some(dpdk::MAX_FRAG_TTL_NS + 1), ..option_opts() }, "--frag-ttl", "10 s"),
+    ] {
+        let e = import_with(&o).unwrap_err();
+        let ps = e.problems();
+        assert!(ps.iter().all(|p| p.line == 0 && p.field == kw), "{kw}: {e}");
+        assert!(ps.iter().any(|p| p.message.contains(msg)), "{kw}: {e}");
+        assert!(e.to_string().starts_with(&format!("opt.cfg: {kw}: ")), "{e}");
+    }
+}
+
+/// The options through the binary: the header says them, the TOML loads
+/// to the same config, bad values are refused by name; they are refused
+/// with a TOML config.
+#[test]
+fn dpdk_options_through_the_binary() {
+    let dir = std::env::temp_dir().join(format!("secgw-dpdk-opts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("opt.cfg");
+    std::fs::write(&path, OPTION_CFG).unwrap();
+    let args = ["-p", "3", "-u", "1", "--port", "0=veth0", "--port", "1=veth1", "-w", "128", "-e", "--mtu", "1400", "--reassemble", "64", "--frag-ttl", "3000000000"];
+    let out = Command::new(env!("CARGO_BIN_EXE_secgw")).arg("import-dpdk").arg(&path).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let toml = String::from_utf8(out.stdout).unwrap();
+    assert!(toml.contains("# Options: -p 0x3 -u 0x1 --port 0=veth0 --port 1=veth1 -w 128 -e --mtu 1400 --reassemble 64 --frag-ttl 3000000000\n"), "{toml}");
+    assert!(err.contains(&format!("{}: warning: --reassemble: DPDK reassembles every fragment", path.display())), "{err}");
+    let o = ImportOptions { replay_window: Some(128), esn: true, mtu: Some(1400), reassemble: Some(64), frag_ttl_ns: Some(3_000_000_000), ..option_opts() };
+    let mut o = o;
+    o.interfaces.insert(0, "veth0".into());
+    o.interfaces.insert(1, "veth1".into());
+    let (cfg, _) = dpdk::parse(OPTION_CFG, &path, &o).unwrap();
+    assert_eq!((cfg.reassembly.contexts, cfg.reassembly.timeout_ms, cfg.ports[0].mtu), (64, 3000, 1400));
+    let from_toml = config::parse(&toml, &path).unwrap();
+    assert_eq!(from_toml, cfg, "the written TOML loads to the .cfg's config");
+    let check = Command::new(env!("CARGO_BIN_EXE_secgw")).arg("check").arg(&path).args(args).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    for (bad, want) in [(["-w", "0x40"], "-w: expected a decimal number"), (["--mtu", "9000"], "--mtu: expected at most"), (["--frag-ttl", "5s"], "--frag-ttl: expected a decimal number")] {
+        let o = Command::new(env!("CARGO_BIN_EXE_secgw")).arg("import-dpdk").arg(&path).args(["-p", "3", "-u", "1"]).args(bad).output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{bad:?}");
+        assert!(o.stdout.is_empty());
+        assert!(String::from_utf8_lossy(&o.stderr).contains(want), "{bad:?}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    let toml_cfg = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/ep0.toml");
+    let o = Command::new(env!("CARGO_BIN_EXE_secgw")).arg("check").arg(&toml_cfg).args(["--reassemble", "64"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("are for a DPDK .cfg file"), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

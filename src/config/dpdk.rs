@@ -72,6 +72,12 @@
 //!   is unprotected). The gateway's own addresses are derived: every
 //!   outbound tunnel SA's `src` and inbound tunnel SA's `dst` is ours, on
 //!   the port the route to that SA's peer uses.
+//! * **Other options** ([`ImportOptions`]). `-w N` is every inbound SA's
+//!   `replay_window`, `-e` ESN on every SA, `--mtu` every port's `mtu`,
+//!   `--reassemble N` the `[reassembly]` table (`contexts = N`, and
+//!   `forwarded` for N > 0), `--frag-ttl` its `timeout_ms`. Lines they make
+//!   have line 0 as their origin: a value secgw cannot take is a problem
+//!   named by the option.
 //!
 //! Errors name `file:line:column: keyword: message` like TOML errors do;
 //! problems the TOML validation finds are mapped back to the `.cfg` line.
@@ -89,7 +95,9 @@ use super::{ConfigError, Problem};
 /// rte_acl's largest priority (`RTE_ACL_MAX_PRIORITY`).
 pub const ACL_MAX_PRIORITY: u32 = 0x1FFF_FFFF;
 
-/// DPDK ipsec-secgw's command-line port options that a `.cfg` depends on.
+/// DPDK ipsec-secgw's command-line options that a `.cfg` depends on: the
+/// ports, and those that set every SA, every port or the reassembly table
+/// (`ipsec-secgw.c`'s `parse_args`, DPDK 22.11).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ImportOptions {
     /// `--port ID=IFACE`: the Linux interface of each DPDK port id.
@@ -103,7 +111,28 @@ pub struct ImportOptions {
     /// `--eth-dest ID,MAC`: destination MAC per port (overrides a `neigh`
     /// line for the same port).
     pub eth_dest: BTreeMap<u16, Mac>,
+    /// `-w N`: every inbound SA's anti-replay window in packets (RFC 4303
+    /// §3.4.3; 0 = no replay check); `None` = secgw's default, 64 (DPDK's
+    /// is 0, off).
+    pub replay_window: Option<u64>,
+    /// `-e`: extended sequence numbers (RFC 4303 §2.2.1) on every SA, not
+    /// only those with an `esn N`.
+    pub esn: bool,
+    /// `--mtu M`: every port's `mtu` (largest IP packet sent, bytes).
+    pub mtu: Option<u64>,
+    /// `--reassemble N`: reassembly table entries (per lcore in DPDK, per
+    /// worker here: `reassembly.contexts`), 0 = off; N > 0 also reassembles
+    /// forwarded fragments (`reassembly.forwarded`), as DPDK reassembles
+    /// every fragment it receives. `None` = secgw's defaults.
+    pub reassemble: Option<u64>,
+    /// `--frag-ttl NS`: the time a datagram has to complete, nanoseconds
+    /// (DPDK: at most 10 s, its default); `reassembly.timeout_ms`, rounded
+    /// up to whole milliseconds.
+    pub frag_ttl_ns: Option<u64>,
 }
+
+/// DPDK's largest `--frag-ttl` (`MAX_FRAG_TTL_NS`: 10 s).
+pub const MAX_FRAG_TTL_NS: u64 = 10_000_000_000;
 
 impl ImportOptions {
     /// Parses a DPDK port mask: hex with or without `0x` (as ipsec-secgw's
@@ -117,6 +146,45 @@ impl ImportOptions {
         let (id, ifname) = s.split_once('=').ok_or_else(|| format!("expected ID=IFACE like 0=gw0-p0, found {s:?}"))?;
         let id = id.parse::<u16>().map_err(|_| format!("expected a port id 0..=65535 in {s:?}"))?;
         Ok((id, super::load::parse_ifname(ifname)?))
+    }
+    /// Parses a decimal number as ipsec-secgw's `parse_decimal` does
+    /// (`-w`, `--mtu`, `--reassemble`, `--frag-ttl`). Errors: the message.
+    pub fn parse_decimal(s: &str) -> Result<u64, String> {
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!("expected a decimal number, found {s:?}"));
+        }
+        s.parse::<u64>().map_err(|_| format!("{s} is too large"))
+    }
+    /// The options as a DPDK command line would give them (`-p … -w 64 …`),
+    /// for the converted file's header and messages.
+    pub fn describe(&self) -> String {
+        let mut out = format!(
+            "-p {} -u {}",
+            self.port_mask.map_or("(all ports named)".into(), |m| format!("{m:#x}")),
+            self.unprotected_mask.map_or("(inferred from the routes to the SAs' peers)".into(), |m| format!("{m:#x}")),
+        );
+        for (i, n) in &self.interfaces {
+            let _ = write!(out, " --port {i}={n}");
+        }
+        for (i, m) in &self.eth_dest {
+            let _ = write!(out, " --eth-dest {i},{}", mac_str(m));
+        }
+        if let Some(w) = self.replay_window {
+            let _ = write!(out, " -w {w}");
+        }
+        if self.esn {
+            out.push_str(" -e");
+        }
+        if let Some(m) = self.mtu {
+            let _ = write!(out, " --mtu {m}");
+        }
+        if let Some(n) = self.reassemble {
+            let _ = write!(out, " --reassemble {n}");
+        }
+        if let Some(t) = self.frag_ttl_ns {
+            let _ = write!(out, " --frag-ttl {t}");
+        }
+        out
     }
     /// Parses `ID,MAC` (`--eth-dest`, DPDK's syntax).
     pub fn parse_eth_dest(s: &str) -> Result<(u16, Mac), String> {
@@ -261,13 +329,14 @@ impl Imported {
     /// (column 1); fields the import made itself (ports from the options)
     /// have no place.
     pub(super) fn positions(&self) -> super::Positions {
-        super::Positions::of(&self.toml).map_lines(|l| self.origin.get(l.wrapping_sub(1)).and_then(Option::as_ref).map(|(line, _)| *line))
+        super::Positions::of(&self.toml).map_lines(|l| self.origin.get(l.wrapping_sub(1)).and_then(Option::as_ref).map(|(line, _)| *line).filter(|&line| line > 0))
     }
 
     fn map_problem(&self, p: Problem, source: &Path) -> Problem {
         let message = self.map_lines(&p.message);
         match self.origin.get(p.line.wrapping_sub(1)).cloned().flatten() {
-            Some((line, kw)) => Problem { file: source.to_path_buf(), line, column: 1, field: kw, message: format!("{message} ({})", p.field) },
+            // Line 0: a field the options gave (`--mtu`, `-w`, …).
+            Some((line, kw)) => Problem { file: source.to_path_buf(), line, column: usize::from(line > 0), field: kw, message: format!("{message} ({})", p.field) },
             None => Problem { file: source.to_path_buf(), line: 0, column: 0, field: p.field, message },
         }
     }
@@ -285,8 +354,8 @@ impl Imported {
             out.push_str(&rest[..at]);
             match after[..digits].parse::<usize>().ok() {
                 Some(n) => match self.origin.get(n.wrapping_sub(1)).cloned().flatten() {
-                    Some((line, _)) => out.push_str(&format!("line {line}")),
-                    None => out.push_str("a line the import made (secgw import-dpdk shows it)"),
+                    Some((line, _)) if line > 0 => out.push_str(&format!("line {line}")),
+                    _ => out.push_str("a line the import made (secgw import-dpdk shows it)"),
                 },
                 None => out.push_str("line "),
             }
@@ -1169,6 +1238,11 @@ impl Out {
     }
 }
 
+/// `line` with `# comment` at column 27, as the converted file's other comments.
+fn commented(line: &str, comment: &str) -> String {
+    format!("{line:<25} # {comment}")
+}
+
 /// A TOML basic string.
 fn q(s: &str) -> String {
     toml::Value::String(s.to_owned()).to_string()
@@ -1185,6 +1259,50 @@ fn hex(bytes: &[u8]) -> Zeroizing<String> {
 fn mac_str(m: &Mac) -> String {
     m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
+
+/// The `[reassembly]` table of `--reassemble` and `--frag-ttl`, if either
+/// is given. DPDK reassembles every IPv4 and IPv6 fragment it receives
+/// (`rx_callback` with `rte_ipv4_frag_reassemble_packet` /
+/// `rte_ipv6_frag_reassemble_packet`) in a table of N entries per lcore;
+/// secgw's nearest is N contexts per worker with `forwarded = true`
+/// (fragments to the gateway, and forwarded IPv4 TCP/UDP fragments under
+/// port selectors; other forwarded fragments go on as they come, which a
+/// warning says). A `--frag-ttl` under secgw's 10 ms is raised to it, with
+/// a warning; one above DPDK's 10 s is an error, as DPDK says.
+fn reassembly_table(out: &mut Out, p: &mut Parser<'_>, opts: &ImportOptions) {
+    if opts.reassemble.is_none() && opts.frag_ttl_ns.is_none() {
+        return;
+    }
+    out.line("", None);
+    out.line("[reassembly]", None);
+    if let Some(n) = opts.reassemble {
+        out.line(&commented(&format!("contexts = {n}"), "--reassemble: per worker (DPDK: per lcore)"), Some((0, "--reassemble")));
+        if n > 0 {
+            out.line(&commented("forwarded = true", "--reassemble: also forwarded IPv4 TCP/UDP fragments under port selectors"), Some((0, "--reassemble")));
+            p.note(0, "--reassemble", NoticeKind::Warning, format!(
+                "DPDK reassembles every fragment it receives; secgw reassembles fragments to the gateway (ESP, ESP in UDP, Echo Requests) and, with reassembly.forwarded, forwarded IPv4 TCP/UDP fragments between addresses a port-selecting outbound policy may match: other forwarded fragments (IPv6 ones among them) go on as they come, each classified by the SPD, in {n} contexts per worker"
+            ));
+        }
+    }
+    if let Some(ns) = opts.frag_ttl_ns {
+        if ns > MAX_FRAG_TTL_NS {
+            let m = format!("expected at most {MAX_FRAG_TTL_NS} ns (DPDK's maximum, 10 s), found {ns}");
+            p.problems.push(Problem { file: p.file.to_path_buf(), line: 0, column: 0, field: "--frag-ttl".into(), message: m });
+            return;
+        }
+        let ms = ns.div_ceil(1_000_000);
+        let ms = if ms < MIN_TIMEOUT_MS {
+            p.note(0, "--frag-ttl", NoticeKind::Warning, format!("{ns} ns is under secgw's shortest reassembly timeout: {MIN_TIMEOUT_MS} ms is used"));
+            MIN_TIMEOUT_MS
+        } else {
+            ms
+        };
+        out.line(&commented(&format!("timeout_ms = {ms}"), &format!("--frag-ttl {ns} ns")), Some((0, "--frag-ttl")));
+    }
+}
+
+/// secgw's shortest `reassembly.timeout_ms`.
+const MIN_TIMEOUT_MS: u64 = 10;
 
 /// Converts `.cfg` text to a complete, commented TOML config (not yet
 /// validated: [`parse`] does that). `source` names the file in messages
@@ -1323,19 +1441,17 @@ pub fn convert(text: &str, source: &Path, opts: &ImportOptions) -> Result<Import
     let name: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
     out.comment(&format!(
         "secgw config imported from the DPDK ipsec-secgw file {} (secgw import-dpdk).\n\
-         Port options: -p {} -u {}{}{}\n\
+         Options: {}\n\
          Policy priorities: DPDK's pri N (rte_acl: the higher wins) is priority {ACL_MAX_PRIORITY} - N here (the lower wins).\n\
          The gateway's own addresses are derived: every outbound tunnel SA's src and every inbound\n\
          tunnel SA's dst is ours, on the port the route to that SA's peer leaves by.",
         source.display(),
-        opts.port_mask.map_or("(all ports named)".into(), |m| format!("{m:#x}")),
-        opts.unprotected_mask.map_or("(inferred from the routes to the SAs' peers)".into(), |m| format!("{m:#x}")),
-        opts.interfaces.iter().map(|(i, n)| format!(" --port {i}={n}")).collect::<String>(),
-        opts.eth_dest.iter().map(|(i, m)| format!(" --eth-dest {i},{}", mac_str(m))).collect::<String>(),
+        opts.describe(),
     ));
     out.line("", None);
     out.line("[gateway]", None);
     out.line(&format!("name = {}", q(&name)), None);
+    reassembly_table(&mut out, &mut p, opts);
 
     for &id in &ids {
         out.line("", None);
@@ -1356,6 +1472,9 @@ pub fn convert(text: &str, source: &Path, opts: &ImportOptions) -> Result<Import
         out.line(&format!("name = {}", q(&format!("port{id}"))), None);
         out.line(&format!("interface = {}", q(&iface)), None);
         out.line(&format!("role = \"{role}\""), None);
+        if let Some(m) = opts.mtu {
+            out.line(&commented(&format!("mtu = {m}"), "--mtu"), Some((0, "--mtu")));
+        }
         if let Some(list) = addrs.get(&id) {
             let a: Vec<String> = list.iter().map(|(ip, _, _)| q(&format!("{ip}/{}", if ip.is_ipv6() { 128 } else { 32 }))).collect();
             let from: Vec<String> = list.iter().map(|(ip, line, spi)| format!("{ip}: SA {spi}, line {line}")).collect();
@@ -1423,6 +1542,12 @@ pub fn convert(text: &str, source: &Path, opts: &ImportOptions) -> Result<Import
         if sa.udp_encap {
             out.line("udp_encap = true          # RFC 3948, ports 4500/4500", Some((l, "udp-encap")));
         }
+        if opts.esn && sa.esn == 0 {
+            out.line(&commented("esn = true", "-e"), Some((0, "-e")));
+        }
+        if let (Some(w), Direction::Inbound) = (opts.replay_window, sa.dir) {
+            out.line(&commented(&format!("replay_window = {w}"), "-w"), Some((0, "-w")));
+        }
     }
 
     let mut seen: Vec<&Sp> = Vec::new();
@@ -1472,6 +1597,9 @@ pub fn convert(text: &str, source: &Path, opts: &ImportOptions) -> Result<Import
         out.line(&format!("port = {}", q(&format!("port{}", r.port))), Some((r.line, "port")));
     }
 
+    if !p.problems.is_empty() {
+        return Err(ConfigError::Invalid(p.problems));
+    }
     p.notices.sort_by_key(|n| n.line);
     Ok(Imported { toml: out.text, notices: p.notices, origin: out.origin })
 }

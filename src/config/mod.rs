@@ -107,7 +107,7 @@ pub fn load_any(path: &std::path::Path, dpdk_opts: &dpdk::ImportOptions) -> Resu
         return dpdk::load(path, dpdk_opts);
     }
     if *dpdk_opts != dpdk::ImportOptions::default() {
-        let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "-p, -u, --port and --eth-dest are for a DPDK .cfg file, not TOML");
+        let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "-p, -u, --port, --eth-dest, -w, -e, --mtu, --reassemble and --frag-ttl are for a DPDK .cfg file, not TOML");
         return Err(ConfigError::Read { path: path.to_path_buf(), source: e });
     }
     load(path).map(|c| (c, Vec::new()))

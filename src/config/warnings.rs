@@ -496,7 +496,7 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
                 " (reassembly.forwarded reassembles them, but SPI {spi}'s {} cuts a datagram too big for the tunnel again before encryption)",
                 if s.df == DfMode::Set { "df = \"set\"" } else { "IPv6 outer header" }
             ),
-            (true, _) if cfg.dpdk_import.is_some() => " (reassembly.forwarded = true, in the TOML `secgw import-dpdk` writes, keeps them with it)".into(),
+            (true, _) if cfg.dpdk_import.is_some() => " (DPDK's --reassemble N, N > 0, keeps them with it)".into(),
             (true, _) if cfg.reassembly.forwarded => " (reassembly.forwarded would keep them with it, but reassembly.contexts is 0)".into(),
             (true, _) if cfg.reassembly.contexts == 0 => " (reassembly.forwarded = true with reassembly.contexts > 0 keeps them with it)".into(),
             (true, _) => " (reassembly.forwarded = true keeps them with it)".into(),
