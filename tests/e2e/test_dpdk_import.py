@@ -18,6 +18,10 @@ peer_mac): no ARP.
 
 Independent check: the ESP on the wan is decrypted by scapy with the keys
 read from the .cfg files by this test's own reading of them.
+
+A third run adds DPDK's SA-wide and fragment options (-e -w 128 --mtu 1400
+--reassemble 32 --frag-ttl 2000000000): scapy decrypts the ESP only as
+extended-sequence-number SAs, and fails to without ESN.
 """
 from __future__ import annotations
 
@@ -146,9 +150,11 @@ def stop_pair(gws):
     assert not problems, "\n".join(problems)
 
 
-def check_traffic(gws, artifacts, tag: str):
+def check_traffic(gws, artifacts, tag: str, esn: bool = False):
     """Pings both ways; the wan carries ESP with the files' SPIs and tunnel
-    addresses, which scapy decrypts with the files' keys."""
+    addresses, which scapy decrypts with the files' keys (with `esn`, as
+    extended-sequence-number SAs: the ICV covers the high 32 bits of the
+    sequence number too, RFC 4303 §3.3.2.1, so the other reading fails)."""
     from scapy.layers.inet import IP, ICMP
     from scapy.layers.ipsec import ESP, SecurityAssociation
 
@@ -176,10 +182,13 @@ def check_traffic(gws, artifacts, tag: str):
         assert out_sa == in_sa, f"SPI {spi}: ep0.cfg and ep1.cfg disagree"
         assert (p[IP].src, p[IP].dst) == (out_sa["src"], out_sa["dst"]), p.summary()
         assert out_sa["cipher_algo"] == "aes-128-cbc" and out_sa["auth_algo"] == "sha1-hmac"
-        sa = SecurityAssociation(ESP, spi=spi, crypt_algo="AES-CBC", crypt_key=key(out_sa["cipher_key"]),
-                                 auth_algo="HMAC-SHA1-96", auth_key=key(out_sa["auth_key"]),
-                                 tunnel_header=IP(src=out_sa["src"], dst=out_sa["dst"]))
-        inner = sa.decrypt(p[IP])  # checks the ICV too
+        def scapy_sa(esn_en):
+            return SecurityAssociation(ESP, spi=spi, crypt_algo="AES-CBC", crypt_key=key(out_sa["cipher_key"]),
+                                       auth_algo="HMAC-SHA1-96", auth_key=key(out_sa["auth_key"]),
+                                       tunnel_header=IP(src=out_sa["src"], dst=out_sa["dst"]), esn_en=esn_en, esn=0)
+        inner = scapy_sa(esn).decrypt(p[IP])  # checks the ICV too
+        with pytest.raises(Exception):
+            scapy_sa(not esn).decrypt(p[IP])
         assert (inner[IP].src, inner[IP].dst) == (src, dst), inner.summary()
         assert ICMP in inner
         seen[spi] += 1
@@ -214,5 +223,22 @@ def test_imported_toml_runs(topo, artifacts):
     gws = run_pair(topo["binary"], artifacts, configs, {"ep0": [], "ep1": []})
     try:
         check_traffic(gws, artifacts, "toml")
+    finally:
+        stop_pair(gws)
+
+
+def test_cfg_files_with_dpdk_sa_options(topo, artifacts):
+    """DPDK's -e (ESN on every SA), -w, --mtu, --reassemble and --frag-ttl
+    on both gateways: traffic flows, and scapy decrypts the wan's ESP only
+    as ESN SAs (the ICV covers the high sequence bits)."""
+    extra = ["-e", "-w", "128", "--mtu", "1400", "--reassemble", "32", "--frag-ttl", "2000000000"]
+    configs = {ep: SAMPLES / f"{ep}.cfg" for ep in ("ep0", "ep1")}
+    for ep in configs:
+        p = L.run([topo["binary"], "import-dpdk", configs[ep], *gw_args(ep), *extra])
+        (artifacts / f"{ep}-options.toml").write_text(p.stdout)
+        assert "# Options: " in p.stdout and " -e --mtu 1400 --reassemble 32 --frag-ttl 2000000000" in p.stdout, p.stdout[:600]
+    gws = run_pair(topo["binary"], artifacts, configs, {ep: gw_args(ep) + extra for ep in configs})
+    try:
+        check_traffic(gws, artifacts, "options", esn=True)
     finally:
         stop_pair(gws)
