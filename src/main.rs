@@ -83,19 +83,22 @@ struct DpdkArgs {
     #[arg(long = "eth-dest", value_name = "ID,MAC")]
     eth_dest: Vec<String>,
     /// DPDK `-w N`: anti-replay window of every inbound SA, 0 = none [default: secgw's 64].
-    #[arg(short = 'w', value_name = "N")]
+    #[arg(short = 'w', value_name = "N", overrides_with = "replay_window")]
     replay_window: Option<String>,
     /// DPDK `-e`: extended sequence numbers on every SA.
-    #[arg(short = 'e')]
+    #[arg(short = 'e', overrides_with = "esn")]
     esn: bool,
+    /// DPDK `-l` (its librte_ipsec path, the one that applies -w and -e): accepted; secgw always applies them.
+    #[arg(short = 'l', overrides_with = "librte_ipsec")]
+    librte_ipsec: bool,
     /// DPDK `--mtu MTU`: every port's mtu.
-    #[arg(long = "mtu", value_name = "MTU")]
+    #[arg(long = "mtu", value_name = "MTU", overrides_with = "mtu")]
     mtu: Option<String>,
     /// DPDK `--reassemble N`: reassembly contexts per worker (0 = off); N > 0 also reassembles forwarded fragments under port selectors.
-    #[arg(long = "reassemble", value_name = "N")]
+    #[arg(long = "reassemble", value_name = "N", overrides_with = "reassemble")]
     reassemble: Option<String>,
-    /// DPDK `--frag-ttl NS`: time a datagram has to complete, in ns (at most 10 s).
-    #[arg(long = "frag-ttl", value_name = "NS")]
+    /// DPDK `--frag-ttl NS`: time a datagram has to complete, in ns (at most 10 s; only with --reassemble N > 0).
+    #[arg(long = "frag-ttl", value_name = "NS", overrides_with = "frag_ttl")]
     frag_ttl: Option<String>,
 }
 
@@ -108,6 +111,7 @@ impl DpdkArgs {
             unprotected_mask: self.unprotected_mask.as_deref().map(O::parse_mask).transpose().map_err(|m| e(format!("-u: {m}")))?,
             replay_window: self.replay_window.as_deref().map(O::parse_decimal).transpose().map_err(|m| e(format!("-w: {m}")))?,
             esn: self.esn,
+            librte_ipsec: self.librte_ipsec,
             mtu: self.mtu.as_deref().map(O::parse_decimal).transpose().map_err(|m| e(format!("--mtu: {m}")))?,
             reassemble: self.reassemble.as_deref().map(O::parse_decimal).transpose().map_err(|m| e(format!("--reassemble: {m}")))?,
             frag_ttl_ns: self.frag_ttl.as_deref().map(O::parse_decimal).transpose().map_err(|m| e(format!("--frag-ttl: {m}")))?,

@@ -1827,6 +1827,13 @@ fn warnings_for_port_selectors_that_split_fragmented_datagrams() {
         w.len() == 1 && w[0].ends_with(" (reassembly.forwarded reassembles them, but SPI 1003's df = \"set\" cuts a datagram too big for the tunnel again before encryption)"),
         "{w:?}"
     );
+    // Off, the hint for such an SA says what the option would not mend
+    // (helper-92: it promised to keep them all).
+    let w = warns(&format!("{BASE}{sa3}df = \"set\"\n{}", port_policy("outbound", 1003)));
+    assert!(
+        w.len() == 1 && w[0].ends_with(" (reassembly.forwarded would keep them with it only for datagrams that fit the tunnel: SPI 1003's df = \"set\" cuts a bigger one again before encryption)"),
+        "{w:?}"
+    );
     // `secgw check`'s summary says whether the option does anything.
     let summary = |text: &str| config::summary(&config::parse(text, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}")));
     let on = format!("{BASE}{sa3}{}\n[reassembly]\nforwarded = true\n", port_policy("outbound", 1003));

@@ -459,7 +459,7 @@ fn options_only_for_cfg() {
     let toml = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/ep0.toml");
     assert!(config::load_any(&toml, &ImportOptions::default()).is_ok());
     let e = config::load_any(&toml, &opts()).unwrap_err().to_string();
-    assert!(e.contains("for a DPDK .cfg file"), "{e}");
+    assert!(e.contains("ep0.toml: -p, -u, --port: DPDK ipsec-secgw options are for a DPDK .cfg file"), "{e}");
 }
 
 /// The port of each tunnel SA's own address is the one its peer routes
@@ -704,26 +704,50 @@ fn dpdk_sa_port_and_reassembly_options() {
     let warned = |ns: &[dpdk::Notice], kw: &str, text: &str| ns.iter().any(|n| n.line == 0 && n.keyword == kw && n.kind == NoticeKind::Warning && n.message.contains(text));
     assert!(warned(&notices, "--reassemble", "IPv6 ones among them"), "{notices:#?}");
 
-    // --reassemble 0: off, as in DPDK; a --frag-ttl below secgw's 10 ms is raised, warned.
-    let (off, notices) = import_with(&ImportOptions { reassemble: Some(0), frag_ttl_ns: Some(1_000), ..option_opts() }).unwrap();
-    assert_eq!((off.reassembly.contexts, off.reassembly.forwarded, off.reassembly.timeout_ms), (0, false, 10));
+    // --reassemble alone: DPDK's default fragment lifetime, 10 s.
+    let (r, _) = import_with(&ImportOptions { reassemble: Some(64), ..option_opts() }).unwrap();
+    assert_eq!((r.reassembly.contexts, r.reassembly.forwarded, r.reassembly.timeout_ms), (64, true, 10_000));
+    // A --frag-ttl below secgw's 10 ms is raised, warned.
+    let (short, notices) = import_with(&ImportOptions { reassemble: Some(64), frag_ttl_ns: Some(1_000), ..option_opts() }).unwrap();
+    assert_eq!(short.reassembly.timeout_ms, 10);
     assert!(warned(&notices, "--frag-ttl", "10 ms is used"), "{notices:#?}");
+    // --reassemble 0: off, as in DPDK; a --frag-ttl without reassembly is
+    // ignored, as DPDK ignores it (no fragment table), warned.
+    let (off, notices) = import_with(&ImportOptions { reassemble: Some(0), frag_ttl_ns: Some(1_000), ..option_opts() }).unwrap();
+    assert_eq!((off.reassembly.contexts, off.reassembly.forwarded, off.reassembly.timeout_ms), (0, false, defaults.timeout_ms));
+    assert!(warned(&notices, "--frag-ttl", "ignored"), "{notices:#?}");
     assert!(!notices.iter().any(|n| n.keyword == "--reassemble"));
+    let (alone, notices) = import_with(&ImportOptions { frag_ttl_ns: Some(3_000_000_000), ..option_opts() }).unwrap();
+    assert_eq!(alone.reassembly, defaults, "--frag-ttl alone changes nothing");
+    assert!(warned(&notices, "--frag-ttl", "ignored"), "{notices:#?}");
 
-    // Values secgw cannot take: one problem each, naming the option.
+    // -w and -e act in DPDK only on its librte_ipsec path (-l, or
+    // --reassemble N > 0): said where neither is given.
+    let (_, notices) = import_with(&ImportOptions { replay_window: Some(128), esn: true, ..option_opts() }).unwrap();
+    assert!(warned(&notices, "-w", "DPDK applies -w and -e on its librte_ipsec path only"), "{notices:#?}");
+    for o in [ImportOptions { replay_window: Some(128), librte_ipsec: true, ..option_opts() }, ImportOptions { esn: true, reassemble: Some(8), ..option_opts() }] {
+        let (_, notices) = import_with(&o).unwrap();
+        assert!(!notices.iter().any(|n| n.message.contains("librte_ipsec")), "{notices:#?}");
+    }
+
+    // Values secgw cannot take: one problem each (not one per SA or port),
+    // named by the option, all of them at once.
     for (o, kw, msg) in [
         (ImportOptions { mtu: Some(9000), ..option_opts() }, "--mtu", "packet buffers hold 2048-byte frames"),
-        (ImportOptions { mtu: Some(500), ..option_opts() }, "--mtu", "576"),
-        (ImportOptions { replay_window: Some(70_000), ..option_opts() }, "-w", "65536"),
-        (ImportOptions { reassemble: Some(5000), ..option_opts() }, "--reassemble", "1024"),
+        (ImportOptions { mtu: Some(500), ..option_opts() }, "--mtu", "expected 576..=1985, found 500"),
+        (ImportOptions { replay_window: Some(70_000), ..option_opts() }, "-w", "0..=65536"),
+        (ImportOptions { replay_window: Some(1 << 63), ..option_opts() }, "-w", "0..=65536"),
+        (ImportOptions { reassemble: Some(5000), ..option_opts() }, "--reassemble", "0..=1024"),
         (ImportOptions { frag_ttl_ns: Some(dpdk::MAX_FRAG_TTL_NS + 1), ..option_opts() }, "--frag-ttl", "10 s"),
     ] {
         let e = import_with(&o).unwrap_err();
         let ps = e.problems();
-        assert!(ps.iter().all(|p| p.line == 0 && p.field == kw), "{kw}: {e}");
-        assert!(ps.iter().any(|p| p.message.contains(msg)), "{kw}: {e}");
+        assert!(ps.len() == 1 && ps[0].line == 0 && ps[0].field == kw && ps[0].message.contains(msg), "{kw}: {e}");
         assert!(e.to_string().starts_with(&format!("opt.cfg: {kw}: ")), "{e}");
     }
+    let all = ImportOptions { replay_window: Some(70_000), mtu: Some(9000), reassemble: Some(5000), frag_ttl_ns: Some(u64::MAX), ..option_opts() };
+    let fields: Vec<String> = import_with(&all).unwrap_err().problems().iter().map(|p| p.field.clone()).collect();
+    assert_eq!(fields, ["-w", "--mtu", "--reassemble", "--frag-ttl"]);
 }
 
 /// The options through the binary: the header says them, the TOML loads
@@ -735,14 +759,15 @@ fn dpdk_options_through_the_binary() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("opt.cfg");
     std::fs::write(&path, OPTION_CFG).unwrap();
-    let args = ["-p", "3", "-u", "1", "--port", "0=veth0", "--port", "1=veth1", "-w", "128", "-e", "--mtu", "1400", "--reassemble", "64", "--frag-ttl", "3000000000"];
+    let args = ["-p", "3", "-u", "1", "--port", "0=veth0", "--port", "1=veth1", "-w", "7", "-w", "128", "-e", "--mtu", "1400", "--reassemble", "64", "--frag-ttl", "3000000000", "-l"];
     let out = Command::new(env!("CARGO_BIN_EXE_secgw")).arg("import-dpdk").arg(&path).args(args).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let toml = String::from_utf8(out.stdout).unwrap();
-    assert!(toml.contains("# Options: -p 0x3 -u 0x1 --port 0=veth0 --port 1=veth1 -w 128 -e --mtu 1400 --reassemble 64 --frag-ttl 3000000000\n"), "{toml}");
+    // A repeated option: the last one counts, as with DPDK's getopt.
+    assert!(toml.contains("# Options: -p 0x3 -u 0x1 --port 0=veth0 --port 1=veth1 -w 128 -e -l --mtu 1400 --reassemble 64 --frag-ttl 3000000000\n"), "{toml}");
     assert!(err.contains(&format!("{}: warning: --reassemble: DPDK reassembles every fragment", path.display())), "{err}");
-    let o = ImportOptions { replay_window: Some(128), esn: true, mtu: Some(1400), reassemble: Some(64), frag_ttl_ns: Some(3_000_000_000), ..option_opts() };
+    let o = ImportOptions { replay_window: Some(128), esn: true, librte_ipsec: true, mtu: Some(1400), reassemble: Some(64), frag_ttl_ns: Some(3_000_000_000), ..option_opts() };
     let mut o = o;
     o.interfaces.insert(0, "veth0".into());
     o.interfaces.insert(1, "veth1".into());
@@ -752,7 +777,10 @@ fn dpdk_options_through_the_binary() {
     assert_eq!(from_toml, cfg, "the written TOML loads to the .cfg's config");
     let check = Command::new(env!("CARGO_BIN_EXE_secgw")).arg("check").arg(&path).args(args).output().unwrap();
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
-    for (bad, want) in [(["-w", "0x40"], "-w: expected a decimal number"), (["--mtu", "9000"], "--mtu: expected at most"), (["--frag-ttl", "5s"], "--frag-ttl: expected a decimal number")] {
+    let summary = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(summary.matches(" mtu 1400 queue 0 ").count(), 2, "each port's mtu in check's port list:\n{summary}");
+    assert!(summary.contains("reassembly: 64 datagrams per worker, up to 16 fragments each, timeout 3000 ms"), "{summary}");
+    for (bad, want) in [(["-w", "0x40"], "-w: expected a decimal number"), (["--mtu", "9000"], "opt.cfg: --mtu: expected 576..=1985, found 9000"), (["--frag-ttl", "5s"], "--frag-ttl: expected a decimal number")] {
         let o = Command::new(env!("CARGO_BIN_EXE_secgw")).arg("import-dpdk").arg(&path).args(["-p", "3", "-u", "1"]).args(bad).output().unwrap();
         assert_eq!(o.status.code(), Some(1), "{bad:?}");
         assert!(o.stdout.is_empty());
@@ -761,6 +789,6 @@ fn dpdk_options_through_the_binary() {
     let toml_cfg = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/ep0.toml");
     let o = Command::new(env!("CARGO_BIN_EXE_secgw")).arg("check").arg(&toml_cfg).args(["--reassemble", "64"]).output().unwrap();
     assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("are for a DPDK .cfg file"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("ep0.toml: --reassemble: DPDK ipsec-secgw options are for a DPDK .cfg file"), "{}", String::from_utf8_lossy(&o.stderr));
     std::fs::remove_dir_all(&dir).unwrap();
 }

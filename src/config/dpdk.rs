@@ -89,7 +89,7 @@ use std::path::{Path, PathBuf};
 
 use zeroize::Zeroizing;
 
-use super::model::{Algorithm, Config, Direction, Mac};
+use super::model::{Algorithm, Config, Direction, Mac, MAX_PORT_MTU, MAX_REASSEMBLY_CONTEXTS, MAX_REPLAY_WINDOW, MIN_PORT_MTU};
 use super::{ConfigError, Problem};
 
 /// rte_acl's largest priority (`RTE_ACL_MAX_PRIORITY`).
@@ -118,6 +118,10 @@ pub struct ImportOptions {
     /// `-e`: extended sequence numbers (RFC 4303 §2.2.1) on every SA, not
     /// only those with an `esn N`.
     pub esn: bool,
+    /// `-l`: DPDK's librte_ipsec path, the one that applies `-w` and `-e`
+    /// (also taken with `--reassemble N`, N > 0). secgw has one path, which
+    /// always does: accepted, no effect but a warning less.
+    pub librte_ipsec: bool,
     /// `--mtu M`: every port's `mtu` (largest IP packet sent, bytes).
     pub mtu: Option<u64>,
     /// `--reassemble N`: reassembly table entries (per lcore in DPDK, per
@@ -127,7 +131,9 @@ pub struct ImportOptions {
     pub reassemble: Option<u64>,
     /// `--frag-ttl NS`: the time a datagram has to complete, nanoseconds
     /// (DPDK: at most 10 s, its default); `reassembly.timeout_ms`, rounded
-    /// up to whole milliseconds.
+    /// up to whole milliseconds, with `--reassemble N`, N > 0 (without it
+    /// DPDK has no fragment table and ignores the option; so does the
+    /// import, with a warning).
     pub frag_ttl_ns: Option<u64>,
 }
 
@@ -147,22 +153,26 @@ impl ImportOptions {
         let id = id.parse::<u16>().map_err(|_| format!("expected a port id 0..=65535 in {s:?}"))?;
         Ok((id, super::load::parse_ifname(ifname)?))
     }
-    /// Parses a decimal number as ipsec-secgw's `parse_decimal` does
-    /// (`-w`, `--mtu`, `--reassemble`, `--frag-ttl`). Errors: the message.
+    /// Parses a number of decimal digits (`-w`, `--mtu`, `--reassemble`,
+    /// `--frag-ttl`; leading zeros allowed). ipsec-secgw's `parse_decimal`
+    /// (`strtoull`) also takes a sign or leading blanks; refused here.
+    /// Errors: the message.
     pub fn parse_decimal(s: &str) -> Result<u64, String> {
         if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
             return Err(format!("expected a decimal number, found {s:?}"));
         }
         s.parse::<u64>().map_err(|_| format!("{s} is too large"))
     }
-    /// The options as a DPDK command line would give them (`-p … -w 64 …`),
-    /// for the converted file's header and messages.
+    /// The options given, as a DPDK command line gives them (`-p 0x3 -u 0x1
+    /// --port 0=wan -w 64 …`), for the converted file's header.
     pub fn describe(&self) -> String {
-        let mut out = format!(
-            "-p {} -u {}",
-            self.port_mask.map_or("(all ports named)".into(), |m| format!("{m:#x}")),
-            self.unprotected_mask.map_or("(inferred from the routes to the SAs' peers)".into(), |m| format!("{m:#x}")),
-        );
+        let mut out = String::new();
+        if let Some(m) = self.port_mask {
+            let _ = write!(out, " -p {m:#x}");
+        }
+        if let Some(m) = self.unprotected_mask {
+            let _ = write!(out, " -u {m:#x}");
+        }
         for (i, n) in &self.interfaces {
             let _ = write!(out, " --port {i}={n}");
         }
@@ -175,6 +185,9 @@ impl ImportOptions {
         if self.esn {
             out.push_str(" -e");
         }
+        if self.librte_ipsec {
+            out.push_str(" -l");
+        }
         if let Some(m) = self.mtu {
             let _ = write!(out, " --mtu {m}");
         }
@@ -184,7 +197,28 @@ impl ImportOptions {
         if let Some(t) = self.frag_ttl_ns {
             let _ = write!(out, " --frag-ttl {t}");
         }
-        out
+        out.trim_start().to_owned()
+    }
+    /// The names of the options given (`["-w", "--mtu"]`), for the message
+    /// that refuses them with a TOML config.
+    pub fn given(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        let mut on = |yes: bool, name| {
+            if yes {
+                v.push(name);
+            }
+        };
+        on(self.port_mask.is_some(), "-p");
+        on(self.unprotected_mask.is_some(), "-u");
+        on(!self.interfaces.is_empty(), "--port");
+        on(!self.eth_dest.is_empty(), "--eth-dest");
+        on(self.replay_window.is_some(), "-w");
+        on(self.esn, "-e");
+        on(self.librte_ipsec, "-l");
+        on(self.mtu.is_some(), "--mtu");
+        on(self.reassemble.is_some(), "--reassemble");
+        on(self.frag_ttl_ns.is_some(), "--frag-ttl");
+        v
     }
     /// Parses `ID,MAC` (`--eth-dest`, DPDK's syntax).
     pub fn parse_eth_dest(s: &str) -> Result<(u16, Mac), String> {
@@ -1260,45 +1294,86 @@ fn mac_str(m: &Mac) -> String {
     m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
-/// The `[reassembly]` table of `--reassemble` and `--frag-ttl`, if either
-/// is given. DPDK reassembles every IPv4 and IPv6 fragment it receives
-/// (`rx_callback` with `rte_ipv4_frag_reassemble_packet` /
-/// `rte_ipv6_frag_reassemble_packet`) in a table of N entries per lcore;
-/// secgw's nearest is N contexts per worker with `forwarded = true`
-/// (fragments to the gateway, and forwarded IPv4 TCP/UDP fragments under
-/// port selectors; other forwarded fragments go on as they come, which a
-/// warning says). A `--frag-ttl` under secgw's 10 ms is raised to it, with
-/// a warning; one above DPDK's 10 s is an error, as DPDK says.
-fn reassembly_table(out: &mut Out, p: &mut Parser<'_>, opts: &ImportOptions) {
-    if opts.reassemble.is_none() && opts.frag_ttl_ns.is_none() {
-        return;
+/// The values of the options secgw cannot take, one problem each, named
+/// by the option (before any TOML is written, so each is said once, not
+/// once per SA or port, and all of them at once).
+fn check_option_values(p: &mut Parser<'_>, opts: &ImportOptions) -> Result<(), ConfigError> {
+    let mut bad = |kw: &str, message: String| p.problems.push(Problem { file: p.file.to_path_buf(), line: 0, column: 0, field: kw.into(), message });
+    if let Some(w) = opts.replay_window.filter(|&w| w > u64::from(MAX_REPLAY_WINDOW)) {
+        bad("-w", format!("expected an anti-replay window of 0..={MAX_REPLAY_WINDOW} packets, found {w}"));
     }
+    match opts.mtu {
+        Some(m) if m > u64::from(MAX_PORT_MTU) => bad(
+            "--mtu",
+            format!("expected {MIN_PORT_MTU}..={MAX_PORT_MTU}, found {m}: packet buffers hold 2048-byte frames; jumbo frames are not supported"),
+        ),
+        Some(m) if m < u64::from(MIN_PORT_MTU) => bad("--mtu", format!("expected {MIN_PORT_MTU}..={MAX_PORT_MTU}, found {m}")),
+        _ => {}
+    }
+    if let Some(n) = opts.reassemble.filter(|&n| n > MAX_REASSEMBLY_CONTEXTS as u64) {
+        bad("--reassemble", format!("expected 0..={MAX_REASSEMBLY_CONTEXTS} (reassembly contexts per worker), found {n}"));
+    }
+    if let Some(ns) = opts.frag_ttl_ns.filter(|&ns| ns > MAX_FRAG_TTL_NS) {
+        bad("--frag-ttl", format!("expected at most {MAX_FRAG_TTL_NS} ns (DPDK's maximum, 10 s), found {ns}"));
+    }
+    if p.problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(std::mem::take(&mut p.problems)))
+    }
+}
+
+/// The `[reassembly]` table of `--reassemble` (and `--frag-ttl`), if
+/// given. DPDK reassembles every IPv4 and IPv6 fragment it receives
+/// (`rx_callback` with `rte_ipv4_frag_reassemble_packet` /
+/// `rte_ipv6_frag_reassemble_packet`) in a table of N entries per lcore,
+/// whose entries live `--frag-ttl` (default and most 10 s); secgw's
+/// nearest is N contexts per worker with `forwarded = true` (fragments to
+/// the gateway, and forwarded IPv4 TCP/UDP fragments under port selectors;
+/// other forwarded fragments go on as they come, which a warning says)
+/// and `timeout_ms` from `--frag-ttl` or DPDK's 10 s. A `--frag-ttl`
+/// under secgw's 10 ms is raised to it, with a warning; without
+/// `--reassemble N`, N > 0, DPDK creates no fragment table and ignores it,
+/// and so does the import, with a warning.
+fn reassembly_table(out: &mut Out, p: &mut Parser<'_>, opts: &ImportOptions) {
+    let n = match (opts.reassemble, opts.frag_ttl_ns) {
+        (None, None) => return,
+        (Some(0) | None, Some(ns)) => {
+            p.note(0, "--frag-ttl", NoticeKind::Warning, format!(
+                "{ns} ns ignored, as DPDK ignores it without --reassemble N > 0 (no fragment table); secgw's reassembly of fragments to the gateway keeps its timeout_ms"
+            ));
+            if opts.reassemble.is_none() {
+                return;
+            }
+            0
+        }
+        (Some(n), _) => n,
+    };
     out.line("", None);
     out.line("[reassembly]", None);
-    if let Some(n) = opts.reassemble {
-        out.line(&commented(&format!("contexts = {n}"), "--reassemble: per worker (DPDK: per lcore)"), Some((0, "--reassemble")));
-        if n > 0 {
-            out.line(&commented("forwarded = true", "--reassemble: also forwarded IPv4 TCP/UDP fragments under port selectors"), Some((0, "--reassemble")));
-            p.note(0, "--reassemble", NoticeKind::Warning, format!(
-                "DPDK reassembles every fragment it receives; secgw reassembles fragments to the gateway (ESP, ESP in UDP, Echo Requests) and, with reassembly.forwarded, forwarded IPv4 TCP/UDP fragments between addresses a port-selecting outbound policy may match: other forwarded fragments (IPv6 ones among them) go on as they come, each classified by the SPD, in {n} contexts per worker"
-            ));
-        }
+    out.line(&commented(&format!("contexts = {n}"), "--reassemble: per worker (DPDK: per lcore)"), Some((0, "--reassemble")));
+    if n == 0 {
+        return;
     }
-    if let Some(ns) = opts.frag_ttl_ns {
-        if ns > MAX_FRAG_TTL_NS {
-            let m = format!("expected at most {MAX_FRAG_TTL_NS} ns (DPDK's maximum, 10 s), found {ns}");
-            p.problems.push(Problem { file: p.file.to_path_buf(), line: 0, column: 0, field: "--frag-ttl".into(), message: m });
+    out.line(&commented("forwarded = true", "--reassemble: also forwarded IPv4 TCP/UDP fragments under port selectors"), Some((0, "--reassemble")));
+    p.note(0, "--reassemble", NoticeKind::Warning, format!(
+        "DPDK reassembles every fragment it receives, into chained buffers; secgw reassembles fragments to the gateway (ESP, ESP in UDP, Echo Requests) and, with reassembly.forwarded, forwarded IPv4 TCP/UDP fragments between addresses a port-selecting outbound policy may match, in {n} contexts per worker: other forwarded fragments (IPv6 ones among them) go on as they come, and a reassembled datagram over 2048 data bytes is dropped (reasm_too_big)"
+    ));
+    let ms = match opts.frag_ttl_ns {
+        None => {
+            out.line(&commented(&format!("timeout_ms = {}", MAX_FRAG_TTL_NS / 1_000_000), "no --frag-ttl: DPDK's default, 10 s"), Some((0, "--reassemble")));
             return;
         }
-        let ms = ns.div_ceil(1_000_000);
-        let ms = if ms < MIN_TIMEOUT_MS {
-            p.note(0, "--frag-ttl", NoticeKind::Warning, format!("{ns} ns is under secgw's shortest reassembly timeout: {MIN_TIMEOUT_MS} ms is used"));
-            MIN_TIMEOUT_MS
-        } else {
-            ms
-        };
-        out.line(&commented(&format!("timeout_ms = {ms}"), &format!("--frag-ttl {ns} ns")), Some((0, "--frag-ttl")));
-    }
+        Some(ns) => (ns, ns.div_ceil(1_000_000)),
+    };
+    let (ns, ms) = ms;
+    let ms = if ms < MIN_TIMEOUT_MS {
+        p.note(0, "--frag-ttl", NoticeKind::Warning, format!("{ns} ns is under secgw's shortest reassembly timeout: {MIN_TIMEOUT_MS} ms is used"));
+        MIN_TIMEOUT_MS
+    } else {
+        ms
+    };
+    out.line(&commented(&format!("timeout_ms = {ms}"), &format!("--frag-ttl {ns} ns")), Some((0, "--frag-ttl")));
 }
 
 /// secgw's shortest `reassembly.timeout_ms`.
@@ -1351,7 +1426,20 @@ pub fn convert(text: &str, source: &Path, opts: &ImportOptions) -> Result<Import
     if !dups.is_empty() {
         return Err(ConfigError::Invalid(dups));
     }
+    check_option_values(&mut p, opts)?;
     let warn = |p: &mut Parser<'_>, line: usize, kw: &str, m: String| p.note(line, kw, NoticeKind::Warning, m);
+    // DPDK applies -w and -e on its librte_ipsec path only (`-l`, or
+    // forced by --reassemble N > 0: ipsec-secgw.c's multi_seg_required).
+    let ipsec_path = opts.librte_ipsec || opts.reassemble.is_some_and(|n| n > 0);
+    let missing = match (opts.replay_window.is_some(), opts.esn) {
+        (true, true) => Some(("-w", "-w and -e", "an anti-replay check or ESN")),
+        (true, false) => Some(("-w", "-w", "an anti-replay check")),
+        (false, true) => Some(("-e", "-e", "ESN")),
+        (false, false) => None,
+    };
+    if let (Some((kw, which, what)), false) = (missing, ipsec_path) {
+        warn(&mut p, 0, kw, format!("DPDK applies {which} on its librte_ipsec path only (-l, or --reassemble N > 0): this command line would run DPDK without {what}; secgw applies {which}"));
+    }
 
     // Ports in use.
     let ids: BTreeSet<u16> = match opts.port_mask {
@@ -1441,12 +1529,18 @@ pub fn convert(text: &str, source: &Path, opts: &ImportOptions) -> Result<Import
     let name: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
     out.comment(&format!(
         "secgw config imported from the DPDK ipsec-secgw file {} (secgw import-dpdk).\n\
-         Options: {}\n\
+         Options: {}{}\n\
          Policy priorities: DPDK's pri N (rte_acl: the higher wins) is priority {ACL_MAX_PRIORITY} - N here (the lower wins).\n\
          The gateway's own addresses are derived: every outbound tunnel SA's src and every inbound\n\
          tunnel SA's dst is ours, on the port the route to that SA's peer leaves by.",
         source.display(),
         opts.describe(),
+        match (opts.port_mask, opts.unprotected_mask) {
+            (Some(_), Some(_)) => "",
+            (None, Some(_)) => " (no -p: every port named)",
+            (Some(_), None) => " (no -u: unprotected ports inferred from the routes to the SAs' peers)",
+            (None, None) => " (no -p: every port named; no -u: unprotected ports inferred from the routes to the SAs' peers)",
+        },
     ));
     out.line("", None);
     out.line("[gateway]", None);
@@ -1597,9 +1691,6 @@ pub fn convert(text: &str, source: &Path, opts: &ImportOptions) -> Result<Import
         out.line(&format!("port = {}", q(&format!("port{}", r.port))), Some((r.line, "port")));
     }
 
-    if !p.problems.is_empty() {
-        return Err(ConfigError::Invalid(p.problems));
-    }
     p.notices.sort_by_key(|n| n.line);
     Ok(Imported { toml: out.text, notices: p.notices, origin: out.origin })
 }

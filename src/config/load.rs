@@ -1432,7 +1432,7 @@ impl Checker<'_> {
             span: raw.span(),
         };
         let r = raw.get_ref();
-        let contexts = self.opt_integer(&r.contexts, &tab.field("contexts"), 0, 1024, d.contexts as i64);
+        let contexts = self.opt_integer(&r.contexts, &tab.field("contexts"), 0, MAX_REASSEMBLY_CONTEXTS as i64, d.contexts as i64);
         let max_fragments = self.opt_integer(&r.max_fragments, &tab.field("max_fragments"), 2, 256, d.max_fragments as i64);
         let timeout_ms = self.opt_integer(&r.timeout_ms, &tab.field("timeout_ms"), 10, 120_000, d.timeout_ms as i64);
         let forwarded = self.opt_bool(&r.forwarded, &tab.field("forwarded"), d.forwarded);
@@ -1620,7 +1620,7 @@ impl Checker<'_> {
                     ck.problem(&v.span(), &tab.field("mtu"), why);
                     None
                 }
-                _ => ck.opt_integer(&p.mtu, &tab.field("mtu"), 576, i64::from(MAX_PORT_MTU), 1500),
+                _ => ck.opt_integer(&p.mtu, &tab.field("mtu"), i64::from(MIN_PORT_MTU), i64::from(MAX_PORT_MTU), 1500),
             };
             let modes = &[
                 ("skb", XdpMode::Skb),
@@ -1804,7 +1804,7 @@ impl Checker<'_> {
                     ck.problem(&v.span(), &tab.field("replay_window"), m);
                     None
                 }
-                (Some(v), _) => ck.integer(v, &tab.field("replay_window"), 0, 65536),
+                (Some(v), _) => ck.integer(v, &tab.field("replay_window"), 0, i64::from(MAX_REPLAY_WINDOW)),
                 (None, Some(Direction::Outbound)) => Some(0),
                 (None, _) => Some(64),
             };

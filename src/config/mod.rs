@@ -107,8 +107,8 @@ pub fn load_any(path: &std::path::Path, dpdk_opts: &dpdk::ImportOptions) -> Resu
         return dpdk::load(path, dpdk_opts);
     }
     if *dpdk_opts != dpdk::ImportOptions::default() {
-        let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "-p, -u, --port, --eth-dest, -w, -e, --mtu, --reassemble and --frag-ttl are for a DPDK .cfg file, not TOML");
-        return Err(ConfigError::Read { path: path.to_path_buf(), source: e });
+        let message = "DPDK ipsec-secgw options are for a DPDK .cfg file (its name ending in .cfg), not for a TOML config".to_owned();
+        return Err(ConfigError::Invalid(vec![Problem { file: path.to_path_buf(), line: 0, column: 0, field: dpdk_opts.given().join(", "), message }]));
     }
     load(path).map(|c| (c, Vec::new()))
 }

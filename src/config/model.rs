@@ -592,6 +592,15 @@ pub struct Neighbour {
     pub mac: Mac,
 }
 
+/// The smallest `mtu` of a port (RFC 791: every IPv4 host takes 576-byte datagrams).
+pub const MIN_PORT_MTU: u16 = 576;
+
+/// The largest `replay_window` of an inbound SA, in packets (RFC 4303 §3.4.3).
+pub const MAX_REPLAY_WINDOW: u32 = 65536;
+
+/// The largest `reassembly.contexts` per worker.
+pub const MAX_REASSEMBLY_CONTEXTS: usize = 1024;
+
 /// Largest port `mtu` (bytes): a frame of that many IP bytes and its
 /// Ethernet header (14) must fit a packet buffer's frame area
 /// (`io::BUF_SIZE - io::HEADROOM` = 2048 bytes) with the ESP trailer's

@@ -140,7 +140,7 @@ pub fn summary(cfg: &Config) -> String {
                 role.into(),
                 mac,
                 addrs,
-                format!("queue {} xdp {xdp} rings {} (UMEM {} a worker)", p.queue, p.ring_size, size(umem(p))),
+                format!("mtu {} queue {} xdp {xdp} rings {} (UMEM {} a worker)", p.mtu, p.queue, p.ring_size, size(umem(p))),
             ]
         }),
     );

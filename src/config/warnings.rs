@@ -491,10 +491,17 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
         if outbound_v4 && on && recut.is_none() {
             continue;
         }
+        let recut_why = |s: &Sa| if s.df == DfMode::Set { "df = \"set\"" } else { "IPv6 outer header" };
         let hint = match (outbound_v4, recut) {
             (true, Some(s)) if on => format!(
                 " (reassembly.forwarded reassembles them, but SPI {spi}'s {} cuts a datagram too big for the tunnel again before encryption)",
-                if s.df == DfMode::Set { "df = \"set\"" } else { "IPv6 outer header" }
+                recut_why(s)
+            ),
+            // Turning the option on would not keep every datagram whole.
+            (true, Some(s)) => format!(
+                " ({} would keep them with it only for datagrams that fit the tunnel: SPI {spi}'s {} cuts a bigger one again before encryption)",
+                if cfg.dpdk_import.is_some() { "DPDK's --reassemble N, N > 0," } else { "reassembly.forwarded" },
+                recut_why(s)
             ),
             (true, _) if cfg.dpdk_import.is_some() => " (DPDK's --reassemble N, N > 0, keeps them with it)".into(),
             (true, _) if cfg.reassembly.forwarded => " (reassembly.forwarded would keep them with it, but reassembly.contexts is 0)".into(),
