@@ -75,9 +75,11 @@
 //! * **Other options** ([`ImportOptions`]). `-w N` is every inbound SA's
 //!   `replay_window`, `-e` ESN on every SA, `--mtu` every port's `mtu`,
 //!   `--reassemble N` the `[reassembly]` table (`contexts = N`, and
-//!   `forwarded` for N > 0), `--frag-ttl` its `timeout_ms`. Lines they make
-//!   have line 0 as their origin: a value secgw cannot take is a problem
-//!   named by the option.
+//!   `forwarded` and DPDK's 10-s `timeout_ms` for N > 0), `--frag-ttl` that
+//!   `timeout_ms` (ignored without reassembly, as DPDK ignores it), `-l`
+//!   accepted (secgw always applies `-w` and `-e`; DPDK only on that
+//!   path). A value secgw cannot take is one problem named by the option;
+//!   the lines they make have line 0 as their origin.
 //!
 //! Errors name `file:line:column: keyword: message` like TOML errors do;
 //! problems the TOML validation finds are mapped back to the `.cfg` line.
@@ -89,7 +91,7 @@ use std::path::{Path, PathBuf};
 
 use zeroize::Zeroizing;
 
-use super::model::{Algorithm, Config, Direction, Mac, MAX_PORT_MTU, MAX_REASSEMBLY_CONTEXTS, MAX_REPLAY_WINDOW, MIN_PORT_MTU};
+use super::model::{Algorithm, Config, Direction, Mac, MAX_PORT_MTU, MAX_REASSEMBLY_CONTEXTS, MAX_REPLAY_WINDOW, MIN_PORT_MTU, MIN_REASSEMBLY_TIMEOUT_MS};
 use super::{ConfigError, Problem};
 
 /// rte_acl's largest priority (`RTE_ACL_MAX_PRIORITY`).
@@ -1359,25 +1361,17 @@ fn reassembly_table(out: &mut Out, p: &mut Parser<'_>, opts: &ImportOptions) {
     p.note(0, "--reassemble", NoticeKind::Warning, format!(
         "DPDK reassembles every fragment it receives, into chained buffers; secgw reassembles fragments to the gateway (ESP, ESP in UDP, Echo Requests) and, with reassembly.forwarded, forwarded IPv4 TCP/UDP fragments between addresses a port-selecting outbound policy may match, in {n} contexts per worker: other forwarded fragments (IPv6 ones among them) go on as they come, and a reassembled datagram over 2048 data bytes is dropped (reasm_too_big)"
     ));
-    let ms = match opts.frag_ttl_ns {
-        None => {
-            out.line(&commented(&format!("timeout_ms = {}", MAX_FRAG_TTL_NS / 1_000_000), "no --frag-ttl: DPDK's default, 10 s"), Some((0, "--reassemble")));
-            return;
-        }
-        Some(ns) => (ns, ns.div_ceil(1_000_000)),
+    let Some(ns) = opts.frag_ttl_ns else {
+        out.line(&commented(&format!("timeout_ms = {}", MAX_FRAG_TTL_NS / 1_000_000), "no --frag-ttl: DPDK's default, 10 s"), Some((0, "--reassemble")));
+        return;
     };
-    let (ns, ms) = ms;
-    let ms = if ms < MIN_TIMEOUT_MS {
-        p.note(0, "--frag-ttl", NoticeKind::Warning, format!("{ns} ns is under secgw's shortest reassembly timeout: {MIN_TIMEOUT_MS} ms is used"));
-        MIN_TIMEOUT_MS
-    } else {
-        ms
-    };
+    let mut ms = ns.div_ceil(1_000_000);
+    if ms < MIN_REASSEMBLY_TIMEOUT_MS {
+        p.note(0, "--frag-ttl", NoticeKind::Warning, format!("{ns} ns is under secgw's shortest reassembly timeout: {MIN_REASSEMBLY_TIMEOUT_MS} ms is used"));
+        ms = MIN_REASSEMBLY_TIMEOUT_MS;
+    }
     out.line(&commented(&format!("timeout_ms = {ms}"), &format!("--frag-ttl {ns} ns")), Some((0, "--frag-ttl")));
 }
-
-/// secgw's shortest `reassembly.timeout_ms`.
-const MIN_TIMEOUT_MS: u64 = 10;
 
 /// Converts `.cfg` text to a complete, commented TOML config (not yet
 /// validated: [`parse`] does that). `source` names the file in messages

@@ -1434,7 +1434,7 @@ impl Checker<'_> {
         let r = raw.get_ref();
         let contexts = self.opt_integer(&r.contexts, &tab.field("contexts"), 0, MAX_REASSEMBLY_CONTEXTS as i64, d.contexts as i64);
         let max_fragments = self.opt_integer(&r.max_fragments, &tab.field("max_fragments"), 2, 256, d.max_fragments as i64);
-        let timeout_ms = self.opt_integer(&r.timeout_ms, &tab.field("timeout_ms"), 10, 120_000, d.timeout_ms as i64);
+        let timeout_ms = self.opt_integer(&r.timeout_ms, &tab.field("timeout_ms"), MIN_REASSEMBLY_TIMEOUT_MS as i64, 120_000, d.timeout_ms as i64);
         let forwarded = self.opt_bool(&r.forwarded, &tab.field("forwarded"), d.forwarded);
         Some(Reassembly {
             contexts: contexts? as usize,

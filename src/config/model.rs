@@ -601,6 +601,9 @@ pub const MAX_REPLAY_WINDOW: u32 = 65536;
 /// The largest `reassembly.contexts` per worker.
 pub const MAX_REASSEMBLY_CONTEXTS: usize = 1024;
 
+/// The shortest `reassembly.timeout_ms`.
+pub const MIN_REASSEMBLY_TIMEOUT_MS: u64 = 10;
+
 /// Largest port `mtu` (bytes): a frame of that many IP bytes and its
 /// Ethernet header (14) must fit a packet buffer's frame area
 /// (`io::BUF_SIZE - io::HEADROOM` = 2048 bytes) with the ESP trailer's
