@@ -753,6 +753,27 @@ fn warnings_for_unreachable_next_hop_and_addressless_unprotected_port() {
     assert!(w.iter().any(|w| w.contains("route[0].via: next hop 203.0.113.2 has no [[neighbour]] entry") && w.contains("0.0.0.0")), "{w:?}");
 }
 
+/// RFC 8200 §5: a port below 1280 bytes that carries IPv6 (an IPv6 address,
+/// or an IPv6 route out of it) is warned about; an IPv4-only one is not.
+#[test]
+fn warnings_for_an_ipv6_port_below_1280() {
+    let warns = |text: &str| config::warnings(&config::parse(text, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}")));
+    let small = BASE.replacen("role = \"unprotected\"\n", "role = \"unprotected\"\nmtu = 1000\n", 1);
+    assert_ne!(small, BASE);
+    assert!(!warns(&small).iter().any(|w| w.contains(".mtu")), "{:?}", warns(&small));
+    let v6 = small.replacen("addresses = [\"203.0.113.1/24\"]", "addresses = [\"203.0.113.1/24\", \"2001:db8:ff::1/64\"]", 1);
+    let w = warns(&v6);
+    assert!(
+        w.iter().any(|w| w.contains("port[1].mtu: 1000 is below IPv6's minimum link MTU of 1280 (RFC 8200 §5), and port outside carries IPv6 (an IPv6 address): IPv6 packets of 1001..=1280 bytes cannot leave by it")),
+        "{w:?}"
+    );
+    let route = format!("{}\n[[route]]\nprefix = \"2001:db8:5::/48\"\nport = \"inside\"\n", BASE.replacen("role = \"protected\"\n", "role = \"protected\"\nmtu = 1200\n", 1));
+    let w = warns(&route);
+    assert!(w.iter().any(|w| w.contains("port[0].mtu: 1200 is below") && w.contains("(an IPv6 route)")), "{w:?}");
+    let at_min = v6.replacen("mtu = 1000", "mtu = 1280", 1);
+    assert!(!warns(&at_min).iter().any(|w| w.contains(".mtu")), "{:?}", warns(&at_min));
+}
+
 /// Routing mistakes a valid config allows: no route to an outbound
 /// tunnel's far end (every packet would be `no_route`), a next hop that
 /// is the gateway itself or outside its port's subnets, a neighbour entry
