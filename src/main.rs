@@ -106,15 +106,17 @@ impl DpdkArgs {
     fn options(&self) -> anyhow::Result<secgw::config::dpdk::ImportOptions> {
         use secgw::config::dpdk::ImportOptions as O;
         let e = |m: String| anyhow::anyhow!(m);
+        // An optional value parsed by `parse`, its error prefixed by the option.
+        let num = |v: &Option<String>, flag: &str, parse: fn(&str) -> Result<u64, String>| v.as_deref().map(parse).transpose().map_err(|m| e(format!("{flag}: {m}")));
         let mut o = O {
-            port_mask: self.port_mask.as_deref().map(O::parse_mask).transpose().map_err(|m| e(format!("-p: {m}")))?,
-            unprotected_mask: self.unprotected_mask.as_deref().map(O::parse_mask).transpose().map_err(|m| e(format!("-u: {m}")))?,
-            replay_window: self.replay_window.as_deref().map(O::parse_decimal).transpose().map_err(|m| e(format!("-w: {m}")))?,
+            port_mask: num(&self.port_mask, "-p", O::parse_mask)?,
+            unprotected_mask: num(&self.unprotected_mask, "-u", O::parse_mask)?,
+            replay_window: num(&self.replay_window, "-w", O::parse_decimal)?,
             esn: self.esn,
             librte_ipsec: self.librte_ipsec,
-            mtu: self.mtu.as_deref().map(O::parse_decimal).transpose().map_err(|m| e(format!("--mtu: {m}")))?,
-            reassemble: self.reassemble.as_deref().map(O::parse_decimal).transpose().map_err(|m| e(format!("--reassemble: {m}")))?,
-            frag_ttl_ns: self.frag_ttl.as_deref().map(O::parse_decimal).transpose().map_err(|m| e(format!("--frag-ttl: {m}")))?,
+            mtu: num(&self.mtu, "--mtu", O::parse_decimal)?,
+            reassemble: num(&self.reassemble, "--reassemble", O::parse_decimal)?,
+            frag_ttl_ns: num(&self.frag_ttl, "--frag-ttl", O::parse_decimal)?,
             ..O::default()
         };
         for p in &self.ports {

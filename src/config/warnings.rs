@@ -6,11 +6,11 @@ use std::path::Path;
 use super::model::*;
 use crate::policy::spd::Prefix;
 
-/// True if prefix `(p, len)` contains `a` (the SPD's prefix match, as
-/// `load.rs` finds the route of a `tunnel_dst`).
 /// IPv6's minimum link MTU (RFC 8200 §5), bytes, as a port `mtu`.
 const IPV6_MIN_MTU: u16 = crate::wire::ipv6::MIN_MTU as u16;
 
+/// True if prefix `(p, len)` contains `a` (the SPD's prefix match, as
+/// `load.rs` finds the route of a `tunnel_dst`).
 fn covers((p, len): (IpAddr, u8), a: IpAddr) -> bool {
     Prefix::new(p, len).contains(a)
 }
@@ -317,7 +317,7 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
     // RFC 8200 §5: a link that carries IPv6 takes packets of 1280 bytes.
     for (i, p) in cfg.ports.iter().enumerate().filter(|(_, p)| p.mtu < IPV6_MIN_MTU) {
         let v6_address = p.addresses.iter().any(|a| a.0.is_ipv6());
-        let v6_route = cfg.routes.iter().any(|r| r.prefix.0.is_ipv6() && cfg.ports.get(r.port).is_some_and(|q| q.name == p.name));
+        let v6_route = cfg.routes.iter().any(|r| r.prefix.0.is_ipv6() && r.port == i);
         if v6_address || v6_route {
             warn(
                 format!("port[{i}].mtu"),
