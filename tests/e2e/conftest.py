@@ -13,6 +13,8 @@
 - `start_gws` (function): a function start_gws({"gw0": path, "gw1": path})
   that starts gw0 and gw1 with the given config files (same checks and
   teardown as `gws`); for tests that run other configs than ep0/ep1.toml.
+- `no_host_fragments_left` (autouse): fails a test that leaves fragment
+  queues in hostA's or hostB's stack (they would expire into a later test).
 
 Environment: SECGW_BIN (binary to test, e.g. testbed/refgw.py, the Python
 reference double), SECGW_CONFIG_DIR (default configs/), SECGW_NS_PREFIX
@@ -87,6 +89,30 @@ def testbed():
         yield {"binary": binary}
     finally:
         L.lib_sh("topo_down", timeout=60)
+
+
+@pytest.fixture(autouse=True)
+def no_host_fragments_left(request):
+    """After every testbed test (autouse, so torn down after the gateways
+    are stopped): fails the test if hostA's or hostB's stack still holds
+    fragment queues, and waits for them to expire first. Left there, each
+    would answer with an ICMP Time Exceeded some 30 s later, through the
+    tunnel of whatever test runs then (session 34's red CI: test_rekey
+    counted three such from the test before it)."""
+    yield
+    if "testbed" not in request.fixturenames:
+        return
+    left = {h: q for h in ("hostA", "hostB") if any((q := L.frag_queues(h)).values())}
+    if not left:
+        return
+    timeout = 5 + max(int(L.run_ns(h, "sysctl", "-n", k).stdout.strip())
+                      for h in left for k in ("net.ipv4.ipfrag_time", "net.ipv6.ip6frag_time"))
+    try:
+        L.wait_for(lambda: not any(any(L.frag_queues(h).values()) for h in left), "fragment queues expired", timeout=timeout)
+    finally:
+        pytest.fail(f"the test left fragment queues in the hosts' stacks: {left}; they would expire with ICMP "
+                    "Time Exceeded into a later test (let them expire within the test, as "
+                    "test_reassembly.py's forwarded-off case does)")
 
 
 @pytest.fixture

@@ -115,6 +115,22 @@ def scapy_sa(info: SaInfo):
                                auth_algo="NULL", tunnel_header=IP(src=info.src, dst=info.dst))
 
 
+def frag_queues(host: str) -> dict:
+    """Fragment queues a namespace's own stack holds: {"FRAG": n, "FRAG6": n}
+    (`inuse` of /proc/net/sockstat and sockstat6, per network namespace).
+    A queue left when a test ends expires later (ipfrag_time, 30 s by
+    default) with an ICMP Time Exceeded (RFC 792; RFC 8200 §4.5) that
+    crosses the tunnel into whatever test runs then."""
+    out = {}
+    for f, tag in (("/proc/net/sockstat", "FRAG:"), ("/proc/net/sockstat6", "FRAG6:")):
+        for line in run_ns(host, "cat", f).stdout.splitlines():
+            if line.startswith(tag):
+                out[tag[:-1]] = int(line.split()[2])
+        if tag[:-1] not in out:
+            raise AssertionError(f"{host}: no {tag} line in {f}")
+    return out
+
+
 def wait_for(fn, what: str, timeout: float = 5.0):
     """Polls fn() until it returns something true; returns it, or fails
     with `what` and the last value."""

@@ -376,15 +376,6 @@ def test_scapy_ipv6_fragments_reassembled_at_gw1(start_gws, artifacts):
 FRAG_TIME_S = 2
 
 
-def frag_queues(host: str) -> int:
-    """IPv4 fragment queues the namespace's stack holds (`FRAG: inuse N` of
-    /proc/net/sockstat, per network namespace)."""
-    for line in L.run_ns(host, "cat", "/proc/net/sockstat").stdout.splitlines():
-        if line.startswith("FRAG:"):
-            return int(line.split()[2])
-    raise AssertionError(f"{host}: no FRAG line in /proc/net/sockstat")
-
-
 def port_split(text: str) -> str:
     """gw0's outbound SPD: UDP to ports 45000-45999 on SA 1001, the rest of
     the site-to-site traffic discarded."""
@@ -452,7 +443,7 @@ def test_port_selected_fragments_from_the_inside(start_gws, artifacts, forwarded
         assert all(struct.unpack("!H", ip[6:8])[0] == 0x2000 for ip in firsts), "first fragments only (MF, offset 0)"
         # hostB's incomplete datagrams expire now, each answered by a Time
         # Exceeded (fragment reassembly time exceeded) that reaches hostA.
-        L.wait_for(lambda: frag_queues("hostB") == 0, "hostB's fragment queues expired", timeout=FRAG_TIME_S + 5)
+        L.wait_for(lambda: L.frag_queues("hostB")["FRAG"] == 0, "hostB's fragment queues expired", timeout=FRAG_TIME_S + 5)
         icmp = [ip_bytes(raw(f)) for f in cap_a.stop(settle=1.0)]
         expired = [ip for ip in icmp if ip[20:22] == bytes([11, 1])]
         assert len(expired) == len(sizes) == len(icmp), \
