@@ -583,3 +583,51 @@ fn a_port_without_an_ipv4_address_learns_the_answer_to_its_request() {
     assert_eq!(out[0][..6], mac(GW1_OUT_MAC));
     assert_eq!(g.stats().neighbours.learned, 1);
 }
+
+/// Inserts an atomic Fragment header (offset 0, M clear; RFC 8200 §4.5,
+/// RFC 6946) between the IPv6 header and the ICMPv6 message of the frame
+/// `f` (Ethernet + IPv6 without extension headers).
+fn in_atomic_fragment(f: &[u8]) -> Vec<u8> {
+    let mut g = f[..14 + 40].to_vec();
+    let nh = g[14 + 6];
+    g[14 + 6] = 44;
+    let plen = u16::from_be_bytes([g[14 + 4], g[14 + 5]]) + 8;
+    g[14 + 4..14 + 6].copy_from_slice(&plen.to_be_bytes());
+    g.extend_from_slice(&[nh, 0, 0, 0, 0x12, 0x34, 0x56, 0x78]);
+    g.extend_from_slice(&f[14 + 40..]);
+    g
+}
+
+/// RFC 6980 §5: ND messages in packets with a Fragment header, even an
+/// atomic fragment, are ignored: a solicitation for our address is not
+/// answered and its source option not learned, an unsolicited override
+/// advertisement not learned; both counted `nd_ignored`. The same
+/// messages without the Fragment header are taken (the control).
+#[test]
+fn nd_in_a_fragment_header_is_ignored() {
+    let mut g = gw("nd-frag", TABLE);
+    let t0 = Instant::now();
+    let (me, peer, other) = (v6("2001:db8:ff::1"), v6("2001:db8:ff::2"), v6("2001:db8:ff::3"));
+    let unsolicited = na(peer, v6("ff02::1"), peer, 0x20, Some(mac(GW1_OUT_MAC)), mac(GW1_OUT_MAC));
+    let mut m = vec![135, 0, 0, 0, 0, 0, 0, 0];
+    m.extend_from_slice(&me.octets());
+    m.extend_from_slice(&[1, 1]);
+    m.extend_from_slice(&mac("02:00:00:00:03:03"));
+    let ck = icmpv6_checksum(&other, &me, &m);
+    m[2..4].copy_from_slice(&ck.to_be_bytes());
+    let mut p = ipv6_hdr(m.len(), 58, 255, &other, &me);
+    p.extend_from_slice(&m);
+    let ns = eth(mac(GW0_OUT_MAC), mac("02:00:00:00:03:03"), 0x86dd, &p);
+    g.inject(0, "outside", &in_atomic_fragment(&unsolicited));
+    g.inject(0, "outside", &in_atomic_fragment(&ns));
+    let out = g.run_at(t0);
+    assert!(out.is_empty(), "nothing answered: {out:?}");
+    let s = g.stats();
+    assert_eq!((s.neighbours.learned, s.neighbours.entries, s.drops["nd_ignored"]), (0, 0, 2));
+    assert_accounted(&s, "nd in fragments");
+    g.inject(0, "outside", &unsolicited);
+    g.inject(0, "outside", &ns);
+    assert_eq!(only(&g.run_at(t0), "outside").len(), 1, "the NS without a Fragment header is answered");
+    let s = g.stats();
+    assert_eq!((s.neighbours.learned, s.drops["nd_ignored"]), (2, 2));
+}

@@ -136,7 +136,8 @@ pub enum DropReason {
     /// valid Neighbor Solicitation (RFC 4861 §7.1.1: hop limit 255, code 0,
     /// checksum, lengths, options) for one of the port's IPv6 addresses or
     /// a valid Neighbor Advertisement (§7.1.2) to us whose target may be
-    /// learned.
+    /// learned; and any ND message in a packet with a Fragment header,
+    /// atomic or not (RFC 6980 §5).
     NdIgnored,
     /// The SA reached a hard lifetime limit (RFC 4301 §4.4.2.1: packets,
     /// bytes, seconds, or its sequence counter ran out) and processes

@@ -1660,11 +1660,18 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 let (hops, total) = (ip.hop_limit(), ip.total_len());
                 let multicast = ipv6::is_multicast(&dst) || mcast_mac;
                 let nd = up.protocol == ipv6::NH_ICMPV6
-                    && !up.is_fragment()
+                    && !up.is_later_fragment()
                     && ip.bytes().get(up.offset).is_some_and(|&ty| icmpv6::is_nd_type(ty))
                     && (multicast || t.is_local(port, key.dst));
+                let nd_fragment = up.fragment.is_some();
                 buf.trim_to(ethernet::HEADER_LEN + total);
                 if nd {
+                    // Neighbor Discovery in a packet with a Fragment
+                    // header, even an atomic one, is ignored (RFC 6980 §5):
+                    // an attacker's way round ND's checks.
+                    if nd_fragment {
+                        return self.drop_buf(port, DropReason::NdIgnored, buf);
+                    }
                     return self.nd(t, port, buf, up.offset);
                 }
                 if multicast {
