@@ -222,6 +222,58 @@ fn the_other_ports_address_is_ours_too() {
     assert_eq!(gw0.stats().echo_replies, 2);
 }
 
+/// helper-93: an Echo Request in the clear from a source that the gateway
+/// routes out of another port than the request came in on (spoofed) is
+/// not answered (`reverse_path`): the reply would have crossed the gateway
+/// with no SPD lookup, e.g. from hostA's side onto the wan in the clear
+/// with data of the sender's choosing, where the SPD protects
+/// 192.0.2.0/24 → 198.51.100.0/24. The same for the ICMP errors the
+/// gateway builds about cleartext packets: a Time Exceeded for a spoofed
+/// source is not sent (the packet is still `ttl_exceeded`). From a source
+/// routed back through the port, both are sent (the controls).
+#[test]
+fn nothing_is_answered_across_the_gateway_to_a_spoofed_source() {
+    let mut gw0 = Gw::from_config("configs/ep0.toml");
+    let host_b = Ipv4Addr::new(198, 51, 100, 10);
+    let secret = b"SECRET-PLAINTEXT";
+    for to in [GW0_IN, GW0_OUT] {
+        assert!(gw0.push("inside", &[from_host_a(&echo4(host_b, to, 64, 1, secret))]).is_empty(), "from the inside to {to}");
+    }
+    // From the wan with an inside source, to the outside address.
+    let wan = |ip: &[u8]| eth(mac(GW0_OUT_MAC), mac(GW1_OUT_MAC), 0x0800, ip);
+    assert!(gw0.push("outside", &[wan(&echo4(HOST_A, GW0_OUT, 64, 2, secret))]).is_empty());
+    let s = gw0.stats();
+    assert_eq!((s.echo_replies, s.drops["reverse_path"], s.drops["to_us"]), (0, 3, 0), "{:?}", s.drops);
+    // TTL 1 from the inside with a source behind the tunnel, to the wan,
+    // bypassed by a policy with any source: dropped, no error.
+    let cfg = edited_config("ep0.toml", "bypass-any", |t| {
+        t + "\n[[policy]]\ndirection = \"outbound\"\nsrc = \"0.0.0.0/0\"\ndst = \"203.0.113.0/24\"\npriority = 20\naction = \"bypass\"\n"
+    });
+    let mut gw0 = Gw::from_config(&cfg);
+    let mut ttl1 = udp_packet(host_b, Ipv4Addr::new(203, 0, 113, 50), 0, 1, 4000, 9, secret);
+    assert!(gw0.push("inside", &[from_host_a(&ttl1)]).is_empty());
+    let s = gw0.stats();
+    assert_eq!((s.drops["ttl_exceeded"], s.icmp_sent), (1, 0), "{:?}", s.drops);
+    assert_accounted(&s, "gw0 spoofed");
+    // The controls: hostA's own ping and TTL 1 are answered on the inside.
+    let out = gw0.push("inside", &[from_host_a(&echo4(HOST_A, GW0_OUT, 64, 3, secret))]);
+    assert_eq!(out.iter().map(|o| o.0.as_str()).collect::<Vec<_>>(), ["inside"]);
+    ttl1[12..16].copy_from_slice(&HOST_A.octets());
+    set_ipv4_checksum(&mut ttl1);
+    let out = gw0.push("inside", &[from_host_a(&ttl1)]);
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].0.as_str(), out[0].1[14 + 20]), ("inside", 11), "Time Exceeded back to hostA");
+    let s = gw0.stats();
+    assert_eq!((s.echo_replies, s.icmp_sent, s.drops["reverse_path"]), (1, 1, 0));
+    // IPv6: from the inside, a source behind the tunnel.
+    let mut gw6 = Gw::from_config("configs/ep0-v6.toml");
+    let b6 = Ipv6Addr::new(0x2001, 0xdb8, 0xb, 0, 0, 0, 0, 0x10);
+    let gw0_in6 = Ipv6Addr::new(0x2001, 0xdb8, 0xa, 0, 0, 0, 0, 1);
+    assert!(gw6.push("inside", &[eth(mac(GW0_IN_MAC), mac(A_MAC), 0x86dd, &echo6(b6, gw0_in6, secret))]).is_empty());
+    let s = gw6.stats();
+    assert_eq!((s.echo_replies, s.drops["reverse_path"]), (0, 1), "{:?}", s.drops);
+}
+
 /// An ICMPv6 Echo Request (RFC 4443 §4.1) `src` → `dst` with `data`,
 /// hop limit 64, checksum right.
 fn echo6(src: Ipv6Addr, dst: Ipv6Addr, data: &[u8]) -> Vec<u8> {

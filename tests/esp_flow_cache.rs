@@ -292,6 +292,7 @@ fn with_address(t: &Tables, port: usize, addr: Ipv4Addr) -> Tables {
         natt_ports: t.natt_ports.clone(),
         ours4,
         ours6: t.ours6.clone(),
+        bcast4: t.bcast4.clone(),
     }
 }
 

@@ -194,6 +194,7 @@ fn with_policy(t: &Tables, action: SpdAction) -> Tables {
         natt_ports: t.natt_ports.clone(),
         ours4: t.ours4.clone(),
         ours6: t.ours6.clone(),
+        bcast4: t.bcast4.clone(),
     }
 }
 

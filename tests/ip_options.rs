@@ -159,3 +159,67 @@ fn ipv6_routing_headers_to_us_and_double_fragment_headers() {
     assert_eq!((s.drops["malformed"], s.frags_received), (1, 0), "{:?}", s.drops);
     assert_accounted(&s, "gw1");
 }
+
+/// helper-93: an IPv4 packet with options and DF clear, too big for its
+/// egress port, is fragmented like one without (was dropped as
+/// `mtu_exceeded`, no ICMP): RFC 791 §3.2, RFC 1812 §4.2.2.7. The first
+/// fragment keeps every option; the later ones only those whose copied
+/// flag is set (here Router Alert, RFC 2113; Record Route, not copied,
+/// stays in the first), padded to 4 bytes. gw0 encrypts the 1200-byte
+/// packet whole; gw1, its inside port at mtu 1000, decrypts it and cuts
+/// it in two; the fragments are checked field by field and put back
+/// together here. And into an SA with an IPv6 outer header (ep0-v6.toml's
+/// v4-in-v6 SA 1101), the inner packet is cut before encryption.
+#[test]
+fn a_packet_with_options_is_fragmented_with_the_copied_options() {
+    let rr = [7u8, 7, 4, 0, 0, 0, 0, 1]; // Record Route, one slot, then a NOP
+    let ra = [0x94u8, 4, 0, 0]; // Router Alert: copied
+    let opts: Vec<u8> = rr.iter().chain(ra.iter()).copied().collect();
+    let mut inner = udp_packet(HOST_A, HOST_B, 0, 64, 40000, 5001, &(0..1160u32).map(|i| (i * 7) as u8).collect::<Vec<_>>());
+    inner[6] = 0; // DF clear
+    set_ipv4_checksum(&mut inner);
+    let frame = with_options(&from_host_a(&inner), &opts);
+    let ip = &frame[14..];
+    assert_eq!((ip.len(), ip[0]), (1200, 0x48));
+    let mut gw0 = Gw::from_config("configs/ep0.toml");
+    let esp = gw0.push("inside", std::slice::from_ref(&frame));
+    assert_eq!(esp.len(), 1, "encrypted whole: {:?}", gw0.stats().drops);
+    let cfg = edited_config("ep1.toml", "inside-1000", |t| t.replacen("addresses = [\"198.51.100.1/24\"]\n", "addresses = [\"198.51.100.1/24\"]\nmtu = 1000\n", 1));
+    let mut gw1 = Gw::from_config(&cfg);
+    let out = gw1.push("outside", &[esp[0].1.clone()]);
+    let s = gw1.stats();
+    assert_eq!(out.len(), 2, "two fragments: {:?}", s.drops);
+    assert!(out.iter().all(|(p, _)| p == "inside"));
+    let (f1, f2) = (&out[0].1[14..], &out[1].1[14..]);
+    // First: every option, MF, offset 0, 968 data bytes (1000 − 32, to 8).
+    assert_eq!(f1[0], 0x48);
+    assert_eq!(&f1[20..32], &opts[..]);
+    assert_eq!(u16::from_be_bytes([f1[2], f1[3]]) as usize, f1.len());
+    assert_eq!((u16::from_be_bytes([f1[6], f1[7]]), f1.len()), (0x2000, 32 + 968));
+    // Second: Router Alert only (24-byte header), no MF, offset 968 / 8.
+    assert_eq!(f2[0], 0x46);
+    assert_eq!(&f2[20..24], &ra);
+    assert_eq!(u16::from_be_bytes([f2[2], f2[3]]) as usize, f2.len());
+    assert_eq!(u16::from_be_bytes([f2[6], f2[7]]), 968 / 8);
+    for f in [f1, f2] {
+        let hl = (f[0] & 0xf) as usize * 4;
+        assert_eq!(ip_checksum(&f[..hl]), 0, "header checksum verifies");
+        assert_eq!(&f[4..6], &ip[4..6], "one identification");
+        assert_eq!(&f[12..20], &ip[12..20]);
+        assert_eq!(f[8], ip[8] - 2, "TTL decremented once by each gateway");
+    }
+    let mut data = f1[32..].to_vec();
+    data.extend_from_slice(&f2[24..]);
+    assert_eq!(data, ip[32..], "the data, put back together");
+    assert_eq!((s.frags_sent, s.drops.values().sum::<u64>()), (2, 0), "{:?}", s.drops);
+    // v4-in-v6: UDP to port 6001 takes SA 1101 (IPv6 outer): cut before
+    // encryption, each fragment an ESP packet of its own.
+    let mut to6001 = udp_packet(HOST_A, HOST_B, 0, 64, 40000, 6001, &[0x33; 1400]);
+    to6001[6] = 0;
+    set_ipv4_checksum(&mut to6001);
+    let mut gw0v6 = Gw::from_config("configs/ep0-v6.toml");
+    let out = gw0v6.push("inside", &[with_options(&from_host_a(&to6001), &opts)]);
+    let s = gw0v6.stats();
+    assert_eq!((out.len(), s.frags_sent, s.drops["mtu_exceeded"]), (2, 2, 0), "{:?}", s.drops);
+    assert!(out.iter().all(|(p, f)| p == "outside" && f[14] >> 4 == 6 && f[14 + 6] == 50), "ESP over IPv6");
+}

@@ -631,3 +631,34 @@ fn nd_in_a_fragment_header_is_ignored() {
     let s = g.stats();
     assert_eq!((s.neighbours.learned, s.drops["nd_ignored"]), (2, 2));
 }
+
+/// helper-93: the directed broadcast address of one of the gateway's
+/// subnets (192.0.2.255 inside, 203.0.113.255 outside: /24s) names no host.
+/// As a destination it is `martian` (RFC 2644: not forwarded by default),
+/// never resolved by ARP as if it were a neighbour; as a source too (RFC
+/// 1812 §5.3.7), also at TTL 1 (no Time Exceeded to a broadcast address,
+/// RFC 1122 §3.2.2); an ARP reply claiming it is not learned.
+#[test]
+fn our_subnets_broadcast_address_is_no_host() {
+    let mut g = gw("bcast", TABLE);
+    let t0 = Instant::now();
+    let inside_bc = Ipv4Addr::new(192, 0, 2, 255);
+    let from_a_ip = |ip: &[u8]| eth(mac(GW0_IN_MAC), mac(A_MAC), 0x0800, ip);
+    g.inject(0, "inside", &from_a_ip(&udp_packet(HOST_A, inside_bc, 0, 64, 40000, 9, b"to the broadcast")));
+    g.inject(0, "inside", &from_a_ip(&udp_packet(inside_bc, HOST_B, 0, 64, 40000, 5001, b"from the broadcast")));
+    g.inject(0, "inside", &from_a_ip(&udp_packet(inside_bc, HOST_B, 0, 1, 40000, 5001, b"from it, TTL 1")));
+    let out = g.run_at(t0);
+    assert!(out.is_empty(), "nothing sent, no ARP request: {out:?}");
+    let s = g.stats();
+    assert_eq!((s.drops["martian"], s.neighbours.arp_requests, s.icmp_sent), (3, 0, 0), "{:?}", s.drops);
+    // A reply claiming the outside subnet's broadcast address.
+    g.inject(0, "outside", &arp(mac(GW0_OUT_MAC), 2, mac("02:00:00:00:0b:66"), Ipv4Addr::new(203, 0, 113, 255), mac(GW0_OUT_MAC), GW0_OUT));
+    g.run_at(t0);
+    let s = g.stats();
+    assert_eq!((s.neighbours.learned, s.neighbours.entries, s.drops["arp_ignored"]), (0, 0, 1));
+    assert_accounted(&s, "broadcast");
+    // The control: the same reply from 203.0.113.3 is learned.
+    g.inject(0, "outside", &arp(mac(GW0_OUT_MAC), 2, mac("02:00:00:00:0b:66"), Ipv4Addr::new(203, 0, 113, 3), mac(GW0_OUT_MAC), GW0_OUT));
+    g.run_at(t0);
+    assert_eq!(g.stats().neighbours.learned, 1);
+}

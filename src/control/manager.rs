@@ -502,6 +502,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             natt_ports,
             ours4: self.ports.iter().flat_map(|p| p.addresses.iter().copied()).collect(),
             ours6: self.ports.iter().flat_map(|p| p.addresses6.iter().copied()).collect(),
+            bcast4: self.ports.iter().flat_map(|p| p.broadcast4.iter().copied()).collect(),
         }
     }
 

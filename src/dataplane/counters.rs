@@ -179,12 +179,19 @@ pub enum DropReason {
     /// Routing header has segments left (RFC 8200 §4.4: no routing type
     /// is processed here; RFC 5095 deprecates type 0).
     SourceRoute,
+    /// An Echo Request to the gateway, received in the clear on a port,
+    /// from a source the gateway does not route back through that port (a
+    /// spoofed or misrouted source, [`crate::policy::Tables::routes_back`]):
+    /// not answered, so the gateway's own reply never crosses from one
+    /// side to the other outside the SPD (RFC 4301 §5.1; RFC 3704 §2.2's
+    /// strict reverse-path test applied to what the gateway answers).
+    ReversePath,
 }
 
 impl DropReason {
     /// Every reason, in the order stats list them (`Martian`, added later, is
     /// listed after `NeighReply`; the counter index is the discriminant).
-    pub const ALL: [DropReason; 51] = [
+    pub const ALL: [DropReason; 52] = [
         DropReason::Malformed,
         DropReason::UnsupportedEthertype,
         DropReason::NotForUs,
@@ -236,6 +243,7 @@ impl DropReason {
         DropReason::PmtuIgnored,
         DropReason::TunnelErrorDropped,
         DropReason::SourceRoute,
+        DropReason::ReversePath,
     ];
 
     /// Number of reasons.
@@ -294,6 +302,7 @@ impl DropReason {
             DropReason::PmtuIgnored => "pmtu_ignored",
             DropReason::TunnelErrorDropped => "tunnel_error_dropped",
             DropReason::SourceRoute => "source_route",
+            DropReason::ReversePath => "reverse_path",
             DropReason::Martian => "martian",
         }
     }

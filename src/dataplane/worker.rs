@@ -973,8 +973,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// caller to drop as `to_us` when that is off, when it is not such a
     /// request (a fragment, IPv4 options or IPv6 extension headers, a bad
     /// checksum: see the builders), from a source no router forwards to or
-    /// one of ours ([`Tables::martian`]) or a directed broadcast of one of
-    /// our subnets ([`Tables::is_our_broadcast`]), or past the Echo
+    /// one of ours or a directed broadcast of one of our subnets
+    /// ([`Tables::martian`]), or past the Echo
     /// Replies' own rate limit ([`ICMP_RATE`] per second, apart from the
     /// errors' so a ping flood cannot starve Path MTU Discovery; counted
     /// as `icmp_rate_limited`). Cold: off the
@@ -1000,8 +1000,16 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 _ => return Some(buf),
             }
         };
-        if !request || !t.is_ours(dst) || t.martian(src, dst) || t.is_our_broadcast(src) {
+        if !request || !t.is_ours(dst) || t.martian(src, dst) {
             return Some(buf);
+        }
+        // Answered in the clear only back out of the port it came in on:
+        // a reply routed out of another port would cross from one side to
+        // the other with no SPD lookup (a spoofed source on the inside got
+        // cleartext of its choosing onto the wan).
+        if matches!(path, ErrorPath::Back) && !t.routes_back(port, src) {
+            self.drop_buf(port, DropReason::ReversePath, buf);
+            return None;
         }
         let now = self.now();
         if !self.echo_bucket.take(now) {
@@ -1062,8 +1070,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// whole, the datagram is classified by its ports and every byte of it
     /// takes that entry's action (RFC 4301 §7: fragments of one datagram
     /// kept on one SA). Not with IPv4 options (`hl` > 20): the reassembled
-    /// header would take headroom the outer headers need, and the
-    /// fragmenter cuts option-free headers only. Off the fast path: only
+    /// header would take headroom the outer headers need. Off the fast path: only
     /// fragments come here.
     fn port_selected_fragment(&self, t: &Tables, key: &FlowKey, hl: usize) -> bool {
         hl == ipv4::MIN_HEADER_LEN
@@ -1082,7 +1089,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// 792 type 3 code 4, next-hop MTU per RFC 1191); for
     /// [`IcmpReport::TimeExceeded`] Time Exceeded (type 11 code 0, RFC 1812
     /// §5.3.1). No error about an ICMP error, a non-first fragment or a
-    /// non-unicast source (RFC 1812 §4.3.2.7), none without an address on
+    /// non-unicast source (RFC 1812 §4.3.2.7; the directed broadcast of
+    /// one of our subnets included), none in the clear to a source not
+    /// routed back through the port the packet came in on
+    /// ([`Tables::routes_back`]), none without an address on
     /// the port it is sent from, none past the rate limit (counted under
     /// `icmp_rate_limited`).
     #[cold]
@@ -1096,7 +1106,12 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             let src = ip.src();
             let later_fragment = ip.flags_frag() & 0x1fff != 0;
             let icmp_error = ip.protocol() == ipv4::PROTO_ICMP && ip.payload().first().is_some_and(|&ty| icmp::is_error_type(ty));
-            if later_fragment || icmp_error || src.is_multicast() || src.is_broadcast() || src.is_unspecified() || src.is_loopback() {
+            if later_fragment || icmp_error || src.is_multicast() || src.is_broadcast() || src.is_unspecified() || src.is_loopback() || t.is_our_broadcast(IpAddr::V4(src)) {
+                return self.recycle(buf);
+            }
+            // In the clear only back out of the port the packet came in on
+            // (as Echo Replies, [`Self::echo`]).
+            if matches!(path, ErrorPath::Back) && !t.routes_back(port, IpAddr::V4(src)) {
                 return self.recycle(buf);
             }
             (src, icmp::quoted_len(ip.header_len(), ip.total_len()))
@@ -1129,7 +1144,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// decapsulated, for its egress port) Packet Too Big (RFC 4443 §3.2:
     /// type 2, code 0, the MTU); for [`IcmpReport::TimeExceeded`] Time
     /// Exceeded (§3.3: type 3, code 0). None for a multicast, unspecified
-    /// or loopback source, none about an ICMPv6 error (§2.4 (e)), none
+    /// or loopback source, none about an ICMPv6 error (§2.4 (e)), none in
+    /// the clear to a source not routed back through the port the packet
+    /// came in on ([`Tables::routes_back`]), none
     /// without an IPv6 address on the port it is sent from, none past the
     /// rate limit shared with ICMPv4 (`icmp_rate_limited`).
     #[cold]
@@ -1146,6 +1163,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 Err(_) => true,
             };
             if icmp_error || ipv6::is_multicast(&src) || src.is_unspecified() || src.is_loopback() {
+                return self.recycle(buf);
+            }
+            if matches!(path, ErrorPath::Back) && !t.routes_back(port, IpAddr::V6(src)) {
                 return self.recycle(buf);
             }
             let quoted = icmpv6::quoted_len(ip.total_len());
@@ -2363,50 +2383,69 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
 
     /// Splits the IPv4 packet in `buf`, too big for `mtu`, into fragments
     /// (RFC 791 §3.2: payload offsets in 8-byte units, MF on all but the
-    /// last, the same identification, a header checksum per fragment) and
-    /// sends them to `sink` in order: staged on a port, or each
-    /// encapsulated with an outbound SA (inner fragmentation, RFC 4459 §3).
-    /// The last fragment reuses `buf`, the others take buffers from the
-    /// worker's pool. DF set or an options header → `mtu_exceeded`; too few
-    /// pool buffers → `frag_no_buffer`.
+    /// last, the same identification, a header checksum per fragment; the
+    /// first fragment keeps every option, the others only those whose
+    /// copied flag is set, [`ipv4::later_fragment_header`]; RFC 1812
+    /// §4.2.2.7) and sends them to `sink` in order: staged on a port, or
+    /// each encapsulated with an outbound SA (inner fragmentation, RFC
+    /// 4459 §3). The last fragment reuses `buf`, the others take buffers
+    /// from the worker's pool. DF set → `mtu_exceeded`; too few pool
+    /// buffers → `frag_no_buffer`.
     fn fragment(&mut self, t: &Tables, rx_port: usize, sink: FragSink, mut buf: PktBuf, mtu: usize) {
         const ETH: usize = ethernet::HEADER_LEN;
-        const HL: usize = ipv4::MIN_HEADER_LEN;
-        let (ff, total) = {
+        // The later fragments' header, built once.
+        let mut later = [0u8; ipv4::MAX_HEADER_LEN];
+        let parsed = {
             let ip = &buf.frame()[ETH..];
-            if ip.len() < HL || ip[ipv4::VER_IHL] != 0x45 {
-                return self.drop_buf(rx_port, DropReason::MtuExceeded, buf);
+            let hl = ip.first().map_or(0, |&b| (b & 0x0f) as usize * 4);
+            match ip.get(..hl).filter(|_| ip[ipv4::VER_IHL] >> 4 == 4) {
+                Some(h) => ipv4::later_fragment_header(h, &mut later)
+                    .map(|hl2| (u16::from_be_bytes([ip[ipv4::FLAGS_FRAG], ip[ipv4::FLAGS_FRAG + 1]]), hl, hl2)),
+                None => None,
             }
-            (u16::from_be_bytes([ip[ipv4::FLAGS_FRAG], ip[ipv4::FLAGS_FRAG + 1]]), buf.len() - ETH)
         };
-        let chunk = mtu.saturating_sub(HL) / 8 * 8;
-        if ff & ipv4::FLAG_DF != 0 || chunk == 0 {
+        let Some((ff, hl, hl2)) = parsed else {
+            return self.drop_buf(rx_port, DropReason::MtuExceeded, buf);
+        };
+        let total = buf.len() - ETH;
+        // Data bytes of the first fragment and of each later one.
+        let (first, chunk) = (mtu.saturating_sub(hl) / 8 * 8, mtu.saturating_sub(hl2) / 8 * 8);
+        if ff & ipv4::FLAG_DF != 0 || first == 0 || chunk == 0 || total <= hl {
             return self.drop_buf(rx_port, DropReason::MtuExceeded, buf);
         }
-        let payload = total - HL;
-        let pieces = payload.div_ceil(chunk);
+        let payload = total - hl;
+        let pieces = 1 + payload.saturating_sub(first).div_ceil(chunk);
         if self.pool.len() < pieces - 1 {
             return self.drop_buf(rx_port, DropReason::FragNoBuffer, buf);
         }
         // An already fragmented packet keeps its offset and its MF on the last piece.
         let base = (ff & 0x1fff) as usize;
         let last_mf = ff & ipv4::FLAG_MF;
+        let at = |k: usize| if k == 0 { 0 } else { first + (k - 1) * chunk };
         for k in 0..pieces - 1 {
-            let off = k * chunk;
+            let (off, n, h) = (at(k), if k == 0 { first } else { chunk }, if k == 0 { hl } else { hl2 });
             let Some(mut f) = self.pool.pop() else { break };
             let area = f.reset();
-            area[..ETH + HL].copy_from_slice(&buf.frame()[..ETH + HL]);
-            area[ETH + HL..ETH + HL + chunk].copy_from_slice(&buf.frame()[ETH + HL + off..ETH + HL + off + chunk]);
-            f.set_len(ETH + HL + chunk);
+            area[..ETH].copy_from_slice(&buf.frame()[..ETH]);
+            if k == 0 {
+                area[ETH..ETH + h].copy_from_slice(&buf.frame()[ETH..ETH + h]);
+            } else {
+                area[ETH..ETH + h].copy_from_slice(&later[..h]);
+            }
+            area[ETH + h..ETH + h + n].copy_from_slice(&buf.frame()[ETH + hl + off..ETH + hl + off + n]);
+            f.set_len(ETH + h + n);
             f.port = buf.port;
-            self.emit_fragment(t, rx_port, sink, f, (HL + chunk) as u16, ipv4::FLAG_MF | (base + off / 8) as u16);
+            self.emit_fragment(t, rx_port, sink, f, (h + n) as u16, ipv4::FLAG_MF | (base + off / 8) as u16);
         }
-        // The last piece moves up behind the header in place.
-        let off = (pieces - 1) * chunk;
+        // The last piece (a later one: the packet did not fit) moves up
+        // behind the later fragments' header in place.
+        let off = at(pieces - 1);
         let n = payload - off;
-        buf.frame_mut().copy_within(ETH + HL + off..ETH + HL + off + n, ETH + HL);
-        buf.trim_to(ETH + HL + n);
-        self.emit_fragment(t, rx_port, sink, buf, (HL + n) as u16, last_mf | (base + off / 8) as u16);
+        let frame = buf.frame_mut();
+        frame.copy_within(ETH + hl + off..ETH + hl + off + n, ETH + hl2);
+        frame[ETH..ETH + hl2].copy_from_slice(&later[..hl2]);
+        buf.trim_to(ETH + hl2 + n);
+        self.emit_fragment(t, rx_port, sink, buf, (hl2 + n) as u16, last_mf | (base + off / 8) as u16);
     }
 
     /// Sets a fragment's length, flags and offset (and checksum) and sends
@@ -2492,9 +2531,10 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
 }
 
 /// Writes a fragment's total length, flags + offset and header checksum
-/// (`frame` = Ethernet + a 20-byte IPv4 header + data).
+/// (`frame` = Ethernet + an IPv4 header of IHL × 4 bytes + data).
 fn fix_fragment_header(frame: &mut [u8], total: u16, flags_frag: u16) {
-    let ip = &mut frame[ethernet::HEADER_LEN..ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN];
+    let hl = frame.get(ethernet::HEADER_LEN).map_or(0, |&b| (b & 0x0f) as usize * 4).max(ipv4::MIN_HEADER_LEN);
+    let ip = &mut frame[ethernet::HEADER_LEN..ethernet::HEADER_LEN + hl];
     ip[ipv4::TOTAL_LEN..ipv4::TOTAL_LEN + 2].copy_from_slice(&total.to_be_bytes());
     ip[ipv4::FLAGS_FRAG..ipv4::FLAGS_FRAG + 2].copy_from_slice(&flags_frag.to_be_bytes());
     ip[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].copy_from_slice(&[0, 0]);

@@ -68,6 +68,9 @@ pub struct Tables {
     pub ours4: Vec<Ipv4Addr>,
     /// Every port's IPv6 addresses in one list, as `ours4`.
     pub ours6: Vec<Ipv6Addr>,
+    /// Every port's [`PortInfo::broadcast4`] in one list, as `ours4`: the
+    /// directed broadcast addresses of the gateway's IPv4 subnets.
+    pub bcast4: Vec<Ipv4Addr>,
 }
 
 impl Tables {
@@ -91,18 +94,34 @@ impl Tables {
 
     /// True if `ip` is the directed broadcast address of one of our IPv4
     /// subnets ([`PortInfo::broadcast4`]).
+    #[inline]
     pub fn is_our_broadcast(&self, ip: IpAddr) -> bool {
-        matches!(ip, IpAddr::V4(a) if self.ports.iter().any(|p| p.broadcast4.contains(&a)))
+        matches!(ip, IpAddr::V4(a) if self.bcast4.contains(&a))
     }
 
     /// True if a packet from `src` to `dst` must not be forwarded (a
     /// "martian", the drop reason `martian`): either address is one no
-    /// router forwards ([`unforwardable`]), or `src` is one of our own
-    /// addresses (a spoofed or looped packet; RFC 1812 §5.3.7 lets a
-    /// router discard such sources, as Linux does).
+    /// router forwards ([`unforwardable`]) or the directed broadcast
+    /// address of one of our subnets ([`Self::is_our_broadcast`]: as a
+    /// source it names no host, RFC 1812 §5.3.7; as a destination a router
+    /// forwards it by default to no one, RFC 2644, so it is never resolved
+    /// by ARP as if it were a host), or `src` is one of our own addresses
+    /// (a spoofed or looped packet; RFC 1812 §5.3.7 lets a router discard
+    /// such sources, as Linux does).
     #[inline(always)]
     pub fn martian(&self, src: IpAddr, dst: IpAddr) -> bool {
-        unforwardable(src) || unforwardable(dst) || self.is_ours(src)
+        unforwardable(src) || unforwardable(dst) || self.is_ours(src) || self.is_our_broadcast(src) || self.is_our_broadcast(dst)
+    }
+
+    /// True if the route to `ip` leaves by `port`: a packet from `ip` that
+    /// arrived on `port` came from that side. The gateway answers (Echo
+    /// Replies, ICMP errors about cleartext packets) only such sources, so
+    /// that nothing it builds itself crosses from one side to the other
+    /// outside the SPD (the strict reverse-path test of RFC 3704 §2.2,
+    /// applied to what the gateway answers).
+    #[inline]
+    pub fn routes_back(&self, port: usize, ip: IpAddr) -> bool {
+        self.routes.lookup(ip).is_some_and(|(out, _)| out == port)
     }
 
     /// True if UDP to `port` at one of our addresses is NAT traversal

@@ -90,6 +90,49 @@ pub fn scan_options(opts: &[u8]) -> Result<bool, usize> {
     Ok(routed)
 }
 
+/// Largest IPv4 header (IHL 15): 60 bytes.
+pub const MAX_HEADER_LEN: usize = 60;
+
+/// The option type's copied flag (RFC 791 §3.1): the option goes into every
+/// fragment, not only the first.
+pub const OPT_COPIED: u8 = 0x80;
+
+/// The header of a non-first fragment of the IPv4 packet whose header is
+/// `header` (20 bytes and its options, RFC 791 §3.2): the fixed 20 bytes
+/// and only the options whose copied flag is set, in order, padded with
+/// End of Option List to a multiple of 4 bytes, the IHL set to match;
+/// length, flags, offset and checksum are left for the caller. Written
+/// into `out`; returns its length (20 when no option is copied). `None`
+/// for options that break [`scan_options`]' rules or a `header` shorter
+/// than 20 or longer than [`MAX_HEADER_LEN`].
+pub fn later_fragment_header(header: &[u8], out: &mut [u8; MAX_HEADER_LEN]) -> Option<usize> {
+    if header.len() < MIN_HEADER_LEN || header.len() > MAX_HEADER_LEN {
+        return None;
+    }
+    out[..MIN_HEADER_LEN].copy_from_slice(&header[..MIN_HEADER_LEN]);
+    let opts = &header[MIN_HEADER_LEN..];
+    let (mut at, mut n) = (0, MIN_HEADER_LEN);
+    while let Some(&ty) = opts.get(at) {
+        match ty {
+            OPT_EOL => break,
+            OPT_NOP => at += 1,
+            _ => {
+                let len = *opts.get(at + 1)? as usize;
+                let opt = opts.get(at..at + len).filter(|_| len >= 2)?;
+                if ty & OPT_COPIED != 0 {
+                    out[n..n + len].copy_from_slice(opt);
+                    n += len;
+                }
+                at += len;
+            }
+        }
+    }
+    let padded = n.div_ceil(4) * 4;
+    out[n..padded].fill(OPT_EOL);
+    out[VER_IHL] = 0x40 | (padded / 4) as u8;
+    Some(padded)
+}
+
 impl<'a> Ipv4Packet<'a> {
     /// Validates version 4, IHL ≥ 5, header checksum, and that the total
     /// length covers the header and fits in `buf`.

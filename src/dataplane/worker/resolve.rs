@@ -140,7 +140,7 @@ pub(super) fn learnable(t: &Tables, port: usize, ip: IpAddr, mac: [u8; 6], resol
     }
     let on_link = match ip {
         IpAddr::V4(a) => {
-            if a.is_unspecified() || a.is_broadcast() || a.is_multicast() || a.is_loopback() {
+            if a.is_unspecified() || a.is_broadcast() || a.is_multicast() || a.is_loopback() || t.is_our_broadcast(ip) {
                 return false;
             }
             false
