@@ -4,7 +4,10 @@
 //! before `end` (the first at `start`). Tokens (packets) accrue at `rate`
 //! per second up to a depth of `max(BURST, rate × 1 ms)` (capped at 4096),
 //! so a late wake-up is caught up in bursts of at most [`super::BURST`]
-//! rather than lost; the sender takes what is there, up to one burst, and
+//! rather than lost, up to that depth: a stall longer than it (1 ms of
+//! slots, or 32 packets) loses the slots beyond it, and the run sends
+//! fewer packets than its rate made due (`gen` and `report` warn, and
+//! testbed/bench.sh fails such a trial); the sender takes what is there, up to one burst, and
 //! sleeps only when the next batch is more than [`SLEEP_MIN_NS`] away
 //! (never per packet at high rates). The last, partial batch before `end`
 //! is released when it is all due; tokens stop accruing at `end`.
