@@ -93,10 +93,12 @@ impl Tables {
     }
 
     /// True if `ip` is the directed broadcast address of one of our IPv4
-    /// subnets ([`PortInfo::broadcast4`]).
-    #[inline]
+    /// subnets ([`PortInfo::broadcast4`]). Such an address (of a prefix up
+    /// to /30) has its two lowest bits set: the list is scanned only then
+    /// (this is on the per-packet martian check).
+    #[inline(always)]
     pub fn is_our_broadcast(&self, ip: IpAddr) -> bool {
-        matches!(ip, IpAddr::V4(a) if self.bcast4.contains(&a))
+        matches!(ip, IpAddr::V4(a) if u32::from(a) & 3 == 3 && self.bcast4.contains(&a))
     }
 
     /// True if a packet from `src` to `dst` must not be forwarded (a
