@@ -2398,7 +2398,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let parsed = {
             let ip = &buf.frame()[ETH..];
             let hl = ip.first().map_or(0, |&b| (b & 0x0f) as usize * 4);
-            match ip.get(..hl).filter(|_| ip[ipv4::VER_IHL] >> 4 == 4) {
+            match ip.get(..hl).filter(|_| ip.first().is_some_and(|&b| b >> 4 == 4)) {
                 Some(h) => ipv4::later_fragment_header(h, &mut later)
                     .map(|hl2| (u16::from_be_bytes([ip[ipv4::FLAGS_FRAG], ip[ipv4::FLAGS_FRAG + 1]]), hl, hl2)),
                 None => None,
@@ -2414,7 +2414,13 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return self.drop_buf(rx_port, DropReason::MtuExceeded, buf);
         }
         let payload = total - hl;
-        let pieces = 1 + payload.saturating_sub(first).div_ceil(chunk);
+        if payload <= first {
+            // It fits after all (the callers cut only packets too big):
+            // sent as it is.
+            let flags_frag = ff & (ipv4::FLAG_MF | 0x1fff);
+            return self.emit_fragment(t, rx_port, sink, buf, total as u16, flags_frag);
+        }
+        let pieces = 1 + (payload - first).div_ceil(chunk);
         if self.pool.len() < pieces - 1 {
             return self.drop_buf(rx_port, DropReason::FragNoBuffer, buf);
         }
@@ -2534,7 +2540,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
 /// (`frame` = Ethernet + an IPv4 header of IHL × 4 bytes + data).
 fn fix_fragment_header(frame: &mut [u8], total: u16, flags_frag: u16) {
     let hl = frame.get(ethernet::HEADER_LEN).map_or(0, |&b| (b & 0x0f) as usize * 4).max(ipv4::MIN_HEADER_LEN);
-    let ip = &mut frame[ethernet::HEADER_LEN..ethernet::HEADER_LEN + hl];
+    let Some(ip) = frame.get_mut(ethernet::HEADER_LEN..ethernet::HEADER_LEN + hl) else { return };
     ip[ipv4::TOTAL_LEN..ipv4::TOTAL_LEN + 2].copy_from_slice(&total.to_be_bytes());
     ip[ipv4::FLAGS_FRAG..ipv4::FLAGS_FRAG + 2].copy_from_slice(&flags_frag.to_be_bytes());
     ip[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].copy_from_slice(&[0, 0]);
