@@ -110,6 +110,21 @@ fn na(src: Ipv6Addr, dst: Ipv6Addr, target: Ipv6Addr, flags: u8, tlla: Option<[u
     eth(mac(GW0_OUT_MAC), eth_src, 0x86dd, &p)
 }
 
+/// A Neighbor Solicitation (RFC 4861 §4.3) `src` → `target` (unicast),
+/// hop limit 255, with a Source Link-Layer Address option `sll`, in a
+/// frame from `sll` to gw0's outside MAC.
+fn ns_with_source(src: Ipv6Addr, target: Ipv6Addr, sll: [u8; 6]) -> Vec<u8> {
+    let mut m = vec![135, 0, 0, 0, 0, 0, 0, 0];
+    m.extend_from_slice(&target.octets());
+    m.extend_from_slice(&[1, 1]);
+    m.extend_from_slice(&sll);
+    let ck = icmpv6_checksum(&src, &target, &m);
+    m[2..4].copy_from_slice(&ck.to_be_bytes());
+    let mut p = ipv6_hdr(m.len(), 58, 255, &src, &target);
+    p.extend_from_slice(&m);
+    eth(mac(GW0_OUT_MAC), sll, 0x86dd, &p)
+}
+
 fn only(out: &[(usize, String, Vec<u8>)], port: &str) -> Vec<Vec<u8>> {
     out.iter().filter(|(_, p, _)| p == port).map(|(_, _, f)| f.clone()).collect()
 }
@@ -427,15 +442,7 @@ fn ipv6_unsolicited_override_na_and_ns_with_source_option_are_learned() {
     assert_eq!(g.stats().neighbours.entries, 1);
     // An NS for our address from 2001:db8:ff::3 with a source link-layer option.
     let other = v6("2001:db8:ff::3");
-    let mut m = vec![135, 0, 0, 0, 0, 0, 0, 0];
-    m.extend_from_slice(&me.octets());
-    m.extend_from_slice(&[1, 1]);
-    m.extend_from_slice(&mac("02:00:00:00:03:03"));
-    let ck = icmpv6_checksum(&other, &me, &m);
-    m[2..4].copy_from_slice(&ck.to_be_bytes());
-    let mut p = ipv6_hdr(m.len(), 58, 255, &other, &me);
-    p.extend_from_slice(&m);
-    g.inject(0, "outside", &eth(mac(GW0_OUT_MAC), mac("02:00:00:00:03:03"), 0x86dd, &p));
+    g.inject(0, "outside", &ns_with_source(other, me, mac("02:00:00:00:03:03")));
     let out = only(&g.run_at(t0), "outside");
     assert_eq!(out.len(), 1, "the NS is answered");
     let s = g.stats();
@@ -609,15 +616,7 @@ fn nd_in_a_fragment_header_is_ignored() {
     let t0 = Instant::now();
     let (me, peer, other) = (v6("2001:db8:ff::1"), v6("2001:db8:ff::2"), v6("2001:db8:ff::3"));
     let unsolicited = na(peer, v6("ff02::1"), peer, 0x20, Some(mac(GW1_OUT_MAC)), mac(GW1_OUT_MAC));
-    let mut m = vec![135, 0, 0, 0, 0, 0, 0, 0];
-    m.extend_from_slice(&me.octets());
-    m.extend_from_slice(&[1, 1]);
-    m.extend_from_slice(&mac("02:00:00:00:03:03"));
-    let ck = icmpv6_checksum(&other, &me, &m);
-    m[2..4].copy_from_slice(&ck.to_be_bytes());
-    let mut p = ipv6_hdr(m.len(), 58, 255, &other, &me);
-    p.extend_from_slice(&m);
-    let ns = eth(mac(GW0_OUT_MAC), mac("02:00:00:00:03:03"), 0x86dd, &p);
+    let ns = ns_with_source(other, me, mac("02:00:00:00:03:03"));
     g.inject(0, "outside", &in_atomic_fragment(&unsolicited));
     g.inject(0, "outside", &in_atomic_fragment(&ns));
     let out = g.run_at(t0);

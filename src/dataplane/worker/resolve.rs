@@ -152,7 +152,7 @@ pub(super) fn learnable(t: &Tables, port: usize, ip: IpAddr, mac: [u8; 6], resol
             ipv6::is_link_local(&a)
         }
     };
-    on_link || resolving || t.routes.lookup(ip).is_some_and(|(p, _)| p == port)
+    on_link || resolving || t.routes_back(port, ip)
 }
 
 impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
