@@ -234,10 +234,20 @@ TOPO_NAME = {
 
 def cmd_table(a):
     rows = read_rows(a.rows)
-    ceil = {(str(r["size"]), r["workers"]): r["mpps"] for r in rows if r["topology"] == "d"}
+    # A ratio needs a passing rate on both sides: a row whose search found
+    # none shows its lowest probe's figures (with their loss), which are not
+    # a saturation rate, so neither it nor a row measured against it gets one.
+    ceil = {(str(r["size"]), r["workers"]): r["mpps"] if r["saturation_pps"] else None
+            for r in rows if r["topology"] == "d"}
+    no_ratio = []
     for r in rows:
-        d = ceil.get((str(r["size"]), r["workers"]))
-        r["ratio_d"] = round(r["mpps"] / d, 3) if d else None
+        key = (str(r["size"]), r["workers"])
+        d = ceil.get(key)
+        r["ratio_d"] = round(r["mpps"] / d, 3) if d and r["saturation_pps"] else None
+        if r["topology"] != "d" and r["ratio_d"] is None and key in ceil:
+            why = "its own search found no passing rate" if not r["saturation_pps"] else \
+                  "the (d) row of its size and workers found no passing rate"
+            no_ratio.append(f"{r['topology']}-{r['size']}-w{r['workers']}-{r['backend'] or '-'}: {why}")
     meta = dict(m.split("=", 1) for m in a.meta or [])
     meta["elapsed_s"] = a.elapsed
     lines = ["## secgw testbed throughput (testbed/bench.sh)", ""]
@@ -253,6 +263,8 @@ def cmd_table(a):
             fmt(r["mpps"], 3), fmt(r["gbps"], 3), fmt(r["loss_pct"], 3), fmt(r["ratio_d"], 2),
             str(r["latency_rate_pps"]), fmt(r["p50_us"], 1), fmt(r["p99_us"], 1), fmt(r["max_us"], 1),
             fmt(r["latency_loss_pct"], 3), fmt(r.get("dut_cpu_us_per_pkt"), 2)]) + " |")
+    if no_ratio:
+        lines += ["", "No ratio to (d) for " + "; ".join(no_ratio) + "."]
     x = load(a.crosscheck) if a.crosscheck else None
     if x:
         t, p = x["trafgen"], x["pktgen"]

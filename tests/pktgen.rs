@@ -544,3 +544,38 @@ fn the_rate_counts_the_intervals_between_arrivals_and_needs_two_packets() {
     old.as_object_mut().unwrap().remove("flow_out_of_range_measured_bytes");
     assert_eq!(serde_json::from_value::<SinkReport>(old).unwrap().rate_pps, Some(3.999));
 }
+
+/// testbed/bench_table.py's `table` on rows written here: a ratio to (d)
+/// only where both the row and the (d) row of its size and workers found a
+/// passing rate (a failed search leaves the lowest probe's figures, which
+/// are no saturation rate), and the table says which rows have none and why.
+#[test]
+fn bench_table_gives_no_ratio_against_a_search_that_found_no_passing_rate() {
+    let dir = std::env::temp_dir().join(format!("secgw-bench-table-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let row = |topo: &str, size: u32, sat: u64, mpps: f64| {
+        format!(
+            r#"{{"topology":"{topo}","size":{size},"workers":1,"backend":{b},"saturation_pps":{sat},"upper_pps":900000,"mpps":{mpps},"gbps":0.1,"loss_pct":0.0,"lost":0,"latency_rate_pps":1000,"latency_loss_pct":0.0,"p50_us":10.0,"p99_us":20.0,"max_us":30.0}}"#,
+            b = if topo == "d" { "null".to_string() } else { "\"software\"".to_string() }
+        )
+    };
+    // 64 B: (d) found no passing rate (its lowest probe got 0.5 Mpps);
+    // 512 B: both passed; 1420 B: (d) passed, (a) did not.
+    let rows = [row("d", 64, 0, 0.5), row("a", 64, 100_000, 0.1), row("d", 512, 400_000, 0.4), row("a", 512, 200_000, 0.2),
+        row("d", 1420, 300_000, 0.3), row("a", 1420, 0, 0.25)];
+    let rows_path = dir.join("rows.jsonl");
+    std::fs::write(&rows_path, rows.join("\n") + "\n").unwrap();
+    let json_path = dir.join("bench.json");
+    let out = std::process::Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("testbed/bench_table.py"))
+        .args(["table", "--rows"]).arg(&rows_path).arg("--json").arg(&json_path)
+        .output().expect("python3 runs testbed/bench_table.py");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let data: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let ratios: Vec<Option<f64>> = data["rows"].as_array().unwrap().iter().map(|r| r["ratio_d"].as_f64()).collect();
+    assert_eq!(ratios, [None, None, Some(1.0), Some(0.5), Some(1.0), None], "{text}");
+    assert!(text.contains("No ratio to (d) for a-64-w1-software: the (d) row of its size and workers found no passing rate; \
+                           a-1420-w1-software: its own search found no passing rate."), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -2,8 +2,12 @@
 //! bucket, on one thread driving one port per tx queue.
 //!
 //! Flow *i* goes out on queue `i % queues` (with fewer flows than queues
-//! the extra queues stay idle); each burst goes to one queue, the queues
-//! taking turns, and within a queue the flows take turns packet by packet.
+//! the extra queues stay idle); each burst goes to one queue, the one whose
+//! flows have each been sent the fewest packets so far (so a queue with
+//! fewer flows gets fewer turns, and every flow the same share of the rate
+//! however the flows divide among the queues; a queue with a full ring
+//! gives its turn to the next), and within a queue the flows take turns
+//! packet by packet.
 //! Sequence numbers count per flow from 0 across warm-up and measurement;
 //! a packet is *measured* (payload flag bit 0) when it is due after the
 //! warm-up: with `--rate`, by its slot in the pacing schedule
@@ -146,6 +150,8 @@ pub fn run<P: TxRoom>(ports: &mut [P], cfg: &GenConfig, mut esp: Option<&mut Esp
     // Flows of queue q: q, q + nq, q + 2nq, ...
     let per_queue: Vec<u32> = (0..nq as u32).map(|q| (flows - q).div_ceil(nq as u32)).collect();
     let mut cursor = vec![0u32; nq];
+    // Packets built per queue, for the choice of the next queue.
+    let mut built = vec![0u64; nq];
     let mut report = GenReport {
         target_rate_pps: cfg.rate_pps,
         warmup_s: cfg.warmup.as_secs_f64(),
@@ -219,6 +225,7 @@ pub fn run<P: TxRoom>(ports: &mut [P], cfg: &GenConfig, mut esp: Option<&mut Esp
             q = (q + 1) % nq;
             continue;
         }
+        built[q] += n as u64;
 
         // Build (and seal).
         for _ in 0..n {
@@ -304,7 +311,7 @@ pub fn run<P: TxRoom>(ports: &mut [P], cfg: &GenConfig, mut esp: Option<&mut Esp
         }
         report.tx_failed += (out.len() - sent) as u64;
         pool.append(&mut out);
-        q = (q + 1) % nq;
+        q = furthest_behind(&built, &per_queue);
         if report.esp_seq_exhausted {
             // Every later packet would be refused too: what was sealed is out.
             stopped = true;
@@ -334,6 +341,20 @@ pub fn run<P: TxRoom>(ports: &mut [P], cfg: &GenConfig, mut esp: Option<&mut Esp
         report.rate_pps = report.measured_tx_packets as f64 / report.duration_s;
     }
     report
+}
+
+/// The queue whose flows have each been sent the fewest packets:
+/// `built[q] / flows[q]` smallest (compared crossways, in integers); the
+/// lowest such queue on a tie. `built` and `flows` have the same length,
+/// at least 1, and no `flows[q]` is 0.
+fn furthest_behind(built: &[u64], flows: &[u32]) -> usize {
+    let mut best = 0;
+    for q in 1..built.len() {
+        if (built[q] as u128) * (flows[best] as u128) < (built[best] as u128) * (flows[q] as u128) {
+            best = q;
+        }
+    }
+    best
 }
 
 #[cfg(test)]
@@ -387,6 +408,35 @@ mod tests {
         let seqs: Vec<u32> = wire.take_sent().iter().map(|f| u32::from_be_bytes([f[38], f[39], f[40], f[41]])).collect();
         assert_eq!(seqs, (u32::MAX - 4..=u32::MAX).collect::<Vec<_>>());
         assert_eq!(r.tx_packets, 5);
+    }
+
+    #[test]
+    fn flows_get_even_shares_however_they_divide_among_the_queues() {
+        // 3 flows on 2 queues: queue 0 carries flows 0 and 2, queue 1 flow 1.
+        // Taking turns by burst would give flow 1 half the packets; each
+        // flow gets a third, within a burst, and each frame leaves on its
+        // flow's queue.
+        let mut cfg = config(20_000, Duration::from_millis(150), Duration::ZERO);
+        let mut spec = *cfg.builder.spec();
+        spec.flows = 3;
+        cfg.builder = PacketBuilder::new(spec, Size::Fixed(64)).unwrap();
+        let (p0, w0) = mem::pair(0);
+        let (p1, w1) = mem::pair(1);
+        let r = run(&mut [p0, p1], &cfg, None, &AtomicBool::new(false));
+        let per_flow: Vec<u64> = r.flows.iter().map(|f| f.tx_packets).collect();
+        let (lo, hi) = (*per_flow.iter().min().unwrap(), *per_flow.iter().max().unwrap());
+        assert!(r.tx_packets >= 2000 && hi - lo <= BURST as u64, "{per_flow:?}");
+        // UDP source port 40000 + flow.
+        let sport = |f: &Vec<u8>| u16::from_be_bytes([f[34], f[35]]);
+        let q0 = w0.take_sent();
+        let q1 = w1.take_sent();
+        assert!(q0.iter().all(|f| [40000, 40002].contains(&sport(f))) && q1.iter().all(|f| sport(f) == 40001));
+        assert_eq!((q0.len() as u64, q1.len() as u64), (per_flow[0] + per_flow[2], per_flow[1]));
+        // The choice itself: fewest packets per flow, lowest queue on a tie.
+        assert_eq!(furthest_behind(&[64, 32], &[2, 1]), 0);
+        assert_eq!(furthest_behind(&[64, 33], &[2, 1]), 0);
+        assert_eq!(furthest_behind(&[65, 32], &[2, 1]), 1);
+        assert_eq!(furthest_behind(&[0], &[1]), 0);
     }
 
     #[test]
