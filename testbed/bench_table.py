@@ -247,7 +247,8 @@ def cmd_table(a):
         if r["topology"] != "d" and r["ratio_d"] is None and key in ceil:
             why = "its own search found no passing rate" if not r["saturation_pps"] else \
                   "the (d) row of its size and workers found no passing rate"
-            no_ratio.append(f"{r['topology']}-{r['size']}-w{r['workers']}-{r['backend'] or '-'}: {why}")
+            name = f"{r['topology']}-{r['size']}-w{r['workers']}" + (f"-{r['backend']}" if r["backend"] else "")
+            no_ratio.append(f"{name}: {why}")
     meta = dict(m.split("=", 1) for m in a.meta or [])
     meta["elapsed_s"] = a.elapsed
     lines = ["## secgw testbed throughput (testbed/bench.sh)", ""]
