@@ -71,10 +71,10 @@ enum Cmd {
 #[derive(clap::Args, Default)]
 struct DpdkArgs {
     /// DPDK `-p PORTMASK`: ports in use, hex [default: every port id the file names].
-    #[arg(short = 'p', value_name = "PORTMASK")]
+    #[arg(short = 'p', value_name = "PORTMASK", overrides_with = "port_mask")]
     port_mask: Option<String>,
     /// DPDK `-u PORTMASK`: unprotected ports, hex [default: the ports routes to SA peers leave by].
-    #[arg(short = 'u', value_name = "PORTMASK")]
+    #[arg(short = 'u', value_name = "PORTMASK", overrides_with = "unprotected_mask")]
     unprotected_mask: Option<String>,
     /// Interface of a DPDK port id, e.g. `--port 0=gw0-p0` (repeat per port).
     #[arg(long = "port", value_name = "ID=IFACE")]

@@ -186,7 +186,7 @@ fn duplicates_and_priority_order() {
 
     let text = "sa out 7 aead_algo aes-128-gcm aead_key 01:02:03:04:05:06:07:08:09:0a:0b:0c:0d:0e:0f:10:11:12:13:14 mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2\n\
                 sp ipv4 out esp protect 7 pri 10 dst 192.168.1.0/24 sport 0:65535 dport 0:65535\n\
-                sp ipv4 out esp discard pri 1 dst 192.168.0.0/16\n\
+                sp ipv4 out esp discard pri 1 dst 192.168.0.0/16 sport 0:65535 dport 0:65535\n\
                 rt ipv4 dst 10.0.0.2/32 port 0\n";
     let o = ImportOptions { port_mask: Some(3), unprotected_mask: Some(1), ..Default::default() };
     let (cfg, _) = dpdk::parse(text, Path::new("t.cfg"), &o).unwrap();
@@ -258,10 +258,10 @@ fn import_prints_check_warnings() {
     let path = dir.join("dead.cfg");
     let text = "sa out 700 aead_algo aes-128-gcm aead_key 01:02:03:04:05:06:07:08:09:0a:0b:0c:0d:0e:0f:10:11:12:13:14 mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2\n\
                 sp ipv4 out esp protect 700 pri 10 dst 192.168.1.0/24 sport 0:65535 dport 0:65535\n\
-                sp ipv4 out esp discard pri 100 dst 192.168.0.0/16\n\
+                sp ipv4 out esp discard pri 100 dst 192.168.0.0/16 sport 0:65535 dport 0:65535\n\
                 rt ipv4 dst 10.0.0.2/32 port 0\n";
     std::fs::write(&path, text).unwrap();
-    let args = ["-p", "3", "-u", "1", "--port", "0=veth0", "--port", "1=veth1"];
+    let args = ["-p", "1", "-p", "3", "-u", "2", "-u", "1", "--port", "0=veth0", "--port", "1=veth1"];
     let out = Command::new(env!("CARGO_BIN_EXE_secgw")).arg("import-dpdk").arg(&path).args(args).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
@@ -355,18 +355,18 @@ fn errors_name_line_and_keyword() {
     // Something after the '\'.
     at(&format!("{GOOD_SA} \\ x\n{TAIL}"), 1, "\\", "nothing may follow");
     // What DPDK refuses too.
-    at(&format!("{GOOD_SA}\nsp ipv4 out protect 5 pri 1 dst 192.168.1.0/24\nrt ipv4 dst 10.0.0.2/32 port 0\n"), 2, "esp", "missing \"esp\"");
+    at(&format!("{GOOD_SA}\nsp ipv4 out protect 5 pri 1 dst 192.168.1.0/24 sport 0:65535 dport 0:65535\nrt ipv4 dst 10.0.0.2/32 port 0\n"), 2, "esp", "missing \"esp\"");
     at(&format!("{GOOD_SA} aead_algo aes-128-gcm aead_key 1:2:3:4:5:6:7:8:9:a:b:c:d:e:f:10:11:12:13:14\n{TAIL}"), 1, "aead_algo", "excludes");
     at(&format!("{GOOD_SA} mode transport\n{TAIL}"), 1, "mode", "given twice");
     at(&format!("sa out 5 cipher_algo aes-128-cbc cipher_key 0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0 mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2\n{TAIL}"), 1, "auth_algo", "missing auth_algo");
-    at(&format!("{GOOD_SA}\nsp ipv4 out esp protect 5 dst 192.168.1.0/24 proto 6:15\nrt ipv4 dst 10.0.0.2/32 port 0\n"), 2, "proto", "partial protocol mask");
+    at(&format!("{GOOD_SA}\nsp ipv4 out esp protect 5 dst 192.168.1.0/24 proto 6:15 sport 0:65535 dport 0:65535\nrt ipv4 dst 10.0.0.2/32 port 0\n"), 2, "proto", "partial protocol mask");
     // A policy naming no SA: the TOML validation's problem, mapped back.
-    at(&format!("{GOOD_SA}\nsp ipv4 out esp protect 6 pri 1 dst 192.168.1.0/24\nrt ipv4 dst 10.0.0.2/32 port 0\n"), 2, "protect", "no SA has it");
+    at(&format!("{GOOD_SA}\nsp ipv4 out esp protect 6 pri 1 dst 192.168.1.0/24 sport 0:65535 dport 0:65535\nrt ipv4 dst 10.0.0.2/32 port 0\n"), 2, "protect", "no SA has it");
     // A route of length 0, written or implied (no /len): DPDK exits on it.
     at(&format!("{GOOD_SA}\nrt ipv4 dst 0.0.0.0/0 port 0\n{TAIL}"), 2, "dst", "prefix length 0");
     at(&format!("{GOOD_SA}\nrt ipv4 dst 1.2.3.4 port 0\n{TAIL}"), 2, "dst", "prefix length 0");
     // A port range without tcp/udp: secgw's rule, at the sp line.
-    at(&format!("{GOOD_SA}\nsp ipv4 out esp protect 5 pri 1 dst 192.168.1.0/24 dport 80:80\nrt ipv4 dst 10.0.0.2/32 port 0\n"), 2, "dport", "needs protocol");
+    at(&format!("{GOOD_SA}\nsp ipv4 out esp protect 5 pri 1 dst 192.168.1.0/24 sport 0:65535 dport 80:80\nrt ipv4 dst 10.0.0.2/32 port 0\n"), 2, "dport", "needs protocol");
 }
 
 /// Unsupported types refuse the SA (named with line and keyword), its
@@ -379,8 +379,8 @@ fn unsupported_sa_is_refused_not_half_configured() {
          mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2 type inline-protocol-offload port_id 0\n\
          sa out 7 cipher_algo 3des-cbc cipher_key 1:2:3:4:5:6:7:8:9:a:b:c:d:e:f:10:11:12:13:14:15:16:17:18 auth_algo sha1-hmac auth_key 0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0 mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2\n\
          sa out 8 cipher_algo null auth_algo sha256-hmac auth_key 1:2:3:4:5:6:7:8:9:a:b:c:d:e:f:10:11:12:13:14:15:16:17:18:19:1a:1b:1c:1d:1e:1f:20 mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2 reassembly_en\n\
-         sp ipv4 out esp protect 6 pri 5 dst 192.168.2.0/24\n\
-         sp ipv4 out esp bypass pri 1 dst 192.168.0.0/16\n\
+         sp ipv4 out esp protect 6 pri 5 dst 192.168.2.0/24 sport 0:65535 dport 0:65535\n\
+         sp ipv4 out esp bypass pri 1 dst 192.168.0.0/16 sport 0:65535 dport 0:65535\n\
          {TAIL}"
     );
     let o = ImportOptions { port_mask: Some(3), unprotected_mask: Some(1), ..Default::default() };
@@ -395,6 +395,50 @@ fn unsupported_sa_is_refused_not_half_configured() {
     assert_eq!(cfg.policies[2].action, Action::Protect(5));
 }
 
+/// An `sp` line without `sport` or `dport` has DPDK's range 0:0 there (its
+/// ACL rule starts zeroed: only port bytes 0 match), not any port: with
+/// TCP or UDP it is imported as port 0, with a warning; without, it cannot
+/// be said in secgw's selectors and is refused, so a bypass that matches
+/// nothing in DPDK does not send a protected subnet's traffic in the clear
+/// (found by helper-96). An `sa` line's `esn N` is warned about where DPDK
+/// would not apply it, as `-e` is.
+#[test]
+fn absent_ports_are_dpdks_zero_range_and_esn_needs_the_librte_ipsec_path() {
+    let text = format!(
+        "{GOOD_SA} esn 5\n\
+         sp ipv4 out esp bypass pri 5 dst 192.168.1.10/32\n\
+         sp ipv4 out esp bypass pri 4 dst 192.168.1.11/32 proto 17:255 dport 500:500\n\
+         sp ipv4 out esp bypass pri 3 dst 192.168.1.12/32 proto 6:255\n\
+         sp ipv4 out esp bypass pri 2 dst 192.168.1.13/32 proto 1:255 sport 0:65535\n\
+         {TAIL}"
+    );
+    let o = ImportOptions { port_mask: Some(3), unprotected_mask: Some(1), ..Default::default() };
+    let (cfg, notices) = dpdk::parse(&text, Path::new("x.cfg"), &o).unwrap();
+    let kinds: Vec<(usize, &str, NoticeKind)> = notices.iter().filter(|n| n.line > 0).map(|n| (n.line, n.keyword.as_str(), n.kind)).collect();
+    assert_eq!(
+        kinds,
+        [(1, "esn", NoticeKind::Warning), (2, "sport", NoticeKind::Refused), (3, "sport", NoticeKind::Warning), (4, "sport", NoticeKind::Warning), (5, "dport", NoticeKind::Refused)],
+        "{notices:#?}"
+    );
+    let text_of = |line: usize| notices.iter().find(|n| n.line == line).unwrap().to_string();
+    assert!(text_of(1).contains("DPDK applies esn on its librte_ipsec path only"), "{}", text_of(1));
+    assert!(text_of(2).starts_with("x.cfg:2: refused: sport: no sport and dport: DPDK's range is then 0:0"), "{}", text_of(2));
+    assert!(text_of(2).contains("the line is left out"), "{}", text_of(2));
+    assert!(text_of(5).contains("no dport:"), "{}", text_of(5));
+    // Left out: lines 2 and 5; kept: 3 and 4 with port 0 where absent, and TAIL's protect.
+    type Ports = (u16, u16);
+    let pol: Vec<(String, Ports, Ports)> = cfg.policies.iter().map(|p| (p.dst.0.to_string(), p.src_ports, p.dst_ports)).collect();
+    assert_eq!(
+        pol,
+        [("192.168.1.11".into(), (0, 0), (500, 500)), ("192.168.1.12".into(), (0, 0), (0, 0)), ("192.168.1.0".into(), (0, 65535), (0, 65535))],
+        "{notices:#?}"
+    );
+    // With -l (or --reassemble), DPDK applies esn: no warning.
+    let o = ImportOptions { librte_ipsec: true, ..o };
+    let (_, notices) = dpdk::parse(&text, Path::new("x.cfg"), &o).unwrap();
+    assert!(!notices.iter().any(|n| n.keyword == "esn"), "{notices:#?}");
+}
+
 /// A refusal neither hides a duplicate SPI nor takes the policy of an
 /// imported SA that shares the SPI (found by the trial user).
 #[test]
@@ -404,7 +448,7 @@ fn refusals_do_not_hide_duplicates_or_disable_a_shared_spi() {
     let text = format!(
         "sa out 5000 aead_algo aes-128-gcm aead_key {K} mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2\n\
          sa out 5000 cipher_algo null auth_algo null mode ipv4-tunnel src 10.0.0.1 dst 10.0.0.2\n\
-         sp ipv4 out esp protect 5000 pri 1 dst 192.168.1.0/24\nrt ipv4 dst 10.0.0.2/32 port 0\n"
+         sp ipv4 out esp protect 5000 pri 1 dst 192.168.1.0/24 sport 0:65535 dport 0:65535\nrt ipv4 dst 10.0.0.2/32 port 0\n"
     );
     let ps = problems(&text);
     assert!(ps.iter().any(|p| p.line == 2 && p.field == "sa" && p.message.contains("duplicate out SA with SPI 5000 (first at line 1)")), "{ps:#?}");
@@ -413,7 +457,7 @@ fn refusals_do_not_hide_duplicates_or_disable_a_shared_spi() {
     let text = format!(
         "sa in 8 aead_algo aes-128-gcm aead_key {K} mode ipv4-tunnel src 10.0.0.2 dst 10.0.0.1\n\
          sa in 8 cipher_algo null auth_algo null mode ipv4-tunnel src 10.0.0.3 dst 10.0.0.5\n\
-         sp ipv4 in esp protect 8 pri 1 dst 192.168.1.0/24\nrt ipv4 dst 10.0.0.0/24 port 0\nrt ipv4 dst 192.168.1.0/24 port 1\n"
+         sp ipv4 in esp protect 8 pri 1 dst 192.168.1.0/24 sport 0:65535 dport 0:65535\nrt ipv4 dst 10.0.0.0/24 port 0\nrt ipv4 dst 192.168.1.0/24 port 1\n"
     );
     let o = ImportOptions { port_mask: Some(3), unprotected_mask: Some(1), ..Default::default() };
     let (cfg, notices) = dpdk::parse(&text, Path::new("x.cfg"), &o).unwrap();
@@ -433,7 +477,7 @@ fn refusals_do_not_hide_duplicates_or_disable_a_shared_spi() {
 fn ports_neigh_and_inference() {
     let text = format!(
         "{GOOD_SA} flow-direction 0 1\nneigh port 0 02:00:00:00:00:aa\nneigh port 1 02:00:00:00:00:bb\n\
-         sp ipv4 out esp protect 5 pri 1 src 192.168.9.1 dst 192.168.1.0/24\nrt ipv4 dst 10.0.0.2/32 port 0\nrt ipv4 dst 192.168.9.0/24 port 1\n"
+         sp ipv4 out esp protect 5 pri 1 src 192.168.9.1 dst 192.168.1.0/24 sport 0:65535 dport 0:65535\nrt ipv4 dst 10.0.0.2/32 port 0\nrt ipv4 dst 192.168.9.0/24 port 1\n"
     );
     let mut o = ImportOptions::default();
     o.eth_dest.insert(1, [2, 0, 0, 0, 0, 0xcc]);
@@ -638,7 +682,7 @@ fn secgw_toml_given_to_import_is_told_so_once() {
     let Err(e) = dpdk::import(&text, Path::new("base.cfg"), &opts()) else { panic!("a TOML file imported") };
     assert!(e.to_string().contains("named .cfg, which secgw reads as DPDK's: rename it to .toml"), "{e}");
     // A .cfg with a bad line still gets its own error, not the hint.
-    let Err(e) = dpdk::import("sp ipv4 out esp protect 5 pri 1 dst 192.168.105.0/24\nbogus 1 2\n", Path::new("x.cfg"), &opts()) else {
+    let Err(e) = dpdk::import("sp ipv4 out esp protect 5 pri 1 dst 192.168.105.0/24 sport 0:65535 dport 0:65535\nbogus 1 2\n", Path::new("x.cfg"), &opts()) else {
         panic!("a bad line imported")
     };
     assert!(e.to_string().contains("x.cfg:2:1: bogus: unknown line type"), "{e}");
@@ -759,7 +803,7 @@ fn dpdk_options_through_the_binary() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("opt.cfg");
     std::fs::write(&path, OPTION_CFG).unwrap();
-    let args = ["-p", "3", "-u", "1", "--port", "0=veth0", "--port", "1=veth1", "-w", "7", "-w", "128", "-e", "--mtu", "1400", "--reassemble", "64", "--frag-ttl", "3000000000", "-l"];
+    let args = ["-p", "1", "-p", "3", "-u", "2", "-u", "1", "--port", "0=veth0", "--port", "1=veth1", "-w", "7", "-w", "128", "-e", "--mtu", "1400", "--reassemble", "64", "--frag-ttl", "3000000000", "-l"];
     let out = Command::new(env!("CARGO_BIN_EXE_secgw")).arg("import-dpdk").arg(&path).args(args).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");

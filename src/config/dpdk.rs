@@ -28,9 +28,12 @@
 //!   a warning. Host bits below the length are ignored by rte_acl and
 //!   rte_lpm; they are cleared here, with a warning. `proto V:M` is a value
 //!   and mask: `M` 0 = any protocol, 255 = exactly `V`; other masks are
-//!   refused. An absent `sport`/`dport` is taken as any (DPDK leaves the
-//!   range zero; the samples always give `0:65535`). Port ranges need
-//!   `proto 6:255` or `17:255`, as secgw's TOML does.
+//!   refused. An absent `sport`/`dport` is DPDK's range 0:0 (its ACL rule
+//!   starts zeroed; the samples always give `0:65535`): with `proto 6:255`
+//!   or `17:255` it is imported as port 0, with a warning; otherwise the
+//!   line is refused and left out (it matches only packets whose port bytes
+//!   are 0, whatever their protocol). Port ranges need `proto 6:255` or
+//!   `17:255`, as secgw's TOML does.
 //! * **SPI and direction.** An SA's SPI is its id; `sp … in … protect SPI`
 //!   is the inbound policy check (the packet must have arrived on that
 //!   inbound SA). Duplicate `sp` lines are kept (as rte_acl keeps both) with
@@ -59,6 +62,9 @@
 //! * **ESN.** `esn N` with N > 0 turns extended sequence numbers on
 //!   (rte_security `esn.value` = N); an outbound SA starts at N, an inbound
 //!   SA's replay window starts just below N (`first_seq = N` both ways).
+//!   DPDK itself applies it on its librte_ipsec path only (`-l`, or
+//!   `--reassemble N > 0`), so without those options it is imported with
+//!   a warning, as `-e` is.
 //! * **Routes.** `rt … port N` is an on-link route out of port N (DPDK has
 //!   no next hops: the frame goes to the port's `neigh`/`--eth-dest` MAC,
 //!   secgw's `peer_mac`). A route repeated for one prefix replaces the
@@ -598,7 +604,7 @@ impl Parser<'_> {
 
     fn line(&mut self, toks: &[Tok<'_>], p: &mut Parsed) {
         let _ = match toks[0].s {
-            "sp" => self.sp(toks).map(|sp| p.sps.push(sp)),
+            "sp" => self.sp(toks).map(|sp| p.sps.extend(sp)),
             "sa" => self.sa(toks).map(|sa| p.sas.push(sa)),
             "rt" => self.rt(toks).map(|rt| p.rts.push(rt)),
             "neigh" => self.neigh(toks).map(|(port, mac)| {
@@ -617,7 +623,9 @@ impl Parser<'_> {
         };
     }
 
-    fn sp(&mut self, toks: &[Tok<'_>]) -> Res<Sp> {
+    /// One `sp` line; `None` when it is left out (a [`NoticeKind::Refused`]
+    /// notice says why).
+    fn sp(&mut self, toks: &[Tok<'_>]) -> Res<Option<Sp>> {
         let t0 = toks[0];
         let fam = toks.get(1).copied();
         let v6 = match fam.map(|t| t.s) {
@@ -719,7 +727,23 @@ impl Parser<'_> {
             self.err(&t0, "sp", "missing the action: \"protect SPI\", \"bypass\" or \"discard\"");
             return Err(());
         }
-        Ok(sp)
+        // DPDK's ACL rule starts zeroed (sp4.c and sp6.c calloc the table):
+        // an absent sport or dport is the range 0:0, which matches only a
+        // packet whose port bytes are 0 (the two bytes at that offset after
+        // the IP header, whatever the protocol).
+        let absent: Vec<&str> = [("sport", sp.sport), ("dport", sp.dport)].iter().filter(|(_, r)| r.is_none()).map(|(k, _)| *k).collect();
+        if !absent.is_empty() {
+            let which = absent.join(" and ");
+            if matches!(sp.proto, Some((6 | 17, 255))) {
+                sp.sport = sp.sport.or(Some((0, 0)));
+                sp.dport = sp.dport.or(Some((0, 0)));
+                self.note(t0.line, absent[0], NoticeKind::Warning, format!("no {which}: DPDK's range is then 0:0 (its ACL rule starts zeroed), so only port 0 matches, and so it is imported; give 0:65535 for any port, as DPDK's samples do"));
+            } else {
+                self.note(t0.line, absent[0], NoticeKind::Refused, format!("no {which}: DPDK's range is then 0:0 (its ACL rule starts zeroed), so the rule matches only packets whose port bytes after the IP header are 0, whatever their protocol; secgw selects ports only with proto 6:255 or 17:255, so the line is left out (give sport 0:65535 dport 0:65535 for any port, as DPDK's samples do)"));
+                return Ok(None);
+            }
+        }
+        Ok(Some(sp))
     }
 
     fn direction(&mut self, t: Option<Tok<'_>>, t0: Tok<'_>, kw: &str) -> Res<Direction> {
@@ -746,6 +770,11 @@ impl Parser<'_> {
 
     fn spi(&mut self, v: &Tok<'_>, kw: &str) -> Res<u32> {
         match v.s.parse::<u32>() {
+            // DPDK's sp refuses its BYPASS value (ipsec.h: UINT32_MAX).
+            Ok(u32::MAX) if kw == "protect" && is_num(v.s) => {
+                self.err(v, kw, "SPI 4294967295 is DPDK's BYPASS value (ipsec.h), which its sp lines refuse".to_owned());
+                Err(())
+            }
             Ok(n) if n != 0 && is_num(v.s) => Ok(n),
             _ => {
                 self.err(v, kw, format!("expected an SPI 1..=4294967295 (decimal), found {:?}", v.s));
@@ -1433,6 +1462,15 @@ pub fn convert(text: &str, source: &Path, opts: &ImportOptions) -> Result<Import
     };
     if let (Some((kw, which, what)), false) = (missing, ipsec_path) {
         warn(&mut p, 0, kw, format!("DPDK applies {which} on its librte_ipsec path only (-l, or --reassemble N > 0): this command line would run DPDK without {what}; secgw applies {which}"));
+    }
+    // The same for an sa line's `esn N`: sa.c reads it into the
+    // librte_ipsec parameters and ipsec.c into inline offload sessions
+    // (refused here); DPDK's default path (esp.c) counts 32-bit sequence
+    // numbers from 1 whatever it says.
+    if !ipsec_path {
+        for sa in sas.iter().filter(|s| s.refused.is_none() && s.esn > 0) {
+            warn(&mut p, sa.line, "esn", format!("DPDK applies esn on its librte_ipsec path only (-l, or --reassemble N > 0): this command line would run DPDK's sa {} {} without ESN, its sequence numbers from 1; secgw applies esn {} (ESN on, first sequence number {})", dir_word(sa.dir), sa.spi, sa.esn, sa.esn));
+        }
     }
 
     // Ports in use.
