@@ -362,6 +362,7 @@ fn errors_name_line_and_keyword() {
     at(&format!("{GOOD_SA}\nsp ipv4 out esp protect 5 dst 192.168.1.0/24 proto 6:15 sport 0:65535 dport 0:65535\nrt ipv4 dst 10.0.0.2/32 port 0\n"), 2, "proto", "partial protocol mask");
     // A policy naming no SA: the TOML validation's problem, mapped back.
     at(&format!("{GOOD_SA}\nsp ipv4 out esp protect 6 pri 1 dst 192.168.1.0/24 sport 0:65535 dport 0:65535\nrt ipv4 dst 10.0.0.2/32 port 0\n"), 2, "protect", "no SA has it");
+    at(&format!("{GOOD_SA}\nsp ipv4 out esp protect 4294967295 pri 1 dst 192.168.1.0/24 sport 0:65535 dport 0:65535\nrt ipv4 dst 10.0.0.2/32 port 0\n"), 2, "protect", "DPDK's BYPASS value");
     // A route of length 0, written or implied (no /len): DPDK exits on it.
     at(&format!("{GOOD_SA}\nrt ipv4 dst 0.0.0.0/0 port 0\n{TAIL}"), 2, "dst", "prefix length 0");
     at(&format!("{GOOD_SA}\nrt ipv4 dst 1.2.3.4 port 0\n{TAIL}"), 2, "dst", "prefix length 0");
