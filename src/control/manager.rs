@@ -339,6 +339,8 @@ pub struct Manager<'d, D: CryptoDevice> {
     binding: Binding,
     /// Sessions per queue pair are limited (and attached) when > 0.
     limit: usize,
+    /// Sessions held per queue pair (retiring ones until freed), on any
+    /// device: checked against `limit`, and the choice of a new SA's worker.
     per_qp: Vec<usize>,
     nworkers: usize,
     grace: Duration,
@@ -749,8 +751,10 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
                 self.release_slot(d, slot);
                 return Err(e.into());
             }
-            self.per_qp[owner] += 1;
         }
+        // Counted on any device: the count also spreads new SAs over the
+        // workers (`pick_owner`), limit or not.
+        self.per_qp[owner] += 1;
         self.place(sa, slot, owner, session, now)
     }
 
@@ -1262,7 +1266,10 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             match self.live.get(&k) {
                 Some(l) if l.sa == *sa => continue,
                 Some(l) => {
-                    let owner = l.owner;
+                    // A replacement is a new SA (new session, sequence
+                    // numbers from 1): a pin in the file moves it, else it
+                    // stays on its worker.
+                    let owner = if sa.worker.is_some() { self.pick_owner(sa, &[])? } else { l.owner };
                     let old = self.live_remove(k).expect("present");
                     let grace = if k.1 == Direction::Outbound { OUTBOUND_GRACE } else { Duration::ZERO };
                     if let Err(e) = self.install(sa.clone(), owner, now) {
@@ -1392,7 +1399,9 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             let k = key_of(sa);
             let owner = match self.live.get(&k) {
                 Some(l) if l.sa == *sa => continue,
-                Some(l) => l.owner,
+                // A replacement is a new SA: a pin in the file moves it.
+                Some(l) if sa.worker.is_none() => l.owner,
+                Some(_) => self.pick_owner(sa, &extra)?,
                 None => {
                     self.retiring_clash(k.0, k.1, k.2, now)?;
                     // As the apply phase will choose, counting this reload's sessions.
@@ -1627,7 +1636,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
                         }
                     }
                     let r = self.retiring.swap_remove(i);
-                    if self.limit > 0 && !r.detached {
+                    if !r.detached {
                         self.per_qp[r.live.owner] = self.per_qp[r.live.owner].saturating_sub(1);
                     }
                     if let Err(e) = self.dev.session_free(r.live.session.clone()) {

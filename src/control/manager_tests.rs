@@ -1110,3 +1110,40 @@ fn fragment_messages_name_the_table_once_and_an_installed_sa_as_such() {
     let m = msg(&mut fx, &policy("inbound", "198.51.100.0/24", "192.0.2.0/24", 1001));
     assert!(m.ends_with("policy[0].action: expected an inbound SA for an inbound policy, found SPI 1001 is outbound (installed)"), "{m}");
 }
+
+/// The worker of each active SA with this SPI, from `sa list`.
+fn workers_of(m: &Manager<'_, SoftDevice>, spi: u32) -> Vec<u64> {
+    let v = m.list_sas(Instant::now());
+    v["sas"].as_array().unwrap().iter().filter(|s| s["spi"] == spi && s["state"] == "active").map(|s| s["worker"].as_u64().unwrap()).collect()
+}
+
+/// On a device without a session limit (the software one) new SAs still go
+/// to the worker whose queue pair holds the fewest sessions, so `sa add`
+/// spreads them (helper-95: every one went to worker 0, the count being
+/// kept only under a limit); a reload that replaces an SA follows a new
+/// `worker` pin in the file (it stayed on its old worker).
+#[test]
+fn new_sas_spread_over_the_workers_of_an_unlimited_device_and_a_replacement_follows_its_pin() {
+    let base = config_text("backend = \"software\"", "").replace("workers = 1", "workers = 2");
+    let path = write_config("spread", &base);
+    let cfg = crate::config::load(&path).unwrap();
+    let s = SoftDevice::new(2);
+    let mut m = Manager::new(&cfg, &s, &MACS).unwrap();
+    assert_eq!((workers_of(&m, 1001), workers_of(&m, 1002)), (vec![0], vec![1]), "the file's binding");
+    let now = Instant::now();
+    for (i, spi) in (3001..=3004).enumerate() {
+        m.add(&sa(spi, "outbound", &key(0x40 + i as u8)), now).unwrap();
+    }
+    let spread: Vec<u64> = (3001..=3004).flat_map(|spi| workers_of(&m, spi)).collect();
+    assert_eq!(spread, [0, 1, 0, 1], "each to the queue pair with the fewest sessions");
+    // SA 1001 with a new key and pinned to worker 1: replaced there.
+    let pinned = sa(1001, "outbound", OUT_KEY).replace(OUT_KEY, &key(0x51)) + "worker = 1\n";
+    std::fs::write(&path, base.replace(&sa(1001, "outbound", OUT_KEY), &pinned)).unwrap();
+    let r = m.reload(now).unwrap();
+    assert_eq!(r["replaced"].as_u64(), Some(1), "{r}");
+    assert_eq!(workers_of(&m, 1001), [1], "the pin moved the replacement");
+    // The same pin past the workers is refused by the file's check.
+    std::fs::write(&path, base.replace(&sa(1001, "outbound", OUT_KEY), &pinned.replace(&key(0x51), &key(0x52)).replace("worker = 1", "worker = 2"))).unwrap();
+    assert!(m.reload(now).is_err());
+    assert_eq!(workers_of(&m, 1001), [1]);
+}
