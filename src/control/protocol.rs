@@ -349,23 +349,66 @@ pub struct RequestError {
     pub error: CtlError,
 }
 
-/// The top-level keys of a request, read only to refuse one given twice
-/// (serde's derived reader fails on a duplicate field; others are left to
-/// [`parse_request`]'s own checks).
-#[derive(Deserialize)]
-#[allow(dead_code)]
-struct TopKeys {
-    v: Option<serde::de::IgnoredAny>,
-    id: Option<serde::de::IgnoredAny>,
-    cmd: Option<serde::de::IgnoredAny>,
-    args: Option<serde::de::IgnoredAny>,
+/// A JSON document read only to refuse an object key given twice, at any
+/// depth: [`Value`] keeps the last of a repeated key, so `{"cmd":"stats",
+/// "cmd":"sa.list"}` or `"args":{"spi":1021,"spi":60001}` would run what a
+/// reader of the first key does not expect (helper-95 deleted SA 60001
+/// with the second).
+struct NoRepeatedKeys;
+
+impl<'de> Deserialize<'de> for NoRepeatedKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NoRepeatedKeysVisitor)
+    }
+}
+
+struct NoRepeatedKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for NoRepeatedKeysVisitor {
+    type Value = NoRepeatedKeys;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<NoRepeatedKeys, E> {
+        Ok(NoRepeatedKeys)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<NoRepeatedKeys, E> {
+        Ok(NoRepeatedKeys)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<NoRepeatedKeys, E> {
+        Ok(NoRepeatedKeys)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<NoRepeatedKeys, E> {
+        Ok(NoRepeatedKeys)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<NoRepeatedKeys, E> {
+        Ok(NoRepeatedKeys)
+    }
+    fn visit_unit<E>(self) -> Result<NoRepeatedKeys, E> {
+        Ok(NoRepeatedKeys)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<NoRepeatedKeys, A::Error> {
+        while a.next_element::<NoRepeatedKeys>()?.is_some() {}
+        Ok(NoRepeatedKeys)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<NoRepeatedKeys, A::Error> {
+        let mut seen = std::collections::BTreeSet::new();
+        while let Some(k) = a.next_key::<String>()? {
+            if seen.contains(&k) {
+                return Err(serde::de::Error::custom(format_args!("key {k:?} given twice")));
+            }
+            a.next_value::<NoRepeatedKeys>()?;
+            seen.insert(k);
+        }
+        Ok(NoRepeatedKeys)
+    }
 }
 
 /// Parses one request line (without its `\n`; a trailing `\r` is allowed).
 ///
 /// Errors, in the order checked: longer than [`MAX_REQUEST_BYTES`] →
 /// `too_large`; not UTF-8 JSON, not an object, `cmd` missing or not a
-/// string, a top-level key given twice or another than v/id/cmd/args →
+/// string, a key given twice (at any depth) or a top-level key other than v/id/cmd/args →
 /// `bad_json`; `v`
 /// missing or not [`VERSION`] → `bad_version`; an unknown `cmd` →
 /// `unknown_command`; `args` of the wrong shape → `bad_args`.
@@ -381,11 +424,8 @@ pub fn parse_request(line: &[u8]) -> Result<Request, RequestError> {
         Err(e) => return fail(None, ErrorCode::BadJson, format!("not JSON: {e}")),
     };
     let id = obj.remove("id").filter(|v| !v.is_null());
-    // `Value` keeps the last of a key given twice: `{"cmd":"stats",
-    // "cmd":"sa.list"}` would run what a reader of the first key does not
-    // expect. The derived reader of the four keys refuses a repeat.
-    if let Err(e) = serde_json::from_slice::<TopKeys>(line) {
-        return fail(id, ErrorCode::BadJson, format!("{e}: a request key may be given once"));
+    if let Err(e) = serde_json::from_slice::<NoRepeatedKeys>(line) {
+        return fail(id, ErrorCode::BadJson, format!("{e}: a key may be given once, in the request and in its args"));
     }
     if let Some(k) = obj.keys().find(|k| !matches!(k.as_str(), "v" | "cmd" | "args")) {
         return fail(id, ErrorCode::BadJson, format!("unknown request key {k:?}; expected v, id, cmd, args"));
@@ -653,9 +693,18 @@ mod tests {
     fn a_key_given_twice_is_refused() {
         let e = parse_request(br#"{"v":1,"cmd":"stats","cmd":"sa.list","id":7}"#).unwrap_err();
         assert_eq!((e.error.code, e.id), (ErrorCode::BadJson, Some(Value::from(7))));
-        assert!(e.error.message.contains("duplicate field `cmd`") && e.error.message.ends_with("a request key may be given once"), "{}", e.error.message);
+        assert!(e.error.message.contains("key \"cmd\" given twice") && e.error.message.ends_with("a key may be given once, in the request and in its args"), "{}", e.error.message);
         assert_eq!(code(r#"{"v":1,"v":1,"cmd":"stats"}"#), ErrorCode::BadJson);
         parse_request(br#"{"v":1,"cmd":"sa.del","args":{"spi":5}}"#).unwrap();
+        // In args too, and deeper (helper-95: the second spi was deleted).
+        let e = parse_request(br#"{"v":1,"cmd":"sa.del","args":{"spi":1021,"direction":"outbound","spi":60001},"id":"x"}"#).unwrap_err();
+        assert_eq!((e.error.code, e.id), (ErrorCode::BadJson, Some(Value::from("x"))));
+        assert!(e.error.message.contains("key \"spi\" given twice"), "{}", e.error.message);
+        assert_eq!(code(r#"{"v":1,"cmd":"stats","args":{"format":"json","format":"prometheus"}}"#), ErrorCode::BadJson);
+        assert_eq!(code(r#"{"v":1,"cmd":"policy.del","args":{"policy":{"src":"a","src":"b"}}}"#), ErrorCode::BadJson);
+        assert_eq!(code(r#"{"v":1,"cmd":"stats","id":[{"a":1},{"a":2,"a":3}]}"#), ErrorCode::BadJson);
+        // The same key in two objects is no repeat.
+        parse_request(br#"{"v":1,"cmd":"stats","id":[{"a":1},{"a":2}],"args":{"format":"json"}}"#).unwrap();
     }
 
     #[test]
