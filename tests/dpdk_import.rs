@@ -440,6 +440,22 @@ fn absent_ports_are_dpdks_zero_range_and_esn_needs_the_librte_ipsec_path() {
     assert!(!notices.iter().any(|n| n.keyword == "esn"), "{notices:#?}");
 }
 
+/// `rt` as DPDK's rt.c reads it: no `port` is port 0, `src A/L` (in the
+/// guide's syntax) is ignored; both warned (helper-96: both were errors).
+#[test]
+fn rt_without_port_is_port_0_and_its_src_is_ignored() {
+    let text = format!("{GOOD_SA}\nsp ipv4 out esp protect 5 pri 1 dst 192.168.1.0/24 sport 0:65535 dport 0:65535\nrt ipv4 dst 10.0.0.2/32\nrt ipv4 src 10.9.0.0/16 dst 192.168.1.0/24 port 1\n");
+    let o = ImportOptions { port_mask: Some(3), unprotected_mask: Some(1), ..Default::default() };
+    let (cfg, notices) = dpdk::parse(&text, Path::new("x.cfg"), &o).unwrap();
+    let warned: Vec<(usize, &str)> = notices.iter().filter(|n| n.kind == NoticeKind::Warning && n.line > 0).map(|n| (n.line, n.keyword.as_str())).collect();
+    assert_eq!(warned, [(3, "port"), (4, "src")], "{notices:#?}");
+    let routes: Vec<(String, String)> = cfg.routes.iter().map(|r| (format!("{}/{}", r.prefix.0, r.prefix.1), cfg.ports[r.port].name.clone())).collect();
+    assert_eq!(routes, [("10.0.0.2/32".to_string(), "port0".to_string()), ("192.168.1.0/24".to_string(), "port1".to_string())]);
+    // A bad src is still an error at its line.
+    let e = dpdk::parse(&text.replace("10.9.0.0/16", "10.9.0.0/33"), Path::new("x.cfg"), &o).unwrap_err().to_string();
+    assert!(e.contains("x.cfg:4") && e.contains("src"), "{e}");
+}
+
 /// A refusal neither hides a duplicate SPI nor takes the policy of an
 /// imported SA that shares the SPI (found by the trial user).
 #[test]

@@ -16,7 +16,8 @@
 //!   aead_algo A aead_key K) mode ipv4-tunnel|ipv6-tunnel|transport [src IP
 //!   dst IP] [esn N] [udp-encap] [type T] [port_id P] [flow-direction P Q]
 //!   [fallback T] [mss N] [reassembly_en] [telemetry]`; `rt ipv4|ipv6 dst
-//!   A/L port N`; `neigh port N MAC`; `flow …` (refused).
+//!   A/L [port N] [src A/L]` (no port = port 0, `src` ignored, both as
+//!   rt.c does, warned); `neigh port N MAC`; `flow …` (refused).
 //!
 //! # Mapping and its semantic differences
 //! * **Priority.** DPDK's `pri` is an rte_acl priority: among matching
@@ -1233,8 +1234,14 @@ impl Parser<'_> {
                     let v = self.value(toks, &mut i, "port")?;
                     port = Some(self.port_id(&v, "port")?);
                 }
+                // In the guide's rt syntax, but rt.c reads only dst and port.
+                "src" => {
+                    let v = self.value(toks, &mut i, "src")?;
+                    self.prefix(&v, "src", v6, true)?;
+                    self.note(t.line, "src", NoticeKind::Warning, "ignored, as DPDK's rt.c ignores it (routes are by destination only)");
+                }
                 other => {
-                    self.err(&t, other, format!("unknown rt keyword {other:?} (expected dst, port)"));
+                    self.err(&t, other, format!("unknown rt keyword {other:?} (expected dst, port, src)"));
                     return Err(());
                 }
             }
@@ -1246,9 +1253,10 @@ impl Parser<'_> {
                 self.err(&t0, "dst", "missing \"dst A/L\"");
                 Err(())
             }
-            (_, None) => {
-                self.err(&t0, "port", "missing \"port N\"");
-                Err(())
+            (Some(prefix), None) => {
+                // rt.c's route table starts zeroed: no port is port 0.
+                self.note(t0.line, "port", NoticeKind::Warning, "no \"port N\": port 0, as DPDK's rt.c takes it");
+                Ok(Rt { line: t0.line, prefix, port: 0 })
             }
         }
     }
