@@ -376,6 +376,20 @@ fn spi_hex_string_and_low_spi_warning() {
     assert!(w[0].starts_with("/nonexistent/test.toml: sa[0].spi: SPI 7"), "{w:?}");
 }
 
+/// An inbound window below RFC 4303 §3.4.3's 32 is warned about (32 and
+/// the default are not).
+#[test]
+fn a_replay_window_below_32_is_warned_about() {
+    let text = BASE.replacen("direction = \"inbound\"", "direction = \"inbound\"\nreplay_window = 16", 1);
+    let cfg = load_text(&text);
+    let w = config::warnings(&cfg);
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].starts_with(&format!("{}sa[1].replay_window: replay_window = 16 for inbound SPI", placed(&cfg, &text, "replay_window = 16", 16))), "{w:?}");
+    assert!(w[0].contains("below the 32 packets RFC 4303 §3.4.3"), "{w:?}");
+    let text = text.replace("replay_window = 16", "replay_window = 32");
+    assert!(config::warnings(&load_text(&text)).is_empty());
+}
+
 #[test]
 fn duplicate_spi_and_direction() {
     let dup = "\n[[sa]]\nspi = 1001\ndirection = \"outbound\"\nalgorithm = \"aes-128-gcm\"\n\

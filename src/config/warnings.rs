@@ -215,6 +215,15 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
                 warn(format!("sa[{i}].df"), format!("df has no effect on inbound SPI {}: the peer builds its outer header", sa.spi));
             }
         }
+        if sa.direction == Direction::Inbound && (1..32).contains(&sa.replay_window) {
+            warn(
+                format!("sa[{i}].replay_window"),
+                format!(
+                    "replay_window = {} for inbound SPI {} is below the 32 packets RFC 4303 §3.4.3 requires an implementation to support (default 64): a packet arriving more than {} behind the newest is dropped as a replay",
+                    sa.replay_window, sa.spi, sa.replay_window
+                ),
+            );
+        }
         if sa.direction == Direction::Inbound && sa.replay_window == 0 {
             warn(
                 format!("sa[{i}].replay_window"),
