@@ -421,7 +421,8 @@ fn ctl(socket: PathBuf, cmd: CtlCmd) -> ExitCode {
             let n = v.get("policies").and_then(|p| p.as_array()).map_or(0, Vec::len);
             match v.get("policies").and_then(|p| p.get(index)) {
                 Some(entry) => request(&Command::PolicyDel { policy: entry.clone(), index: Some(index) }).map(|v| Ok(client::render_compact(&v) + "\n")),
-                None => Ok(Err(format!("no policy {index}: the SPD has {n} (policy list numbers them from 0)"))),
+                // As the gateway words a missing entry (`<code>: <message>`).
+                None => Ok(Err(format!("not_found: no policy {index}: the SPD has {n} (policy list numbers them from 0)"))),
             }
         }),
         CtlCmd::Neigh { cmd: NeighCmd::List { json } } => {

@@ -580,7 +580,7 @@ fn secgw_ctl_prints_tables_results_and_exit_codes() {
     let v: Value = serde_json::from_str(sent).unwrap();
     assert_eq!((v["action"].clone(), v["priority"].clone(), v["src_ports"].clone()), (json!("protect 1000"), json!(10), json!("0-65535")), "{out}");
     let (code, _, err) = ctl(&h.path, &["policy", "del", "1"], "");
-    assert_eq!((code, err.trim()), (1, "secgw ctl: no policy 1: the SPD has 1 (policy list numbers them from 0)"));
+    assert_eq!((code, err.trim()), (1, "secgw ctl: not_found: no policy 1: the SPD has 1 (policy list numbers them from 0)"));
     let (code, out, _) = ctl(&h.path, &["neigh", "list"], "");
     assert_eq!(code, 0);
     let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();

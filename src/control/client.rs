@@ -156,10 +156,19 @@ pub fn events(socket: &Path, mut f: impl FnMut(Event) -> bool) -> Result<(), Cli
 /// Errors say what is wrong, never what the key is.
 pub fn parse_key_file(text: &str) -> Result<(String, Option<String>), String> {
     let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
-    if let [one] = lines.as_slice() {
-        if one.chars().all(|c| c.is_ascii_hexdigit() || c == ':') {
-            return Ok((one.to_string(), None));
+    match lines.as_slice() {
+        [] => return Err("empty: expected one line of hex, or TOML with key = \"hex\" and optional auth_key = \"hex\"".into()),
+        // One line without `=`: meant as hex; say where it is not.
+        [one] if !one.contains('=') => {
+            return match one.chars().enumerate().find(|(_, c)| !(c.is_ascii_hexdigit() || *c == ':')) {
+                None => Ok((one.to_string(), None)),
+                Some((i, c)) => Err(format!(
+                    "expected one line of hex (as sa.key: hex digits, ':' separators allowed, no 0x prefix): {c:?} at character {} of the line",
+                    i + 1
+                )),
+            };
         }
+        _ => {}
     }
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -466,6 +475,11 @@ mod tests {
             let e = parse_key_file(bad).unwrap_err();
             assert!(!e.contains("0011") && !e.contains("2233"), "key material in the error: {e}");
         }
+        // What is wrong, and where (helper-95: a 0x prefix got TOML's "expected '.', '='").
+        assert_eq!(parse_key_file("0x0011
+").unwrap_err(), "expected one line of hex (as sa.key: hex digits, ':' separators allowed, no 0x prefix): 'x' at character 2 of the line");
+        assert!(parse_key_file("# only a comment
+").unwrap_err().starts_with("empty: "));
     }
 
     #[test]

@@ -1370,7 +1370,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             if l.sa == *sa || l.sa.key != sa.key || l.sa.auth_key != sa.auth_key {
                 continue;
             }
-            refused.push(format!("SA {} ({}{}: {})", sa.spi, dir_name(sa.direction), dst_note(sa.sad_dst()), sa_changes(&l.sa, sa).join(", ")));
+            refused.push(format!("SA {} {}{}: {}", sa.spi, dir_name(sa.direction), dst_note(sa.sad_dst()), sa_changes(&l.sa, sa).join(", ")));
         }
         if refused.is_empty() {
             return Ok(());
@@ -1378,7 +1378,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         Err(err(
             MgrErrorKind::Invalid,
             format!(
-                "{}: {} changed with the same SPI and keys: the new SA would start its sequence numbers (outbound: nonces under the same key) and replay window (inbound) afresh; give a changed SA a new SPI and new keys in the file (on both gateways), or change it with `sa rekey`; nothing applied",
+                "{}: changed with the same SPI and keys: {}; the new SA would start its sequence numbers (outbound: nonces under the same key) and replay window (inbound) afresh; give a changed SA a new SPI and new keys in the file (on both gateways), or change it with `sa rekey`; nothing applied",
                 new.source.display(),
                 refused.join("; ")
             ),

@@ -553,7 +553,7 @@ fn a_reload_that_changes_an_sa_but_not_its_keys_is_refused() {
     std::fs::write(&path, &next).unwrap();
     let e = fx.m.reload(now).unwrap_err();
     assert_eq!(e.kind, MgrErrorKind::Invalid);
-    assert!(e.message.contains("SA 1001 (outbound: outer_ttl)") && e.message.contains("SA 1002 (inbound"), "{}", e.message);
+    assert!(e.message.contains("changed with the same SPI and keys: SA 1001 outbound: outer_ttl; SA 1002 inbound (tunnel_dst 203.0.113.1): replay_window;"), "{}", e.message);
     assert!(e.message.contains("replay_window") && e.message.contains("nothing applied"), "{}", e.message);
     fx.m.publish();
     assert_eq!(fx.snap().version, v, "nothing applied");
