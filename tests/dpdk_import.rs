@@ -442,6 +442,8 @@ fn absent_ports_are_dpdks_zero_range_and_esn_needs_the_librte_ipsec_path() {
 
 /// `rt` as DPDK's rt.c reads it: no `port` is port 0, `src A/L` (in the
 /// guide's syntax) is ignored; both warned (helper-96: both were errors).
+/// And an `sa` line's `src`/`dst` before its `mode`, which sa.c drops, is
+/// warned about.
 #[test]
 fn rt_without_port_is_port_0_and_its_src_is_ignored() {
     let text = format!("{GOOD_SA}\nsp ipv4 out esp protect 5 pri 1 dst 192.168.1.0/24 sport 0:65535 dport 0:65535\nrt ipv4 dst 10.0.0.2/32\nrt ipv4 src 10.9.0.0/16 dst 192.168.1.0/24 port 1\n");
@@ -451,6 +453,13 @@ fn rt_without_port_is_port_0_and_its_src_is_ignored() {
     assert_eq!(warned, [(3, "port"), (4, "src")], "{notices:#?}");
     let routes: Vec<(String, String)> = cfg.routes.iter().map(|r| (format!("{}/{}", r.prefix.0, r.prefix.1), cfg.ports[r.port].name.clone())).collect();
     assert_eq!(routes, [("10.0.0.2/32".to_string(), "port0".to_string()), ("192.168.1.0/24".to_string(), "port1".to_string())]);
+    // An sa's src/dst before its mode: DPDK drops them; warned.
+    let early = "sa out 5 cipher_algo aes-128-cbc cipher_key 0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0 auth_algo sha1-hmac auth_key 0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0 src 10.0.0.1 mode ipv4-tunnel dst 10.0.0.2";
+    let (cfg, notices) = dpdk::parse(&text.replace(GOOD_SA, early), Path::new("x.cfg"), &o).unwrap();
+    assert_eq!(cfg.sas[0].tunnel_src.to_string(), "10.0.0.1");
+    let early_notes: Vec<String> = notices.iter().filter(|n| n.line == 1).map(|n| n.to_string()).collect();
+    assert_eq!(early_notes.len(), 1, "{early_notes:?}");
+    assert!(early_notes[0].starts_with("x.cfg:1: warning: src: src before mode: DPDK's sa.c ignores"), "{early_notes:?}");
     // A bad src is still an error at its line.
     let e = dpdk::parse(&text.replace("10.9.0.0/16", "10.9.0.0/33"), Path::new("x.cfg"), &o).unwrap_err().to_string();
     assert!(e.contains("x.cfg:4") && e.contains("src"), "{e}");

@@ -1035,6 +1035,11 @@ impl Parser<'_> {
                             return Err(());
                         }
                     };
+                    if mode.is_none() {
+                        // sa.c parses the address by the mode read so far:
+                        // before `mode`, by none, and drops it.
+                        self.note(t.line, kw, NoticeKind::Warning, format!("{kw} before mode: DPDK's sa.c ignores an address given before the mode (its SA's tunnel {kw} stays 0.0.0.0, or :: ); imported as given: put mode first"));
+                    }
                     if kw == "src" {
                         src = Some((ip, v.line));
                     } else {
