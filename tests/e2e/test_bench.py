@@ -68,7 +68,8 @@ def test_bench_quick_json(testbed, artifacts):
             assert r["ratio_d"] is not None and r["ratio_d"] > 0, f"{topo}: no ratio to (d): {r}"
         else:
             assert r["ratio_d"] is None, f"{topo}: a ratio against a search with no passing rate: {r}"
-            assert topo == "d" or f"{topo}-64-w1-" in p.stdout.split("No ratio to (d) for", 1)[-1], p.stdout
+            # Named as topology-size-wWORKERS[-backend].
+            assert topo == "d" or f"{topo}-64-w1" in p.stdout.split("No ratio to (d) for", 1)[-1], p.stdout
         # The device under test's CPU at the latency rate, from /proc (it
         # busy-polls here, so it used CPU all along).
         assert isinstance(r["dut_cpu_us_per_pkt"], float) and r["dut_cpu_us_per_pkt"] > 0, f"{topo}: {r}"
