@@ -103,6 +103,13 @@ fn na(src: Ipv6Addr, dst: Ipv6Addr, target: Ipv6Addr, flags: u8, tlla: Option<[u
         m.extend_from_slice(&[2, 1]);
         m.extend_from_slice(&l);
     }
+    nd_frame(src, dst, m, eth_src)
+}
+
+/// ND message `m` (its checksum field zero) `src` → `dst`: checksum set,
+/// in an IPv6 header with hop limit 255, in a frame from `eth_src` to
+/// gw0's outside MAC.
+fn nd_frame(src: Ipv6Addr, dst: Ipv6Addr, mut m: Vec<u8>, eth_src: [u8; 6]) -> Vec<u8> {
     let ck = icmpv6_checksum(&src, &dst, &m);
     m[2..4].copy_from_slice(&ck.to_be_bytes());
     let mut p = ipv6_hdr(m.len(), 58, 255, &src, &dst);
@@ -118,11 +125,7 @@ fn ns_with_source(src: Ipv6Addr, target: Ipv6Addr, sll: [u8; 6]) -> Vec<u8> {
     m.extend_from_slice(&target.octets());
     m.extend_from_slice(&[1, 1]);
     m.extend_from_slice(&sll);
-    let ck = icmpv6_checksum(&src, &target, &m);
-    m[2..4].copy_from_slice(&ck.to_be_bytes());
-    let mut p = ipv6_hdr(m.len(), 58, 255, &src, &target);
-    p.extend_from_slice(&m);
-    eth(mac(GW0_OUT_MAC), sll, 0x86dd, &p)
+    nd_frame(src, target, m, sll)
 }
 
 fn only(out: &[(usize, String, Vec<u8>)], port: &str) -> Vec<Vec<u8>> {
