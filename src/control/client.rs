@@ -476,10 +476,8 @@ mod tests {
             assert!(!e.contains("0011") && !e.contains("2233"), "key material in the error: {e}");
         }
         // What is wrong, and where (helper-95: a 0x prefix got TOML's "expected '.', '='").
-        assert_eq!(parse_key_file("0x0011
-").unwrap_err(), "expected one line of hex (as sa.key: hex digits, ':' separators allowed, no 0x prefix): 'x' at character 2 of the line");
-        assert!(parse_key_file("# only a comment
-").unwrap_err().starts_with("empty: "));
+        assert_eq!(parse_key_file("0x0011\n").unwrap_err(), "expected one line of hex (as sa.key: hex digits, ':' separators allowed, no 0x prefix): 'x' at character 2 of the line");
+        assert!(parse_key_file("# only a comment\n").unwrap_err().starts_with("empty: "));
     }
 
     #[test]

@@ -718,6 +718,17 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         Ok(w)
     }
 
+    /// The worker of `sa` replacing (in a reload) an SA owned by `owner`:
+    /// a replacement is a new SA (new session, sequence numbers from 1),
+    /// so a pin in the file moves it ([`Self::pick_owner`]); else it stays.
+    fn replacement_owner(&self, sa: &model::Sa, owner: usize, pending: &[usize]) -> Result<usize, MgrError> {
+        if sa.worker.is_some() {
+            self.pick_owner(sa, pending)
+        } else {
+            Ok(owner)
+        }
+    }
+
     /// Creates the session of `sa`, attaches it to `owner`'s queue pair
     /// (limited devices), puts it in a slot. Not published yet.
     fn install(&mut self, sa: model::Sa, owner: usize, now: Instant) -> Result<(), MgrError> {
@@ -1266,10 +1277,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             match self.live.get(&k) {
                 Some(l) if l.sa == *sa => continue,
                 Some(l) => {
-                    // A replacement is a new SA (new session, sequence
-                    // numbers from 1): a pin in the file moves it, else it
-                    // stays on its worker.
-                    let owner = if sa.worker.is_some() { self.pick_owner(sa, &[])? } else { l.owner };
+                    let owner = self.replacement_owner(sa, l.owner, &[])?;
                     let old = self.live_remove(k).expect("present");
                     let grace = if k.1 == Direction::Outbound { OUTBOUND_GRACE } else { Duration::ZERO };
                     if let Err(e) = self.install(sa.clone(), owner, now) {
@@ -1399,9 +1407,7 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             let k = key_of(sa);
             let owner = match self.live.get(&k) {
                 Some(l) if l.sa == *sa => continue,
-                // A replacement is a new SA: a pin in the file moves it.
-                Some(l) if sa.worker.is_none() => l.owner,
-                Some(_) => self.pick_owner(sa, &extra)?,
+                Some(l) => self.replacement_owner(sa, l.owner, &extra)?,
                 None => {
                     self.retiring_clash(k.0, k.1, k.2, now)?;
                     // As the apply phase will choose, counting this reload's sessions.
