@@ -394,6 +394,31 @@ fn ipv6_hosts_are_never_told_less_than_1280() {
     assert_eq!(fits(1400, OVERHEAD4), 1346);
 }
 
+/// The identifications of the Fragment headers gw0 writes are random
+/// (RFC 7739 §5.2), not a counter: with a counter, the identification of
+/// one fragmented Echo Reply, which anyone can ask for, told the next
+/// tunnel datagrams' identifications, and one 8-byte fragment spoofed
+/// from gw0 ahead of each made gw1 drop them as overlapping (RFC 5722).
+#[test]
+fn fragment_identifications_are_not_a_counter() {
+    let cfg = edited_config("ep0-v6.toml", "v6-ident", |t| t.replacen("name = \"outside\"\n", "name = \"outside\"\nmtu = 1300\n", 1));
+    let mut gw0 = Gw::from_config(&cfg);
+    let ids: Vec<u32> = (0..16u16)
+        .map(|k| {
+            let out = gw0.push("inside", &[v6_from_host_a(1280, 5001 + k)]);
+            assert_outer_v6_fragments(&out, 1300, 1101);
+            let fh = &out[0].1[14 + 40..14 + 48];
+            u32::from_be_bytes([fh[4], fh[5], fh[6], fh[7]])
+        })
+        .collect();
+    // A guess of the next from the last within 1024 either way fails for
+    // every pair but with a chance of about 2⁻²¹ each.
+    for w in ids.windows(2) {
+        assert!(w[1].wrapping_sub(w[0]).wrapping_add(1024) > 2048, "{:#x} follows {:#x}: {ids:x?}", w[1], w[0]);
+    }
+    let _ = std::fs::remove_file(cfg);
+}
+
 /// `out`: one ESP packet of SA `spi` with an IPv6 outer header from gw0,
 /// fragmented by gw0 to `mtu` (RFC 8200 §4.5): two packets of at most
 /// `mtu` bytes on the outside port, each the 40-byte header (next header

@@ -157,6 +157,47 @@ impl OuterIdent {
     }
 }
 
+/// A worker's source of identifications for the Fragment headers it
+/// writes (RFC 8200 §4.5: outer ESP packets and its own Echo Replies),
+/// each one random (RFC 7739 §5.2), as Linux gives them: a counter, even
+/// from a random start, tells anyone who receives one fragmented reply
+/// the identifications of the tunnel's next datagrams, and a fragment
+/// sent ahead with each of them, spoofed from this gateway, makes the
+/// peer drop those datagrams as overlapping (RFC 5722). Random values
+/// come from the kernel ([`getrandom`]) 32 at a time, one system call a
+/// 32 fragmented datagrams; should it fail, a counter goes on from the
+/// last value (unique, only guessable). Two datagrams to one peer get the
+/// same value with a chance of 2⁻³² each, and that matters only while
+/// both are being reassembled there.
+#[derive(Debug)]
+struct Frag6Idents {
+    /// 32 identifications, 4 bytes each, used from `next` on.
+    pool: [u8; 128],
+    next: usize,
+    last: u32,
+}
+
+impl Frag6Idents {
+    fn new() -> Frag6Idents {
+        Frag6Idents { pool: [0; 128], next: 128, last: 0 }
+    }
+
+    /// The identification of the next fragmented datagram.
+    fn take(&mut self) -> u32 {
+        if self.next + 4 > self.pool.len() {
+            if getrandom::getrandom(&mut self.pool).is_err() {
+                self.last = self.last.wrapping_add(1);
+                return self.last;
+            }
+            self.next = 0;
+        }
+        let p = &self.pool[self.next..self.next + 4];
+        self.next += 4;
+        self.last = u32::from_ne_bytes([p[0], p[1], p[2], p[3]]);
+        self.last
+    }
+}
+
 /// True if tag `tag` names an SA that `t` does not hold (any more, or yet).
 #[inline]
 fn stale(t: &Tables, tag: u64) -> bool {
@@ -495,9 +536,9 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     /// errors' tokens (a Path MTU black hole for the hosts behind us).
     echo_bucket: IcmpBucket,
     icmp_ident: u16,
-    /// Identification of the next outer IPv6 packet the worker fragments
-    /// ([`Self::fragment_outer`]); starts at a random value (RFC 7739 §5).
-    frag6_ident: u32,
+    /// Identifications of the IPv6 packets the worker fragments
+    /// ([`Self::fragment_outer`]), random each.
+    frag6_ident: Frag6Idents,
     /// Identification of the next outer IPv4 header with DF clear the
     /// worker writes ([`OuterIdent::take`]): worker `id` of `n` takes the
     /// values ≡ `id` (mod `n`) in turn ([`next_outer_ident`]), from a
@@ -590,12 +631,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             icmp_bucket: IcmpBucket::new(),
             echo_bucket: IcmpBucket::new(),
             icmp_ident: 0,
-            frag6_ident: {
-                let mut b = [0u8; 4];
-                // Without randomness a fixed start works; it is only guessable.
-                let _ = getrandom::getrandom(&mut b);
-                u32::from_ne_bytes(b)
-            },
+            frag6_ident: Frag6Idents::new(),
             outer4_ident: {
                 let mut b = [0u8; 2];
                 // Without randomness a fixed start works; it is only guessable.
@@ -2502,8 +2538,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         if self.pool.len() < pieces - 1 {
             return self.drop_buf(rx_port, DropReason::FragNoBuffer, buf);
         }
-        let ident = self.frag6_ident;
-        self.frag6_ident = ident.wrapping_add(1);
+        let ident = self.frag6_ident.take();
         let piece_header = |f: &mut [u8], off: usize, n: usize, more: bool| {
             f[ETH + ipv6::PAYLOAD_LEN..ETH + ipv6::PAYLOAD_LEN + 2].copy_from_slice(&((FH + n) as u16).to_be_bytes());
             f[ETH + ipv6::NEXT_HEADER] = ipv6::NH_FRAGMENT;
