@@ -274,6 +274,30 @@ fn nothing_is_answered_across_the_gateway_to_a_spoofed_source() {
     assert_eq!((s.echo_replies, s.drops["reverse_path"]), (0, 1), "{:?}", s.drops);
 }
 
+/// A request in the clear on the wan from a source in a range the inbound
+/// SPD protects (192.0.2.0/24 → 198.51.100.0/24 with SA 1001 on gw1) to
+/// gw1's inside address is `cleartext_protected` (RFC 4301 §5.2), not
+/// answered: the reply went onto the wan in the clear, from the protected
+/// range. To gw1's outside address, which no PROTECT policy covers, the
+/// same source is answered (the control); IPv6 alike.
+#[test]
+fn cleartext_the_spd_protects_is_not_answered() {
+    let mut gw1 = Gw::from_config("configs/ep1.toml");
+    let wan = |t: u16, ip: &[u8]| eth(mac(GW1_OUT_MAC), mac(GW0_OUT_MAC), t, ip);
+    assert!(gw1.push("outside", &[wan(0x0800, &echo4(HOST_A, GW1_IN, 64, 1, b"spoofed"))]).is_empty());
+    let s = gw1.stats();
+    assert_eq!((s.echo_replies, s.drops["cleartext_protected"], s.drops["to_us"]), (0, 1, 0), "{:?}", s.drops);
+    let out = gw1.push("outside", &[wan(0x0800, &echo4(HOST_A, GW1_OUT, 64, 2, b"spoofed"))]);
+    assert_eq!(out.iter().map(|o| o.0.as_str()).collect::<Vec<_>>(), ["outside"]);
+    assert_accounted(&gw1.stats(), "gw1");
+    let mut gw6 = Gw::from_config("configs/ep1-v6.toml");
+    let a6 = Ipv6Addr::new(0x2001, 0xdb8, 0xa, 0, 0, 0, 0, 0x10);
+    let gw1_in6 = Ipv6Addr::new(0x2001, 0xdb8, 0xb, 0, 0, 0, 0, 1);
+    assert!(gw6.push("outside", &[wan(0x86dd, &echo6(a6, gw1_in6, b"spoofed"))]).is_empty());
+    let s = gw6.stats();
+    assert_eq!((s.echo_replies, s.drops["cleartext_protected"]), (0, 1), "{:?}", s.drops);
+}
+
 /// An ICMPv6 Echo Request (RFC 4443 §4.1) `src` → `dst` with `data`,
 /// hop limit 64, checksum right.
 fn echo6(src: Ipv6Addr, dst: Ipv6Addr, data: &[u8]) -> Vec<u8> {

@@ -2057,6 +2057,13 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         // same way, never forwarded; ESP and ICMP errors are taken on the
         // address of the port they arrive on only).
         if local || t.is_ours(key.dst) {
+            // Cleartext that the inbound SPD says must arrive protected is
+            // discarded whoever it is for (RFC 4301 §5.2): from a source
+            // spoofed into a protected range, a request to our inside
+            // address would get its reply in the clear on this port.
+            if let Some(SpdAction::Protect(_)) = t.spd_in.lookup(&key) {
+                return self.drop_buf(port, DropReason::CleartextProtected, buf);
+            }
             let Some(buf) = self.echo(t, port, buf, ErrorPath::Back) else { return };
             return self.drop_buf(port, DropReason::ToUs, buf);
         }
