@@ -186,12 +186,18 @@ pub enum DropReason {
     /// side to the other outside the SPD (RFC 4301 §5.1; RFC 3704 §2.2's
     /// strict reverse-path test applied to what the gateway answers).
     ReversePath,
+    /// Still on its way when the gateway stopped (SIGINT/SIGTERM): in a
+    /// handoff ring to a worker that had stopped taking them, or in the
+    /// crypto device or waiting for it when the worker's drain gave up
+    /// after a second. Counted so that a stopped gateway's last counters
+    /// add up; not counted per port for ops still inside the device.
+    Shutdown,
 }
 
 impl DropReason {
     /// Every reason, in the order stats list them (`Martian`, added later, is
     /// listed after `NeighReply`; the counter index is the discriminant).
-    pub const ALL: [DropReason; 52] = [
+    pub const ALL: [DropReason; 53] = [
         DropReason::Malformed,
         DropReason::UnsupportedEthertype,
         DropReason::NotForUs,
@@ -244,6 +250,7 @@ impl DropReason {
         DropReason::TunnelErrorDropped,
         DropReason::SourceRoute,
         DropReason::ReversePath,
+        DropReason::Shutdown,
     ];
 
     /// Number of reasons.
@@ -303,6 +310,7 @@ impl DropReason {
             DropReason::TunnelErrorDropped => "tunnel_error_dropped",
             DropReason::SourceRoute => "source_route",
             DropReason::ReversePath => "reverse_path",
+            DropReason::Shutdown => "shutdown",
             DropReason::Martian => "martian",
         }
     }

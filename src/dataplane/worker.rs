@@ -491,6 +491,21 @@ impl Handoff {
             .collect()
     }
 
+    /// After every worker of the mesh has stopped (joined): counts each
+    /// packet left in `from`, the rings to one worker, as that worker's
+    /// `shutdown` drop under the port it was received on, and frees it.
+    /// Returns how many there were. Control path (shutdown) only.
+    pub fn drop_stranded(from: &[Arc<ArrayQueue<Handed>>], counters: &WorkerCounters) -> u64 {
+        let mut n = 0;
+        for ring in from {
+            while let Some(h) = ring.pop() {
+                counters.count_drop(h.buf.port as usize, DropReason::Shutdown);
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// A single worker's (empty) mesh.
     pub fn single() -> Handoff {
         Handoff::mesh(1, 1, 1).pop().unwrap_or(Handoff { to: vec![None], from: vec![], returns: vec![] })
@@ -769,7 +784,25 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             std::hint::spin_loop();
         }
         self.drain();
+        self.count_stranded();
         self.drop_pending();
+    }
+
+    /// After [`Self::drain`] at shutdown: the ops it could not complete
+    /// within its second (a device that stopped answering, or a queue pair
+    /// stopped) are counted as `shutdown` drops, those still waiting for
+    /// the device under their receive port, those inside it (their
+    /// buffers go with the queue pair) under none.
+    pub fn count_stranded(&mut self) {
+        let mut waiting = std::mem::take(&mut self.ops);
+        for op in waiting.drain(..) {
+            self.drop_buf(op.buf.port as usize, DropReason::Shutdown, op.buf);
+        }
+        self.ops = waiting;
+        let inside = self.qp.inflight() as u64;
+        if inside > 0 {
+            self.counters.count_drops(NO_PORT, DropReason::Shutdown, inside);
+        }
     }
 
     /// Completes every op still in the queue pair (waiting up to a second
@@ -835,7 +868,17 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             self.reasm.expire(now, &self.counters);
             self.reasm_spent();
         }
-        for k in 0..self.handoff.from.len() {
+        // Ops the crypto device refused at the last poll (an asynchronous
+        // device's full queue pair, a stopped one) wait in `ops`; a
+        // synchronous device leaves none. Once a burst's worth waits,
+        // nothing new is taken in until the device catches up: packets
+        // then wait in the ports' rx rings (what they cannot hold the
+        // kernel drops and counts, `rx_dropped_backend`) and in the other
+        // workers' handoff rings (`handoff_full`), a bounded time, not in
+        // a list that grew to the whole pool (helper-98: seconds of
+        // delay, and each enqueue moved what stayed behind it).
+        let intake = self.ops.len() < self.conf.burst;
+        for k in 0..if intake { self.handoff.from.len() } else { 0 } {
             for _ in 0..self.conf.burst {
                 if self.ops.len() >= self.ops.capacity() {
                     break;
@@ -856,7 +899,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             }
         }
         for p in 0..self.ports.len() {
-            let room = self.ops.capacity() - self.ops.len();
+            let room = if intake { self.ops.capacity() - self.ops.len() } else { 0 };
             let limit = self.conf.burst.min(self.pool.len()).min(room);
             let n = self.ports[p].rx_burst(&mut self.rx[..limit]);
             received += n;
