@@ -259,7 +259,9 @@ gw_start() {
     echo "${GW_PID[$name]}" >"$dir/pid"
     local deadline=$((SECONDS + SECGW_READY_TIMEOUT))
     while [ $SECONDS -lt $deadline ]; do
-        if grep -q 'ready' "$dir/stderr.log" 2>/dev/null; then
+        # The "ready" log line (`… INFO secgw::control::run: ready gateway=…`),
+        # not any line with the word in it ("already listening" is a failure).
+        if grep -qE ': ready( |$)' "$dir/stderr.log" 2>/dev/null; then
             log "$name ready (pid ${GW_PID[$name]})"
             return 0
         fi

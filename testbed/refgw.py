@@ -257,7 +257,7 @@ class Gw:
         signal.signal(signal.SIGINT, lambda *_: stop.append(1))
         signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
         self.open()
-        print("refgw: ports up, ready", file=sys.stderr, flush=True)
+        print("refgw: ready (ports up)", file=sys.stderr, flush=True)
         next_stats = time.monotonic() + 1
         next_print = time.monotonic() + stats_interval if stats_interval else None
         poll = select.epoll()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import signal
 import struct
 import subprocess
@@ -208,7 +209,8 @@ class Gateway:
         self.returncode = None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if "ready" in self.stderr():
+            # The "ready" log line, not "a secgw is already listening there".
+            if re.search(r": ready( |$)", self.stderr(), re.M):
                 return
             if self.proc.poll() is not None:
                 raise AssertionError(f"{self.name} exited with {self.proc.returncode} before 'ready'\n"

@@ -131,3 +131,19 @@ def test_sigint_under_overload_accounts_for_every_frame(testbed, start_gws, arti
     missing = rx - tx - drops
     assert -20 <= missing <= 0, (f"{missing} frames received and neither sent nor counted as dropped "
                                  f"(rx {rx}, tx {tx}, drops {drops}: {L.nonzero_drops(st)})\n{g.logs()}")
+
+
+def test_a_second_gateway_on_a_live_socket_is_not_taken_for_ready(gws, testbed, artifacts):
+    """A second gw0 on the running one's control socket exits ("a secgw is
+    already listening there"); the harness must report that, not take the
+    word "already" for the "ready" line (helper-98: tests then talked to the
+    old gateway), in e2elib and in testbed/lib.sh's gw_start alike."""
+    second = L.Gateway("gw0", testbed["binary"], artifacts / "second")
+    with pytest.raises(AssertionError, match="before 'ready'"):
+        second.start(timeout=10)
+    assert "already" in second.stderr(), second.logs()
+    env = dict(os.environ, SECGW_BIN=str(testbed["binary"]), SECGW_RUN_DIR=str(artifacts / "lib"))
+    r = L.run(["bash", "-c", f'source "{L.TESTBED}/lib.sh" && gw_start gw0 {L.CONFIG_DIR / L.GW_CONFIG["gw0"]} '
+               f'--socket {gws["gw0"].socket}'], check=False, env=env)
+    assert r.returncode != 0, f"gw_start reported a gateway that exited as started:\n{r.stdout}\n{r.stderr}"
+    assert gws["gw0"].alive()
