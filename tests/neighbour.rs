@@ -454,6 +454,48 @@ fn ipv6_unsolicited_override_na_and_ns_with_source_option_are_learned() {
     assert_eq!(n.get(other.into()).map(|e| e.mac), Some(mac("02:00:00:00:03:03")));
 }
 
+/// A Neighbor Solicitation from 2001:db8:ff::3 for gw0's outside address
+/// is answered only when it goes to that address's solicited-node group or
+/// to the address itself (RFC 4861 §7.2.1: the groups a host joins for it),
+/// and never to a group, the zero or gw0's own MAC named in its source
+/// link-layer option (helper-99: the Advertisement went to 33:33:00:00:00:01,
+/// a reflection to every node of the link); each is `nd_ignored`.
+#[test]
+fn a_solicitation_to_another_group_or_naming_a_bogus_mac_is_not_answered() {
+    let mut g = gw("nd-bogus", TABLE);
+    let t0 = Instant::now();
+    let (me, other) = (v6("2001:db8:ff::1"), v6("2001:db8:ff::3"));
+    let ns = |dst: Ipv6Addr, sll: [u8; 6], eth_src: [u8; 6]| {
+        let mut m = vec![135, 0, 0, 0, 0, 0, 0, 0];
+        m.extend_from_slice(&me.octets());
+        m.extend_from_slice(&[1, 1]);
+        m.extend_from_slice(&sll);
+        nd_frame(other, dst, m, eth_src)
+    };
+    let good = mac("02:00:00:00:03:03");
+    let bad = [
+        ns(me, mac("33:33:00:00:00:01"), good),
+        ns(me, [0; 6], good),
+        ns(me, mac(GW0_OUT_MAC), good),
+        ns(me, good, mac(GW0_OUT_MAC)),
+        ns(v6("ff02::1:ff00:99"), good, good),
+        ns(v6("ff02::1"), good, good),
+    ];
+    for (k, f) in bad.iter().enumerate() {
+        g.inject(0, "outside", f);
+        assert!(only(&g.run_at(t0), "outside").is_empty(), "solicitation {k} answered");
+        assert_eq!(g.stats().drops["nd_ignored"], k as u64 + 1);
+    }
+    assert_eq!(g.stats().neighbours.learned, 0);
+    // The controls: to the solicited-node group and to the address.
+    for dst in [v6("ff02::1:ff00:1"), me] {
+        g.inject(0, "outside", &ns(dst, good, good));
+        let out = only(&g.run_at(t0), "outside");
+        assert_eq!(out.len(), 1, "the NS to {dst} is answered");
+        assert_eq!(&out[0][..6], &good, "to the sender's link-layer address");
+    }
+}
+
 /// RFC 4861 §7.2.5: a solicited advertisement without the Override flag
 /// confirms the cached address but does not replace a different one
 /// (`nd_ignored`); with O it does.

@@ -1374,7 +1374,8 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                         // A multicast source is never valid (RFC 4291 §2.7).
                         && !ipv6::is_multicast(&src)
                         && eth_src[0] & 1 == 0
-                        && eth_src != [0; 6] =>
+                        && eth_src != [0; 6]
+                        && eth_src != mac =>
                 {
                     let target = ns.target();
                     if src.is_unspecified() {
@@ -1385,6 +1386,16 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                             let all_nodes = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
                             Some((target, all_nodes, icmpv6::multicast_mac(&all_nodes), icmpv6::NA_FLAG_ROUTER | icmpv6::NA_FLAG_OVERRIDE))
                         }
+                    } else if (dst != target && dst != icmpv6::solicited_node(&target))
+                        || ns.source_lladdr().is_some_and(|m| m[0] & 1 != 0 || m == [0; 6] || m == mac)
+                    {
+                        // To the target's solicited-node group or the
+                        // target itself only (the groups a host joins for
+                        // it, §7.2.1); and never answered to a group, the
+                        // zero or our own MAC named as the sender's link-
+                        // layer address (a reflection; such a sender is not
+                        // learned either).
+                        None
                     } else {
                         // §7.2.3: the source link-layer option teaches us the sender.
                         learn = ns.source_lladdr().filter(|&m| resolve::learnable(t, port, IpAddr::V6(src), m, false)).map(|m| (IpAddr::V6(src), m));
