@@ -398,6 +398,70 @@ fn inbound_esp_after_extension_headers() {
     assert_eq!(gw1.stats().drops.values().sum::<u64>(), 2);
 }
 
+/// Options of the Hop-by-Hop and Destination Options headers in ESP to
+/// the gateway (RFC 8200 §4.2; helper-99 saw every one of these
+/// decrypted): an unrecognized option is passed over only with action bits
+/// 00; 01 drops the packet as `ipv6_option`, 10 and 11 also send an ICMPv6
+/// Parameter Problem (RFC 4443 §3.4: code 2, pointer = the option's type
+/// byte) back; an option running past its header is code 0 pointing at its
+/// length byte; a Jumbo Payload option (no packet here is a jumbogram, RFC
+/// 2675 §3) is code 0 at its type byte. Known options (PadN, Router Alert,
+/// Tunnel Encapsulation Limit) pass. Forwarded packets' options are not
+/// read (a router passes them over).
+#[test]
+fn ipv6_options_of_packets_to_the_gateway_are_honoured() {
+    let mut gw0 = Gw::from_config("configs/ep0-v6.toml");
+    let mut gw1 = Gw::from_config("configs/ep1-v6.toml");
+    let inner = Combo::V6in6.inner(0, 64, b"behind options");
+    let frames: Vec<Vec<u8>> = (0..9).map(|_| gw0.push("inside", &[from_a(&inner)]).remove(0).1).collect();
+    // The ESP packet with an 8-byte header `first` (next header 50, length
+    // 0, then the 6 option bytes `opts`) after the fixed header.
+    let with = |f: &[u8], first: u8, opts: [u8; 6]| {
+        let mut ip = f[14..54].to_vec();
+        ip[6] = first;
+        let plen = u16::from_be_bytes([ip[4], ip[5]]) as usize + 8;
+        ip[4..6].copy_from_slice(&(plen as u16).to_be_bytes());
+        ip.extend_from_slice(&[50, 0]);
+        ip.extend_from_slice(&opts);
+        ip.extend_from_slice(&f[54..]);
+        frame_to_gw1(&ip)
+    };
+    // Passed over: unknown with 00, PadN, Router Alert (HBH), Tunnel
+    // Encapsulation Limit (Destination Options).
+    for (k, (first, opts)) in [(60, [0x1e, 4, 0, 0, 0, 0]), (0, [5, 2, 0, 0, 1, 0]), (60, [4, 1, 4, 1, 0, 0])].into_iter().enumerate() {
+        let out = gw1.push("outside", &[with(&frames[k], first, opts)]);
+        assert_eq!(out.len(), 1, "case {k}: {:?}", gw1.stats().drops);
+        assert_eq!((out[0].0.as_str(), &out[0].1[14..]), ("inside", &after_hops(&inner, 2)[..]));
+    }
+    // 01: dropped, nothing sent.
+    assert!(gw1.push("outside", &[with(&frames[3], 60, [0x5e, 4, 0, 0, 0, 0])]).is_empty());
+    assert_eq!((gw1.drop_count("ipv6_option"), gw1.stats().icmp_sent), (1, 0));
+    // 10, 11, past its header, Jumbo Payload: a Parameter Problem to gw0.
+    let cases = [(0, [0x9e, 4, 0, 0, 0, 0], 2u8, 42u32), (60, [1, 0, 0xde, 2, 0, 0], 2, 44), (60, [1, 0, 0x1e, 9, 0, 0], 0, 45), (0, [0xc2, 4, 0, 0, 5, 0], 0, 42)];
+    for (k, (first, opts, code, pointer)) in cases.into_iter().enumerate() {
+        let sent = with(&frames[4 + k], first, opts);
+        let out = gw1.push("outside", std::slice::from_ref(&sent));
+        assert_eq!(out.len(), 1, "case {k}: one error: {:?}", gw1.stats().drops);
+        let (port, f) = (&out[0].0, &out[0].1[14..]);
+        assert_eq!(port, "outside");
+        assert_eq!((f[6], &f[8..24], &f[24..40]), (58, &OUT1_6.octets()[..], &OUT0_6.octets()[..]), "ICMPv6 gw1 → gw0");
+        assert_eq!((f[40], f[41], u32::from_be_bytes(f[44..48].try_into().unwrap())), (4, code, pointer), "case {k}: type, code, pointer");
+        assert!(l4_checksum_ok(&OUT1_6, &OUT0_6, 58, &f[40..]), "checksum");
+        assert_eq!(&f[48..], &sent[14..], "the packet quoted whole");
+    }
+    let s = gw1.stats();
+    assert_eq!((s.drops["ipv6_option"], s.icmp_sent), (5, 4), "{:?}", s.drops);
+    // Forwarded: an unknown 01 option in plaintext from hostA to hostB is
+    // not gw0's to read; it is protected and sent.
+    let mut fwd = inner[..40].to_vec();
+    fwd[6] = 60;
+    fwd[4..6].copy_from_slice(&((inner.len() - 40 + 8) as u16).to_be_bytes());
+    fwd.extend_from_slice(&[inner[6], 0, 0x5e, 4, 0, 0, 0, 0]);
+    fwd.extend_from_slice(&inner[40..]);
+    let out = gw0.push("inside", &[from_a(&fwd)]);
+    assert_eq!((out.len(), out[0].0.as_str()), (1, "outside"), "{:?}", gw0.stats().drops);
+}
+
 /// Outer traffic class = inner DS + ECN on encapsulation (both outer
 /// families); on decapsulation the outer ECN is folded in (RFC 6040 §4.2)
 /// and the outer DSCP is not copied back (RFC 4301 §5.1.2.1); outer CE over

@@ -192,12 +192,19 @@ pub enum DropReason {
     /// after a second. Counted so that a stopped gateway's last counters
     /// add up; not counted per port for ops still inside the device.
     Shutdown,
+    /// An IPv6 packet to the gateway (or multicast) with a Hop-by-Hop or
+    /// Destination Options header holding an option it may not pass over
+    /// (RFC 8200 §4.2): unrecognized with action bits 01, 10 or 11,
+    /// running past its header, or a Jumbo Payload option (RFC 2675 §3). An
+    /// ICMPv6 Parameter Problem goes to the source as the action bits say,
+    /// counted under `icmp_sent`.
+    Ipv6Option,
 }
 
 impl DropReason {
     /// Every reason, in the order stats list them (`Martian`, added later, is
     /// listed after `NeighReply`; the counter index is the discriminant).
-    pub const ALL: [DropReason; 53] = [
+    pub const ALL: [DropReason; 54] = [
         DropReason::Malformed,
         DropReason::UnsupportedEthertype,
         DropReason::NotForUs,
@@ -251,6 +258,7 @@ impl DropReason {
         DropReason::SourceRoute,
         DropReason::ReversePath,
         DropReason::Shutdown,
+        DropReason::Ipv6Option,
     ];
 
     /// Number of reasons.
@@ -311,6 +319,7 @@ impl DropReason {
             DropReason::SourceRoute => "source_route",
             DropReason::ReversePath => "reverse_path",
             DropReason::Shutdown => "shutdown",
+            DropReason::Ipv6Option => "ipv6_option",
             DropReason::Martian => "martian",
         }
     }

@@ -428,6 +428,10 @@ enum IcmpReport {
     TooBig(usize),
     /// TTL / hop limit exceeded in transit; the drop is `ttl_exceeded`.
     TimeExceeded,
+    /// An IPv6 option the gateway may not pass over (RFC 8200 §4.2):
+    /// Parameter Problem with this code and pointer; the drop is
+    /// `ipv6_option`. IPv6 only.
+    ParamProblem { code: u8, pointer: u32 },
 }
 
 impl IcmpReport {
@@ -436,6 +440,7 @@ impl IcmpReport {
         match self {
             IcmpReport::TooBig(_) => DropReason::MtuExceeded,
             IcmpReport::TimeExceeded => DropReason::TtlExceeded,
+            IcmpReport::ParamProblem { .. } => DropReason::Ipv6Option,
         }
     }
 }
@@ -1206,6 +1211,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let built = match report {
             IcmpReport::TooBig(mtu) => icmp::frag_needed_in_place(pkt, quoted, me, src, mtu.min(u16::MAX as usize) as u16, self.icmp_ident),
             IcmpReport::TimeExceeded => icmp::time_exceeded_in_place(pkt, quoted, me, src, self.icmp_ident),
+            IcmpReport::ParamProblem { .. } => None,
         };
         let Some(n) = built else {
             return self.recycle(buf);
@@ -1262,6 +1268,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         let built = match report {
             IcmpReport::TooBig(mtu) => icmpv6::packet_too_big_in_place(pkt, quoted, &me, &src, mtu.min(u32::MAX as usize) as u32, icmp::ERROR_TTL),
             IcmpReport::TimeExceeded => icmpv6::time_exceeded_in_place(pkt, quoted, &me, &src, icmp::ERROR_TTL),
+            IcmpReport::ParamProblem { code, pointer } => icmpv6::parameter_problem_in_place(pkt, quoted, &me, &src, code, pointer, icmp::ERROR_TTL),
         };
         let Some(n) = built else {
             return self.recycle(buf);
@@ -1269,6 +1276,26 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         buf.trim_to(ethernet::HEADER_LEN + n);
         self.counters.icmp_sent.add(1);
         self.send_error(t, port, buf, IpAddr::V6(me), IpAddr::V6(src), ipv6::NH_ICMPV6, path)
+    }
+
+    /// An IPv6 packet for the gateway with an option it may not pass over
+    /// (RFC 8200 §4.2, [`ipv6::check_options`]): dropped as `ipv6_option`,
+    /// with an ICMPv6 Parameter Problem to its source when the option's
+    /// action bits ask for one (`multicast`: the packet was sent to a
+    /// group).
+    #[cold]
+    #[inline(never)]
+    fn bad_ipv6_option(&mut self, t: &Tables, port: usize, buf: PktBuf, b: ipv6::BadOption, multicast: bool) {
+        let report = match b.report {
+            ipv6::OptionReport::Never => false,
+            ipv6::OptionReport::Always => true,
+            ipv6::OptionReport::UnlessMulticast => !multicast,
+        };
+        if report {
+            self.icmp6_error(t, port, buf, IcmpReport::ParamProblem { code: b.code, pointer: b.pointer }, ErrorPath::Back)
+        } else {
+            self.drop_buf(port, DropReason::Ipv6Option, buf)
+        }
     }
 
     /// Drops the packet in `buf` (received on `port`) for its TTL / hop
@@ -1769,12 +1796,19 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 let key = FlowKey { src: IpAddr::V6(ip.src()), dst: IpAddr::V6(dst), protocol: up.protocol, ports: ip.ports(&up) };
                 let (hops, total) = (ip.hop_limit(), ip.total_len());
                 let multicast = ipv6::is_multicast(&dst) || mcast_mac;
+                // Options are read by the packet's destination only (a
+                // router passes others' over, RFC 8200 §4): ours, or a
+                // group (the ND the gateway takes).
+                let bad_option = up.bad_option.filter(|_| multicast || t.is_ours(IpAddr::V6(dst)));
                 let nd = up.protocol == ipv6::NH_ICMPV6
                     && !up.is_later_fragment()
                     && ip.bytes().get(up.offset).is_some_and(|&ty| icmpv6::is_nd_type(ty))
                     && (multicast || t.is_local(port, key.dst));
                 let nd_fragment = up.fragment.is_some();
                 buf.trim_to(ethernet::HEADER_LEN + total);
+                if let Some(b) = bad_option {
+                    return self.bad_ipv6_option(t, port, buf, b, multicast);
+                }
                 if nd {
                     // Neighbor Discovery in a packet with a Fragment
                     // header, even an atomic one, is ignored (RFC 6980 §5):

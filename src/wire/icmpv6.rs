@@ -23,6 +23,8 @@ pub const TYPE_PACKET_TOO_BIG: u8 = 2;
 /// Type 3: Time Exceeded (RFC 4443 §3.3); code 0, hop limit exceeded in
 /// transit.
 pub const TYPE_TIME_EXCEEDED: u8 = 3;
+/// ICMPv6 Parameter Problem (RFC 4443 §3.4).
+pub const TYPE_PARAMETER_PROBLEM: u8 = 4;
 /// Type 135: Neighbor Solicitation (RFC 4861 §4.3).
 pub const TYPE_NEIGHBOR_SOLICITATION: u8 = 135;
 /// Type 136: Neighbor Advertisement (RFC 4861 §4.4).
@@ -248,6 +250,16 @@ pub fn packet_too_big_in_place(pkt: &mut [u8], quoted: usize, src: &Ipv6Addr, ds
 /// send about a packet it discards for a hop limit of 1 or 0.
 pub fn time_exceeded_in_place(pkt: &mut [u8], quoted: usize, src: &Ipv6Addr, dst: &Ipv6Addr, hop_limit: u8) -> Option<usize> {
     error_in_place(pkt, quoted, src, dst, [TYPE_TIME_EXCEEDED, 0, 0, 0, 0, 0, 0, 0], hop_limit)
+}
+
+/// [`packet_too_big_in_place`] for an ICMPv6 Parameter Problem (RFC 4443
+/// §3.4: type 4, `code`, `pointer` = the offset of the offending byte from
+/// the start of the quoted IPv6 header), sent about an IPv6 option the
+/// gateway may not pass over (RFC 8200 §4.2).
+pub fn parameter_problem_in_place(pkt: &mut [u8], quoted: usize, src: &Ipv6Addr, dst: &Ipv6Addr, code: u8, pointer: u32, hop_limit: u8) -> Option<usize> {
+    let mut head = [TYPE_PARAMETER_PROBLEM, code, 0, 0, 0, 0, 0, 0];
+    head[4..8].copy_from_slice(&pointer.to_be_bytes());
+    error_in_place(pkt, quoted, src, dst, head, hop_limit)
 }
 
 /// The ICMPv6 error with the 8-byte header `head` (checksum bytes zero)

@@ -67,6 +67,68 @@ pub struct FragmentInfo {
     pub nh_at: usize,
 }
 
+/// Whether a node that refuses an IPv6 option tells the source (RFC 8200
+/// §4.2: the two high-order bits of an unrecognized option's type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptionReport {
+    /// 01: discard the packet, send nothing.
+    Never,
+    /// 10 (and any malformed option): discard, send an ICMPv6 Parameter
+    /// Problem whatever the destination.
+    Always,
+    /// 11: discard, send a Parameter Problem unless the destination is
+    /// multicast.
+    UnlessMulticast,
+}
+
+/// An option of a Hop-by-Hop or Destination Options header that a node
+/// processing the header may not pass over (RFC 8200 §4.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BadOption {
+    /// Offset from the start of the IPv6 header of the byte a Parameter
+    /// Problem points at (RFC 4443 §3.4): the option's type, or its length
+    /// byte when the option runs past its header.
+    pub pointer: u32,
+    /// ICMPv6 Parameter Problem code: 0 erroneous header field (an option
+    /// running past its header; a Jumbo Payload option, RFC 2675 §3, as no
+    /// packet here can be a jumbogram), 2 unrecognized option.
+    pub code: u8,
+    /// Whether the source is told.
+    pub report: OptionReport,
+}
+
+/// The first option of the Hop-by-Hop or Destination Options header `h`
+/// (the whole header, starting `at` bytes from the IPv6 header) that may
+/// not be passed over, if any. Known: Pad1 (0), PadN (1), Tunnel
+/// Encapsulation Limit (4, RFC 2473 §5.1), Router Alert (5, RFC 2711).
+pub fn check_options(h: &[u8], at: usize) -> Option<BadOption> {
+    let bad = |i: usize, code: u8, report: OptionReport| Some(BadOption { pointer: (at + i) as u32, code, report });
+    let mut i = 2;
+    while i < h.len() {
+        let ty = h[i];
+        if ty == 0 {
+            i += 1;
+            continue;
+        }
+        let Some(&len) = h.get(i + 1) else {
+            return bad(i, 0, OptionReport::Always);
+        };
+        let end = i + 2 + len as usize;
+        if end > h.len() {
+            return bad(i + 1, 0, OptionReport::Always);
+        }
+        match (ty, ty >> 6) {
+            (1 | 4 | 5, _) | (_, 0) => {}
+            (0xc2, _) => return bad(i, 0, OptionReport::Always),
+            (_, 1) => return bad(i, 2, OptionReport::Never),
+            (_, 2) => return bad(i, 2, OptionReport::Always),
+            _ => return bad(i, 2, OptionReport::UnlessMulticast),
+        }
+        i = end;
+    }
+    None
+}
+
 /// The end of the extension-header chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UpperLayer {
@@ -81,6 +143,11 @@ pub struct UpperLayer {
     /// A Routing header with Segments Left above 0 came before it (RFC
     /// 8200 §4.4): the packet's destination is one hop of a source route.
     pub routing_left: bool,
+    /// The first option of a Hop-by-Hop or Destination Options header on
+    /// the way that the packet's destination may not pass over
+    /// ([`check_options`]); only the gateway's own packets are refused for
+    /// it (a router does not read others' options, RFC 8200 §4).
+    pub bad_option: Option<BadOption>,
 }
 
 impl UpperLayer {
@@ -112,6 +179,7 @@ pub fn walk_ext(next_header: u8, payload: &[u8]) -> Result<UpperLayer, WireError
     let mut at = 0usize;
     let mut fragment = None;
     let mut routing_left = false;
+    let mut bad_option = None;
     // Offset (from the IPv6 header) of the Next Header field naming `nh`.
     let mut nh_at = NEXT_HEADER;
     for n in 0..=MAX_EXT_HEADERS {
@@ -129,6 +197,9 @@ pub fn walk_ext(next_header: u8, payload: &[u8]) -> Result<UpperLayer, WireError
                 })?;
                 // Segments Left: byte 3 of a Routing header.
                 routing_left |= nh == NH_ROUTING && h.slice().get(3).is_some_and(|&left| left != 0);
+                if nh != NH_ROUTING && bad_option.is_none() {
+                    bad_option = check_options(h.slice(), HEADER_LEN + at);
+                }
                 nh = h.next_header().0;
                 nh_at = HEADER_LEN + at;
                 at += h.slice().len();
@@ -156,10 +227,10 @@ pub fn walk_ext(next_header: u8, payload: &[u8]) -> Result<UpperLayer, WireError
                 at += h.slice().len();
                 if f.offset != 0 {
                     // What follows is the middle of the original payload.
-                    return Ok(UpperLayer { protocol: nh, offset: HEADER_LEN + at, fragment, routing_left });
+                    return Ok(UpperLayer { protocol: nh, offset: HEADER_LEN + at, fragment, routing_left, bad_option });
                 }
             }
-            _ => return Ok(UpperLayer { protocol: nh, offset: HEADER_LEN + at, fragment, routing_left }),
+            _ => return Ok(UpperLayer { protocol: nh, offset: HEADER_LEN + at, fragment, routing_left, bad_option }),
         }
     }
     Err(WireError::BadField { layer: "ipv6", field: "extension headers (more than 8)", value: MAX_EXT_HEADERS as u32 + 1 })
