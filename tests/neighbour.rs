@@ -121,11 +121,18 @@ fn nd_frame(src: Ipv6Addr, dst: Ipv6Addr, mut m: Vec<u8>, eth_src: [u8; 6]) -> V
 /// hop limit 255, with a Source Link-Layer Address option `sll`, in a
 /// frame from `sll` to gw0's outside MAC.
 fn ns_with_source(src: Ipv6Addr, target: Ipv6Addr, sll: [u8; 6]) -> Vec<u8> {
+    ns_to(src, target, target, sll, sll)
+}
+
+/// A Neighbor Solicitation `src` → `dst` for `target`, hop limit 255, with
+/// a Source Link-Layer Address option `sll`, in a frame from `eth_src` to
+/// gw0's outside MAC.
+fn ns_to(src: Ipv6Addr, dst: Ipv6Addr, target: Ipv6Addr, sll: [u8; 6], eth_src: [u8; 6]) -> Vec<u8> {
     let mut m = vec![135, 0, 0, 0, 0, 0, 0, 0];
     m.extend_from_slice(&target.octets());
     m.extend_from_slice(&[1, 1]);
     m.extend_from_slice(&sll);
-    nd_frame(src, target, m, sll)
+    nd_frame(src, dst, m, eth_src)
 }
 
 fn only(out: &[(usize, String, Vec<u8>)], port: &str) -> Vec<Vec<u8>> {
@@ -465,13 +472,7 @@ fn a_solicitation_to_another_group_or_naming_a_bogus_mac_is_not_answered() {
     let mut g = gw("nd-bogus", TABLE);
     let t0 = Instant::now();
     let (me, other) = (v6("2001:db8:ff::1"), v6("2001:db8:ff::3"));
-    let ns = |dst: Ipv6Addr, sll: [u8; 6], eth_src: [u8; 6]| {
-        let mut m = vec![135, 0, 0, 0, 0, 0, 0, 0];
-        m.extend_from_slice(&me.octets());
-        m.extend_from_slice(&[1, 1]);
-        m.extend_from_slice(&sll);
-        nd_frame(other, dst, m, eth_src)
-    };
+    let ns = |dst: Ipv6Addr, sll: [u8; 6], eth_src: [u8; 6]| ns_to(other, dst, me, sll, eth_src);
     let good = mac("02:00:00:00:03:03");
     let bad = [
         ns(me, mac("33:33:00:00:00:01"), good),

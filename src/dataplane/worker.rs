@@ -1400,8 +1400,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                         && !t.is_local(port, IpAddr::V6(src))
                         // A multicast source is never valid (RFC 4291 §2.7).
                         && !ipv6::is_multicast(&src)
-                        && eth_src[0] & 1 == 0
-                        && eth_src != [0; 6]
+                        && ethernet::is_station(&eth_src)
                         && eth_src != mac =>
                 {
                     let target = ns.target();
@@ -1414,7 +1413,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                             Some((target, all_nodes, icmpv6::multicast_mac(&all_nodes), icmpv6::NA_FLAG_ROUTER | icmpv6::NA_FLAG_OVERRIDE))
                         }
                     } else if (dst != target && dst != icmpv6::solicited_node(&target))
-                        || ns.source_lladdr().is_some_and(|m| m[0] & 1 != 0 || m == [0; 6] || m == mac)
+                        || ns.source_lladdr().is_some_and(|m| !ethernet::is_station(&m) || m == mac)
                     {
                         // To the target's solicited-node group or the
                         // target itself only (the groups a host joins for
@@ -1869,7 +1868,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         }
         // A request for one of our addresses from a unicast sender that
         // does not claim one of our addresses itself.
-        let answer = op == arp::OP_REQUEST && to_us && sha[0] & 1 == 0 && sha != [0; 6] && !t.is_local(port, IpAddr::V4(spa));
+        let answer = op == arp::OP_REQUEST && to_us && ethernet::is_station(&sha) && !t.is_local(port, IpAddr::V4(spa));
         if !answer {
             let reason = if learn && op == arp::OP_REPLY { DropReason::NeighReply } else { DropReason::ArpIgnored };
             return self.drop_buf(port, reason, buf);

@@ -17,6 +17,13 @@ pub const ETHERTYPE_ARP: u16 = 0x0806;
 /// EtherType of IPv6.
 pub const ETHERTYPE_IPV6: u16 = 0x86dd;
 
+/// True if `mac` can be a station's own address: unicast (I/G bit clear,
+/// IEEE 802 §8.2) and not all zeros. What the gateway answers to or learns.
+#[inline]
+pub fn is_station(mac: &[u8; 6]) -> bool {
+    mac[0] & 1 == 0 && *mac != [0; 6]
+}
+
 /// Checked view of an Ethernet II header at the start of a frame.
 #[derive(Debug, Clone, Copy)]
 pub struct EthernetFrame<'a> {

@@ -135,7 +135,7 @@ fn v6_source(addrs: &[Ipv6Addr], target: Ipv6Addr) -> Option<Ipv6Addr> {
 /// e.g. a route's `via` outside the port's prefixes); `mac` is unicast,
 /// not zero and not one of the gateway's own.
 pub(super) fn learnable(t: &Tables, port: usize, ip: IpAddr, mac: [u8; 6], resolving: bool) -> bool {
-    if mac[0] & 1 != 0 || mac == [0; 6] || t.is_ours(ip) || t.ports.iter().any(|p| p.mac == mac) {
+    if !ethernet::is_station(&mac) || t.is_ours(ip) || t.ports.iter().any(|p| p.mac == mac) {
         return false;
     }
     let on_link = match ip {
