@@ -177,6 +177,21 @@ def captured_ips(frames, normalize: bool = False) -> list[bytes]:
 # --------------------------------------------------------------------------
 # gateways
 
+def pktgen_binary(testbed) -> str:
+    """The secgw-pktgen to use: SECGW_PKTGEN, else beside the gateway under
+    test, else the repository's build (when the gateway is testbed/refgw.py,
+    the Python double). Fails the test when none is there."""
+    import pytest
+
+    env = os.environ.get("SECGW_PKTGEN")
+    tries = [env] if env else [str(Path(testbed["binary"]).parent / "secgw-pktgen"),
+                               str(TARGET / "release" / "secgw-pktgen")]
+    for p in tries:
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    pytest.fail(f"secgw-pktgen binary missing (tried {tries}; cargo build --release, or set SECGW_PKTGEN)")
+
+
 class Gateway:
     """One secgw process (`secgw run`) in namespace gw0 or gw1.
 

@@ -22,7 +22,6 @@ binary under test (SECGW_BIN), else target/release/secgw-pktgen."""
 from __future__ import annotations
 
 import json
-import os
 import struct
 import subprocess
 import time
@@ -36,18 +35,6 @@ MAGIC = b"SGPG"
 RATE = 20_000
 DURATION = 2.0
 WARMUP = 0.5
-
-
-def pktgen(testbed) -> str:
-    env = os.environ.get("SECGW_PKTGEN")
-    # Beside the gateway under test, else the repository's build (when the
-    # gateway is testbed/refgw.py, the Python double).
-    tries = [env] if env else [str(Path(testbed["binary"]).parent / "secgw-pktgen"),
-                               str(L.TARGET / "release" / "secgw-pktgen")]
-    for p in tries:
-        if os.path.isfile(p) and os.access(p, os.X_OK):
-            return p
-    pytest.fail(f"secgw-pktgen binary missing (tried {tries}; cargo build --release, or set SECGW_PKTGEN)")
 
 
 class Sink:
@@ -115,7 +102,7 @@ def check_no_loss(g: dict, s: dict, flows: int):
 
 
 def test_plain_udp_through_gw0_and_gw1(gws, testbed, artifacts):
-    binary = pktgen(testbed)
+    binary = L.pktgen_binary(testbed)
     sink = Sink(binary, "hostB", "b0", artifacts, duration=WARMUP + DURATION + 2.5, gen_json=artifacts / "gen.json")
     g = gen(binary, "hostA", "a0", artifacts, L.A_MAC, L.GW0_IN_MAC)
     s = sink.result()
@@ -141,7 +128,7 @@ def _gw1_alone(testbed, artifacts) -> L.Gateway:
 
 def test_esp_generator_into_gw1(testbed, artifacts):
     """The generator takes gw0's place on gw0-out with ep0.toml's SA 1001."""
-    binary = pktgen(testbed)
+    binary = L.pktgen_binary(testbed)
     gw1 = _gw1_alone(testbed, artifacts)
     try:
         sink = Sink(binary, "hostB", "b0", artifacts, duration=WARMUP + DURATION + 2.5, gen_json=artifacts / "gen.json")
@@ -162,7 +149,7 @@ def test_esp_generator_into_gw1(testbed, artifacts):
 
 def test_esp_sink_after_gw0(testbed, artifacts):
     """Topology (a): the sink stands where gw1 would and decrypts with ep1.toml."""
-    binary = pktgen(testbed)
+    binary = L.pktgen_binary(testbed)
     gw0 = L.Gateway("gw0", testbed["binary"], artifacts)
     gw0.start()
     try:
@@ -183,7 +170,7 @@ def test_esp_sink_applies_the_inbound_policy_check(testbed, artifacts):
     that ep1.toml's inbound policy for SA 1001 does not admit (destination
     outside 198.51.100.0/24) decrypt, but are counted as gw1 would drop
     them (inner_policy_mismatch), never as received."""
-    binary = pktgen(testbed)
+    binary = L.pktgen_binary(testbed)
     sink = Sink(binary, "gw1", "gw1-out", artifacts, duration=0.3 + 0.5 + 2.0,
                 gen_json=artifacts / "gen.json", extra=["--esp-config", L.CONFIG_DIR / "ep1.toml"])
     g = gen(binary, "gw0", "gw0-out", artifacts, L.GW0_OUT_MAC, L.GW1_OUT_MAC, flows=2, size="200", rate=2000,
@@ -205,7 +192,7 @@ def test_esp_generator_stops_when_the_sequence_numbers_run_out(testbed, artifact
     sequence space, at full speed for 20 s: the last two numbers are sent,
     then the run stops at once (RFC 4303 §3.3.3: a sender never cycles),
     exit 1 with a message that says so."""
-    binary = pktgen(testbed)
+    binary = L.pktgen_binary(testbed)
     out = artifacts / "gen.json"
     t = time.monotonic()
     p = L.run(L.ns_cmd("gw0", binary, "gen", "--iface", "gw0-out", "--src-mac", L.GW0_OUT_MAC, "--dst-mac", L.GW1_OUT_MAC,
@@ -222,7 +209,7 @@ def test_esp_generator_stops_when_the_sequence_numbers_run_out(testbed, artifact
 
 
 def test_queues_past_the_interface_and_a_running_holder_are_refused_at_once(testbed, artifacts):
-    binary = pktgen(testbed)
+    binary = L.pktgen_binary(testbed)
     # The testbed's veths have 2 queues.
     t = time.monotonic()
     p = L.run(L.ns_cmd("hostB", binary, "sink", "--iface", "b0", "--duration", 1, "--queues", 3), check=False)
@@ -259,7 +246,7 @@ def test_generated_frames_read_by_scapy(testbed, artifacts, esp):
     from scapy.layers.ipsec import ESP
     from scapy.layers.l2 import Ether
 
-    binary = pktgen(testbed)
+    binary = L.pktgen_binary(testbed)
     extra = ["--esp-config", L.CONFIG_DIR / "ep0.toml", "--esp-spi", 1001] if esp else []
     # hostA's own stack (ARP, IPv6) is left out by the filter.
     cap = L.Capture("gw0", "gw0-in", f"ether src {L.A_MAC} and ip and (udp dst port 5001 or ip proto 50)",

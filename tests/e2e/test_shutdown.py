@@ -4,7 +4,6 @@ import json
 import os
 import subprocess as sp
 import time
-from pathlib import Path
 
 import pytest
 
@@ -86,14 +85,6 @@ def test_stats_file_is_complete_from_its_first_write(testbed, artifacts):
         assert len(doc["ports"]) == 2 and doc["workers"], doc
 
 
-def _pktgen(testbed) -> str:
-    for p in (os.environ.get("SECGW_PKTGEN"), str(Path(testbed["binary"]).parent / "secgw-pktgen"),
-              str(L.TARGET / "release" / "secgw-pktgen")):
-        if p and os.path.isfile(p) and os.access(p, os.X_OK):
-            return p
-    raise AssertionError("secgw-pktgen binary missing (cargo build --release, or set SECGW_PKTGEN)")
-
-
 @pytest.mark.parametrize("backend", ["software", "descriptor"])
 def test_sigint_under_overload_accounts_for_every_frame(testbed, start_gws, artifacts, backend):
     """SIGINT while hostA floods gw0 (2 workers, `ep0-2w.toml`; every flow to
@@ -111,7 +102,7 @@ def test_sigint_under_overload_accounts_for_every_frame(testbed, start_gws, arti
     cfg0 = artifacts / "gw0.toml"
     cfg0.write_text(text)
     gw = start_gws({"gw0": cfg0, "gw1": L.CONFIG_DIR / "ep1-2w.toml"})
-    gen = sp.Popen(L.ns_cmd("hostA", _pktgen(testbed), "gen", "--iface", "a0", "--queues", "2",
+    gen = sp.Popen(L.ns_cmd("hostA", L.pktgen_binary(testbed), "gen", "--iface", "a0", "--queues", "2",
                             "--src-mac", L.A_MAC, "--dst-mac", L.GW0_IN_MAC, "--src", L.A_IP, "--dst", L.B_IP,
                             "--flows", "4", "--size", "128", "--rate", "0", "--duration", "6", "--warmup", "0"),
                    stdout=sp.DEVNULL, stderr=sp.PIPE)
