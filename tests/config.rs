@@ -802,8 +802,11 @@ fn warnings_for_routing_mistakes() {
     let text = edit("[[route]]\nprefix = \"203.0.113.0/24\"\nport = \"outside\"\n", "");
     let (at, w) = placed_warns(&text, "tunnel_dst = \"203.0.113.2\"", 13);
     assert_eq!(w, [format!("{at}sa[0].tunnel_dst: no [[route]] covers 203.0.113.2: packets of SPI 1001 are dropped as no_route (ESP is routed on its outer destination)")]);
-    // A default route covers it; an inbound SA needs none.
-    assert!(warns(&edit("prefix = \"203.0.113.0/24\"", "prefix = \"0.0.0.0/0\"")).is_empty());
+    // A default route covers it; an inbound SA needs none. (It also sends
+    // what SA 1002 decrypts, for 192.0.2.0/24, out of the outside port:
+    // warned about on its own, below.)
+    let w = warns(&edit("prefix = \"203.0.113.0/24\"", "prefix = \"0.0.0.0/0\""));
+    assert!(w.len() == 1 && w[0].contains("policy[1].dst: 192.0.2.0/24 is routed out of unprotected port outside"), "{w:?}");
     let text = edit("via = \"203.0.113.2\"", "via = \"203.0.113.1\"");
     let (at, w) = placed_warns(&text, "via = ", 6);
     assert_eq!(w, [format!("{at}route[0].via: next hop 203.0.113.1 is this gateway's own address (port outside): packets on this route are never delivered")]);
@@ -817,6 +820,28 @@ fn warnings_for_routing_mistakes() {
     let v6 = base_v6().replace("via = \"2001:db8:ff::2\"", "via = \"fe80::2\"");
     let w = warns(&v6);
     assert!(!w.iter().any(|w| w.contains("route[0]")), "{w:?}");
+}
+
+/// An inbound PROTECT entry whose destination is routed out of an
+/// unprotected port: what its SA decrypts there takes the outbound SPD
+/// (RFC 4301 §5.1), and with no entry selecting it is all `no_policy`
+/// (helper-100: `check` said nothing, and the worker sent it in the clear).
+#[test]
+fn decrypted_traffic_routed_out_of_an_unprotected_port_is_warned_about() {
+    let route = |port: &str| format!("[[route]]\nprefix = \"192.0.2.0/24\"\nport = \"{port}\"\n");
+    let text = format!("{BASE}\n{}", route("outside"));
+    let cfg = load_text(&text);
+    let at = placed(&cfg, &text, "dst = \"192.0.2.0/24\"", 6);
+    assert_eq!(
+        config::warnings(&cfg),
+        [format!("{at}policy[1].dst: 192.0.2.0/24 is routed out of unprotected port outside: what SPI 1002 decrypts there crosses the boundary again and no outbound policy selects it (dropped as no_policy; add one that protects it again, or bypass)")]
+    );
+    // Routed inside, or selected by an outbound entry (a hub sealing it
+    // again, or a deliberate bypass): no warning.
+    let w = |text: &str| config::warnings(&config::parse(text, Path::new(FILE)).unwrap_or_else(|e| panic!("{e}")));
+    assert!(w(&format!("{BASE}\n{}", route("inside"))).is_empty());
+    let hub = "[[policy]]\ndirection = \"outbound\"\nsrc = \"198.51.100.0/25\"\ndst = \"192.0.2.0/24\"\naction = \"bypass\"\n";
+    assert!(w(&format!("{BASE}\n{}{hub}", route("outside"))).is_empty());
 }
 
 #[test]

@@ -493,6 +493,20 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
             Some(i) => warn(format!("policy[{j}]"), format!("never matches: {}) comes first and covers all its selectors", name(i))),
             None => {}
         }
+        // What an inbound SA decrypts towards an unprotected port crosses
+        // the boundary again: the outbound SPD decides (RFC 4301 §5.1), and
+        // with no entry there it is all dropped (helper-100's config sent
+        // it to the wan in the clear before the worker looked).
+        if let (Direction::Inbound, Action::Protect(spi), None) = (q.direction, q.action, shadow) {
+            let leaves = route_port(q.dst.0).filter(|p| p.role == PortRole::Unprotected);
+            let selected = || cfg.policies.iter().any(|p| p.direction == Direction::Outbound && overlap(p.src, q.src) && overlap(p.dst, q.dst));
+            if let Some(port) = leaves.filter(|_| !selected()) {
+                warn(
+                    format!("policy[{j}].dst"),
+                    format!("{}/{} is routed out of unprotected port {}: what SPI {spi} decrypts there crosses the boundary again and no outbound policy selects it (dropped as no_policy; add one that protects it again, or bypass)", q.dst.0, q.dst.1, port.name),
+                );
+            }
+        }
         // RFC 4301 §7.1: a non-first fragment carries no ports (OPAQUE)
         // and matches only entries with any ports. The datagrams this entry
         // takes are outside every any-port entry before it (which would

@@ -420,6 +420,28 @@ enum ErrorPath {
     },
 }
 
+/// Where a packet that [`Worker::outbound`] takes through the outbound SPD
+/// comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// Received in the clear on a protected port.
+    Protected,
+    /// Decrypted by an inbound SA whose far end is `peer` (tunnel mode: its
+    /// `tunnel_src`; transport mode: the packet's source) and routed out of
+    /// an unprotected port, or not routed: it crosses the IPsec boundary
+    /// again, so the outbound SPD decides (RFC 4301 §5.1): PROTECT seals it
+    /// again (a hub between two tunnels), BYPASS sends it in the clear, no
+    /// entry or DISCARD drops it. Not remembered in the flow cache; an ICMP
+    /// error about it goes back into the tunnel to `peer`.
+    Decapsulated { peer: IpAddr },
+    /// An ICMP error or Echo Reply the gateway built about a packet that
+    /// came out of a tunnel from `peer`, from its own address: it quotes
+    /// decrypted bytes, so only a PROTECT entry whose SA goes back to
+    /// `peer` takes it (else `tunnel_error_dropped`); it leaves with the
+    /// TTL it was given.
+    Built { peer: IpAddr },
+}
+
 /// What an ICMP error the gateway sends about a packet it drops reports.
 #[derive(Debug, Clone, Copy)]
 enum IcmpReport {
@@ -1326,7 +1348,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             ErrorPath::Back => self.forward(t, port, buf, to),
             ErrorPath::Tunnel { peer, .. } => {
                 let key = FlowKey { src: me, dst: to, protocol, ports: None };
-                self.outbound(t, port, buf, key, icmp::ERROR_TTL, Some(peer))
+                self.outbound(t, port, buf, key, icmp::ERROR_TTL, Origin::Built { peer })
             }
         }
     }
@@ -1577,7 +1599,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         // TCP/UDP datagrams through us ([`Self::port_selected_fragment`]):
         // both go where that port's whole packets go.
         if t.ports.get(port).is_some_and(|p| p.protected) {
-            return self.outbound(t, port, buf, key, ttl, None);
+            return self.outbound(t, port, buf, key, ttl, Origin::Protected);
         }
         // `frag`: a second Fragment header inside the reassembled IPv6
         // datagram (nested fragmentation) goes round once more, bounded by
@@ -1766,7 +1788,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                     if frag && (self.echo_fragment(t, &key) || self.port_selected_fragment(t, &key, hl)) {
                         return self.reassemble(t, port, buf);
                     }
-                    self.outbound(t, port, buf, key, ttl, None)
+                    self.outbound(t, port, buf, key, ttl, Origin::Protected)
                 } else {
                     self.inbound(t, port, buf, key, ttl, hl, frag)
                 }
@@ -1825,7 +1847,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                     if up.is_fragment() && self.echo_fragment(t, &key) {
                         return self.reassemble(t, port, buf);
                     }
-                    self.outbound(t, port, buf, key, hops, None)
+                    self.outbound(t, port, buf, key, hops, Origin::Protected)
                 } else {
                     self.inbound(t, port, buf, key, hops, up.offset, up.is_fragment())
                 }
@@ -1882,28 +1904,27 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         self.tx[port].push(buf);
     }
 
-    /// Plaintext (IPv4 or IPv6) from a protected port: SPD → PROTECT /
-    /// BYPASS / DISCARD.
-    fn outbound(&mut self, t: &Tables, port: usize, mut buf: PktBuf, key: FlowKey, ttl: u8, error_to: Option<IpAddr>) {
+    /// Plaintext (IPv4 or IPv6) from a protected port, or from where
+    /// `origin` says: SPD → PROTECT / BYPASS / DISCARD.
+    fn outbound(&mut self, t: &Tables, port: usize, mut buf: PktBuf, key: FlowKey, ttl: u8, origin: Origin) {
         // To any of our addresses, this port's or another's: never forwarded
         // (a router answers for all of its addresses, RFC 1812 §4.3.3.6).
         if t.is_ours(key.dst) {
             let Some(buf) = self.echo(t, port, buf, ErrorPath::Back) else { return };
             return self.drop_buf(port, DropReason::ToUs, buf);
         }
-        // `error_to`: an ICMP error the gateway built about a packet that
-        // came out of a tunnel from that peer, from its own address (so not
-        // `martian` for being ours); it quotes decrypted bytes, so only a
-        // PROTECT policy whose SA goes back to that peer takes it.
-        let martian = match error_to {
-            None => t.martian(key.src, key.dst),
-            Some(_) => policy::unforwardable(key.src) || policy::unforwardable(key.dst),
+        // A packet the gateway built is from its own address (so not
+        // `martian` for being ours).
+        let built = matches!(origin, Origin::Built { .. });
+        let martian = match built {
+            false => t.martian(key.src, key.dst),
+            true => policy::unforwardable(key.src) || policy::unforwardable(key.dst),
         };
         if martian {
             return self.drop_buf(port, DropReason::Martian, buf);
         }
         let found = t.spd_out.lookup(&key);
-        if error_to.is_some() && !matches!(found, Some(SpdAction::Protect(_))) {
+        if built && !matches!(found, Some(SpdAction::Protect(_))) {
             return self.drop_buf(port, DropReason::TunnelErrorDropped, buf);
         }
         let action = match found {
@@ -1912,21 +1933,28 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             Some(a) => a,
         };
         // The flow's next packets skip what was decided up to here
-        // (`flow`); a packet the gateway built (`error_to`) is no flow.
-        if error_to.is_none() {
+        // (`flow`); a packet the gateway built, or decrypted, is no flow
+        // of the protected port's.
+        if origin == Origin::Protected {
             let slot = match action {
                 SpdAction::Protect(slot) => Some(slot),
                 _ => None,
             };
             self.flows.learn(t.version, port, &key, slot);
         }
+        // Where an ICMP error about it goes: back to its source, or for a
+        // decrypted packet into the tunnel it came out of.
+        let (path, decapsulated) = match origin {
+            Origin::Decapsulated { peer } => (ErrorPath::Tunnel { from: port, peer }, Some(peer)),
+            _ => (ErrorPath::Back, None),
+        };
         // Forwarding as a router: TTL / hop limit ≤ 1 cannot be forwarded
         // (its source hears so); else decrement once.
         if ttl <= 1 {
-            return self.time_exceeded(t, port, buf, ErrorPath::Back);
+            return self.time_exceeded(t, port, buf, path);
         }
         let SpdAction::Protect(slot) = action else {
-            return self.forward_checked(t, port, buf, key.dst, None);
+            return self.forward_checked(t, port, buf, key.dst, decapsulated);
         };
         let Some(sa) = t.sad.outbound_at(slot) else {
             return self.drop_buf(port, DropReason::NoSa, buf);
@@ -1959,7 +1987,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         // The MTU in the errors is the largest inner packet that fits.
         let inner_v6 = key.dst.is_ipv6();
         let via = if sa.transport { key.dst } else { sa.tunnel_dst };
-        if error_to.is_some_and(|peer| peer != via) {
+        if matches!(origin, Origin::Built { peer } if peer != via) {
             return self.drop_buf(port, DropReason::TunnelErrorDropped, buf);
         }
         // The egress port of the tunnel end, remembered for the tables
@@ -1991,7 +2019,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             let fits = outbound::max_inner_len(sa, hl, mtu);
             if inner_v6 {
                 if fits >= ipv6::MIN_MTU || buf.len() - ethernet::HEADER_LEN > ipv6::MIN_MTU {
-                    return self.icmp6_error(t, port, buf, IcmpReport::TooBig(fits.max(ipv6::MIN_MTU)), ErrorPath::Back);
+                    return self.icmp6_error(t, port, buf, IcmpReport::TooBig(fits.max(ipv6::MIN_MTU)), path);
                 }
                 if sa.transport || (sa.tunnel_dst.is_ipv4() && sa.df == crate::esp::DfMode::Set) {
                     return self.drop_buf(port, DropReason::MtuExceeded, buf);
@@ -2001,7 +2029,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 buf.outer_frag_mtu = mtu.min(u16::MAX as usize) as u16;
             } else {
                 if ipv4_df(&buf) {
-                    return self.icmp4_error(t, port, buf, IcmpReport::TooBig(fits), ErrorPath::Back);
+                    return self.icmp4_error(t, port, buf, IcmpReport::TooBig(fits), path);
                 }
                 // An outer header that may not be fragmented (IPv6, or IPv4
                 // with `df = "set"`): the inner packet is, before encryption.
@@ -2010,7 +2038,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 // in): it could not be encrypted whole (`no_room`).
                 let no_room = outbound::encapsulated_len(sa, hl, buf.len() - ethernet::HEADER_LEN) + ethernet::HEADER_LEN > crate::io::BUF_SIZE - crate::io::HEADROOM;
                 if !sa.transport && (sa.tunnel_dst.is_ipv6() || sa.df == crate::esp::DfMode::Set || no_room) {
-                    if error_to.is_none() {
+                    if !built {
                         decrement_hops(&mut buf);
                     }
                     let owner = sa.owner;
@@ -2018,9 +2046,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 }
             }
         }
-        // A packet the gateway built (`error_to`: an ICMP error, an Echo
-        // Reply) leaves with the TTL it was given: it is not forwarded.
-        if error_to.is_none() {
+        // A packet the gateway built (an ICMP error, an Echo Reply) leaves
+        // with the TTL it was given: it is not forwarded.
+        if !built {
             decrement_hops(&mut buf);
         }
         let owner = sa.owner;
@@ -2028,7 +2056,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             // An error built while crypto completions are drained: the ops
             // burst may be full (ops the queue pair refused), and it never
             // grows past its capacity.
-            if error_to.is_some() && self.ops.len() >= self.ops.capacity() {
+            if built && self.ops.len() >= self.ops.capacity() {
                 return self.drop_buf(port, DropReason::TunnelErrorDropped, buf);
             }
             // Ours: prepared here, without the tag's round trip to the SAD.
@@ -2400,9 +2428,43 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             return self.drop_buf(port, reason, buf);
         }
         let c = &e.sa.life.counters;
+        // Out of an unprotected port, or not routed: the outbound SPD
+        // decides (RFC 4301 §5.1, [`Origin::Decapsulated`]).
+        let hop = self.route(t, key.dst);
+        let egress = hop.map(|(NextHop::Known { out, .. } | NextHop::Unresolved { out, .. })| out);
+        if !egress.and_then(|out| t.ports.get(out)).is_some_and(|p| p.protected) {
+            return self.decrypted_outside(t, port, buf, key, (ttl, len), peer, c, egress.is_some());
+        }
         c.packets.add(1);
         c.bytes.add(len as u64);
-        self.forward_checked(t, port, buf, key.dst, Some(peer))
+        self.forward_via(t, port, buf, hop, Some(peer))
+    }
+
+    /// A packet the inbound SA with counters `c` decrypted (TTL / hop limit
+    /// and length `ttl_len`, from the tunnel whose far end is `peer`) whose
+    /// destination is routed out of an unprotected port (`routed`) or not
+    /// routed: it would cross the IPsec boundary again, so it goes through
+    /// the outbound SPD ([`Origin::Decapsulated`]; helper-100: it used to
+    /// leave in the clear with no SPD lookup). PROTECT or BYPASS: the SA
+    /// delivered it, on to [`Self::outbound`]; DISCARD: `policy_discard`;
+    /// no entry: `no_policy` (`no_route` when not routed, as before), the
+    /// SA's error.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn decrypted_outside(&mut self, t: &Tables, port: usize, buf: PktBuf, key: FlowKey, (ttl, len): (u8, usize), peer: IpAddr, c: &crate::esp::lifetime::SaCounters, routed: bool) {
+        let reason = match t.spd_out.lookup(&key) {
+            Some(SpdAction::Protect(_) | SpdAction::Bypass) => {
+                c.packets.add(1);
+                c.bytes.add(len as u64);
+                return self.outbound(t, port, buf, key, ttl, Origin::Decapsulated { peer });
+            }
+            Some(SpdAction::Discard) => DropReason::PolicyDiscard,
+            None if routed => DropReason::NoPolicy,
+            None => DropReason::NoRoute,
+        };
+        c.errors.add(1);
+        self.drop_buf(port, reason, buf)
     }
 
     /// Routes on `dst`, writes the Ethernet header (EtherType of the IP
@@ -2470,8 +2532,16 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// is behind the tunnel, so from the egress port's address into ESP
     /// back to that peer ([`ErrorPath::Tunnel`]). Too big with DF clear:
     /// fragmented by [`Self::transmit`].
-    fn forward_checked(&mut self, t: &Tables, rx_port: usize, mut buf: PktBuf, dst: IpAddr, decapsulated: Option<IpAddr>) {
-        let Some(hop) = self.route(t, dst) else {
+    fn forward_checked(&mut self, t: &Tables, rx_port: usize, buf: PktBuf, dst: IpAddr, decapsulated: Option<IpAddr>) {
+        let hop = self.route(t, dst);
+        self.forward_via(t, rx_port, buf, hop, decapsulated)
+    }
+
+    /// [`Self::forward_checked`] once routed: `hop` is [`Self::route`]'s
+    /// answer (`None`: `no_route`).
+    #[inline]
+    fn forward_via(&mut self, t: &Tables, rx_port: usize, mut buf: PktBuf, hop: Option<NextHop>, decapsulated: Option<IpAddr>) {
+        let Some(hop) = hop else {
             return self.drop_buf(rx_port, DropReason::NoRoute, buf);
         };
         let (NextHop::Known { out, .. } | NextHop::Unresolved { out, .. }) = hop;
