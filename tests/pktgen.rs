@@ -463,6 +463,70 @@ fn the_decrypting_sink_opens_transport_sas_and_checks_the_tunnel_source() {
     assert_eq!((s.esp_decrypted, s.esp_failures.get("no_sa")), (0, Some(&g.tx_packets)), "{:?}", s.esp_failures);
 }
 
+/// `configs/<name>` with SA `spi` given `udp_encap = true` and `extra`
+/// lines, written to `dir/name`.
+fn with_udp_encap(dir: &Path, name: &str, spi: u32, extra: &str) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("configs").join(name)).unwrap();
+    let head = format!("spi = {spi}\n");
+    assert_eq!(text.matches(&head).count(), 1);
+    let p = dir.join(name);
+    std::fs::write(&p, text.replacen(&head, &format!("{head}udp_encap = true\n{extra}"), 1)).unwrap();
+    p
+}
+
+/// ESP in UDP (RFC 3948): the sink opens what the generator sends for a
+/// `udp_encap` SA, tunnel and transport mode (helper-101: it counted every
+/// such frame in `other_frames` and reported 100 % loss); ESP in UDP for
+/// an SA without `udp_encap`, or plain ESP for one with, is
+/// `encap_mismatch`, as in the gateway; UDP to another port stays other
+/// traffic.
+#[test]
+fn the_decrypting_sink_opens_esp_in_udp() {
+    let dir = std::env::temp_dir().join(format!("pktgen-natt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    let mut tx = EspTx::from_config(&with_udp_encap(&dir, "ep0.toml", 1001, ""), 1001, 1).unwrap();
+    let (g, frames) = generate(Size::Fixed(300), 1, Some(&mut tx));
+    // IPv4 + UDP 4500 → 4500 + SPI 1001.
+    assert_eq!(frames[0][14 + 9], 17);
+    assert_eq!(&frames[0][34..38], &[0x11, 0x94, 0x11, 0x94]);
+    assert_eq!(&frames[0][42..46], &1001u32.to_be_bytes());
+    let mut rx = EspRx::from_config(&with_udp_encap(&dir, "ep1.toml", 1001, "")).unwrap();
+    let s = receive(&frames, FLOWS, Some(&mut rx), &g);
+    assert_eq!((s.esp_decrypted, s.esp_failed, s.lost, s.packets), (g.tx_packets, 0, 0, g.measured_tx_packets), "{:?}", s.esp_failures);
+
+    // The same frames to a sink whose SA 1001 is plain ESP: its config
+    // names no NAT-T port, so they are other traffic; with another SA
+    // on port 4500 they are ESP in UDP for an SA without it.
+    let mut plain = EspRx::from_config(&root.join("ep1.toml")).unwrap();
+    let s = receive(&frames, FLOWS, Some(&mut plain), &g);
+    assert_eq!((s.esp_decrypted, s.esp_failed, s.packets), (0, 0, 0));
+    let mut other = EspRx::from_config(&with_udp_encap(&dir, "ep1.toml", 1003, "")).unwrap();
+    let s = receive(&frames, FLOWS, Some(&mut other), &g);
+    assert_eq!(s.esp_failures.get("encap_mismatch"), Some(&g.tx_packets), "{:?}", s.esp_failures);
+    // Plain ESP for an SA with udp_encap: encap_mismatch.
+    let mut tx = EspTx::from_config(&root.join("ep0.toml"), 1001, 1).unwrap();
+    let (g2, plain_frames) = generate(Size::Fixed(300), 1, Some(&mut tx));
+    let mut rx = EspRx::from_config(&with_udp_encap(&dir, "ep1.toml", 1001, "")).unwrap();
+    let s = receive(&plain_frames, FLOWS, Some(&mut rx), &g2);
+    assert_eq!(s.esp_failures.get("encap_mismatch"), Some(&g2.tx_packets), "{:?}", s.esp_failures);
+
+    // Transport mode with its own port.
+    let t0 = with_transport_sa(&dir, "ep0.toml", 1001);
+    let t1 = with_transport_sa(&dir, "ep1.toml", 1001);
+    for p in [&t0, &t1] {
+        let text = std::fs::read_to_string(p).unwrap();
+        std::fs::write(p, text.replacen("spi = 1001\n", "spi = 1001\nudp_encap = true\nudp_sport = 14500\nudp_dport = 14500\n", 1)).unwrap();
+    }
+    let mut tx = EspTx::from_config(&t0, 1001, 1).unwrap();
+    let (g, frames) = generate(Size::Fixed(200), 1, Some(&mut tx));
+    assert_eq!(&frames[0][34..38], &[0x38, 0xa4, 0x38, 0xa4], "UDP 14500 → 14500");
+    let mut rx = EspRx::from_config(&t1).unwrap();
+    let s = receive(&frames, FLOWS, Some(&mut rx), &g);
+    assert_eq!((s.esp_decrypted, s.esp_failed, s.lost, s.packets), (g.tx_packets, 0, 0, g.measured_tx_packets), "{:?}", s.esp_failures);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A sink tracking `max_flows` flows, handed `n` measured 64-byte packets
 /// of flows 0..flows in turn, packet i received at 1 s + i × `gap_ns`
 /// (`Sink::frame` with the time given: no clock involved); with the

@@ -120,6 +120,9 @@ pub struct EspRx {
     /// decapsulated packet must match one, RFC 4301 §5.2), and their
     /// states, in config order.
     pub sas: Vec<(InboundEntry, InboundState)>,
+    /// The UDP destination ports of those with `udp_encap` (RFC 3948),
+    /// each once: ESP in UDP to one of them is opened.
+    pub natt_ports: Vec<u16>,
     /// Queue pair of a one-queue-pair software device.
     pub qp: SoftQueuePair<PktBuf>,
     _dev: SoftDevice,
@@ -150,7 +153,10 @@ impl EspRx {
             return Err(PktgenError::Config(format!("{}: no inbound SA", path.display())));
         }
         let qp = dev.queue_pair_setup(0, QpConf { nb_descriptors: QP_DEPTH }).map_err(|e| PktgenError::Config(e.to_string()))?;
-        Ok(EspRx { sas, qp, _dev: dev })
+        let mut natt_ports: Vec<u16> = sas.iter().filter_map(|(e, _)| e.udp_dport).collect();
+        natt_ports.sort_unstable();
+        natt_ports.dedup();
+        Ok(EspRx { sas, natt_ports, qp, _dev: dev })
     }
 
     /// Index of the SA for `spi` arriving for outer destination `dst`: a

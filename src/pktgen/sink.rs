@@ -4,9 +4,13 @@
 //! A frame counts as *ours* when it is Ethernet + IPv4 (valid header
 //! checksum, not a fragment) or IPv6 (UDP right after the fixed header) +
 //! UDP + a payload starting with the magic. Everything else is counted in
-//! `other_frames` and otherwise ignored. In ESP mode an IPv4/IPv6 ESP frame
+//! `other_frames` and otherwise ignored. In ESP mode an IPv4/IPv6 ESP frame,
+//! or ESP in UDP (RFC 3948 §2.2: to the `udp_encap` destination port of
+//! an inbound SA of the config, an SPI where the non-ESP marker would be),
 //! whose (SPI, destination) names an inbound SA of the config (a tunnel
-//! SA only from its `tunnel_src`, as in the gateway) is opened with
+//! SA only from its `tunnel_src`, as in the gateway; ESP in UDP only for
+//! an SA with that port, plain ESP only for one without: else
+//! `encap_mismatch`) is opened with
 //! [`crate::esp::inbound`] (anti-replay window included, as a gateway
 //! would; a transport-mode SA finished by [`crate::esp::transport`]), its
 //! inner packet checked against the SA's selectors as the
@@ -58,13 +62,24 @@ pub struct SinkConfig {
 /// What a frame turned out to be.
 enum Kind {
     Ours(Payload),
-    Esp { esp_offset: usize, total: usize, spi: u32, src: IpAddr, dst: IpAddr, tos: u8 },
+    /// ESP at `esp_offset` bytes into the IP packet of `total` bytes;
+    /// `udp_dport`: in UDP to that port (RFC 3948), else plain.
+    Esp { esp_offset: usize, total: usize, spi: u32, src: IpAddr, dst: IpAddr, tos: u8, udp_dport: Option<u16> },
     Other,
+}
+
+/// Which frames [`classify_ip`] reads as ESP: none, or plain ESP and ESP
+/// in UDP to one of `natt_ports` (the config's inbound `udp_encap`
+/// destination ports).
+#[derive(Clone, Copy)]
+enum Want<'a> {
+    Plain,
+    Esp { natt_ports: &'a [u16] },
 }
 
 /// Reads an IP packet at `ip` (IPv4 or IPv6 by its version nibble).
 #[inline]
-fn classify_ip(ip: &[u8], want_esp: bool) -> Kind {
+fn classify_ip(ip: &[u8], want: Want) -> Kind {
     let (proto, l4, total, src, dst, tos, hl) = match ip.first().map(|v| v >> 4) {
         Some(4) => {
             let Ok(p) = ipv4::Ipv4Packet::new_checked(ip) else { return Kind::Other };
@@ -82,14 +97,23 @@ fn classify_ip(ip: &[u8], want_esp: bool) -> Kind {
     match proto {
         ipv4::PROTO_UDP => {
             let Ok(u) = udp::UdpPacket::new_checked(l4) else { return Kind::Other };
-            match Payload::read(u.payload()) {
-                Some(p) => Kind::Ours(p),
-                None => Kind::Other,
+            if let Some(p) = Payload::read(u.payload()) {
+                return Kind::Ours(p);
+            }
+            // RFC 3948 §2.2: ESP in UDP has an SPI (never 0) where IKE has
+            // its four-byte non-ESP marker; a keepalive is one byte.
+            let e = u.payload();
+            match want {
+                Want::Esp { natt_ports } if natt_ports.contains(&u.dst_port()) && e.len() >= 8 && e[..4] != [0; 4] => {
+                    let spi = u32::from_be_bytes([e[0], e[1], e[2], e[3]]);
+                    Kind::Esp { esp_offset: hl + udp::HEADER_LEN, total, spi, src, dst, tos, udp_dport: Some(u.dst_port()) }
+                }
+                _ => Kind::Other,
             }
         }
-        ipv4::PROTO_ESP if want_esp && l4.len() >= 8 => {
+        ipv4::PROTO_ESP if matches!(want, Want::Esp { .. }) && l4.len() >= 8 => {
             let spi = u32::from_be_bytes([l4[0], l4[1], l4[2], l4[3]]);
-            Kind::Esp { esp_offset: hl, total, spi, src, dst, tos }
+            Kind::Esp { esp_offset: hl, total, spi, src, dst, tos, udp_dport: None }
         }
         _ => Kind::Other,
     }
@@ -97,10 +121,10 @@ fn classify_ip(ip: &[u8], want_esp: bool) -> Kind {
 
 /// Reads an Ethernet frame.
 #[inline]
-fn classify(frame: &[u8], want_esp: bool) -> Kind {
+fn classify(frame: &[u8], want: Want) -> Kind {
     let Ok(e) = ethernet::EthernetFrame::new_checked(frame) else { return Kind::Other };
     match e.ethertype() {
-        ethernet::ETHERTYPE_IPV4 | ethernet::ETHERTYPE_IPV6 => classify_ip(e.payload(), want_esp),
+        ethernet::ETHERTYPE_IPV4 | ethernet::ETHERTYPE_IPV6 => classify_ip(e.payload(), want),
         _ => Kind::Other,
     }
 }
@@ -187,7 +211,7 @@ impl Sink {
     pub fn frame(&mut self, frame: &[u8], now: u64) {
         self.rx_frames += 1;
         self.rx_bytes += frame.len() as u64;
-        match classify(frame, false) {
+        match classify(frame, Want::Plain) {
             Kind::Ours(p) => self.ours(&p, frame.len(), now),
             _ => self.other_frames += 1,
         }
@@ -208,16 +232,21 @@ impl Sink {
             let len = b.len();
             self.rx_frames += 1;
             self.rx_bytes += len as u64;
-            match classify(b.frame(), true) {
+            match classify(b.frame(), Want::Esp { natt_ports: &rx.natt_ports }) {
                 Kind::Ours(p) => self.ours(&p, len, now),
                 Kind::Other => self.other_frames += 1,
-                Kind::Esp { esp_offset, total, spi, src, dst, tos } => {
+                Kind::Esp { esp_offset, total, spi, src, dst, tos, udp_dport } => {
                     // As the gateway: a tunnel SA takes only packets from
-                    // its tunnel_src (else `no_sa`).
+                    // its tunnel_src (else `no_sa`), and only as its
+                    // `udp_encap` says (else `encap_mismatch`).
                     let Some(i) = rx.find(spi, dst).filter(|&i| rx.sas[i].0.sa.transport || rx.sas[i].0.sa.tunnel_src == src) else {
                         self.esp_failed[DropReason::NoSa as usize] += 1;
                         continue;
                     };
+                    if rx.sas[i].0.udp_dport != udp_dport {
+                        self.esp_failed[DropReason::EncapMismatch as usize] += 1;
+                        continue;
+                    }
                     let Some(fresh) = spare.pop() else {
                         self.other_frames += 1;
                         continue;
@@ -263,7 +292,7 @@ impl Sink {
                         Ok(k) if !entry.admits(&k) => self.esp_failed[DropReason::InnerPolicyMismatch as usize] += 1,
                         Ok(_) => {
                             self.esp_decrypted += 1;
-                            match classify_ip(inner, false) {
+                            match classify_ip(inner, Want::Plain) {
                                 Kind::Ours(p) => self.ours(&p, work.len[j], now),
                                 _ => self.other_frames += 1,
                             }
