@@ -4,7 +4,10 @@
 //! state (sequence counter, replay window) and its session is used on that
 //! worker's queue pair. SAs pinned in the config (`worker = N`) go where they
 //! are told; the rest go, in file order, to the worker holding the fewest
-//! SAs (ties: lowest id). With a device limit (`max_sessions_per_qp > 0`) no
+//! SAs of the same direction (ties: the fewest SAs, then the lowest id), so
+//! traffic in one direction only still keeps every worker's crypto busy
+//! (helper-101: a file of outbound / inbound pairs put every outbound SA
+//! on worker 0, and a one-way load left worker 1 with no crypto). With a device limit (`max_sessions_per_qp > 0`) no
 //! queue pair gets more sessions than the limit; a config that cannot fit is
 //! refused with a message naming the SA, the limit and the totals.
 
@@ -78,8 +81,9 @@ pub fn bind(cfg: &Config, max_sessions_per_qp: u32) -> Result<Binding, BindError
         if sa.worker.is_some() {
             continue;
         }
-        let w = (0..workers).min_by_key(|&w| per_worker[w].len()).unwrap_or(0);
-        if limit > 0 && per_worker[w].len() >= limit {
+        let same = |w: usize| per_worker[w].iter().filter(|&&j| cfg.sas[j].direction == sa.direction).count();
+        let room = |w: &usize| limit == 0 || per_worker[*w].len() < limit;
+        let Some(w) = (0..workers).filter(room).min_by_key(|&w| (same(w), per_worker[w].len())) else {
             return Err(err(
                 i,
                 format!(
@@ -88,7 +92,7 @@ pub fn bind(cfg: &Config, max_sessions_per_qp: u32) -> Result<Binding, BindError
                     cfg.sas.len()
                 ),
             ));
-        }
+        };
         per_worker[w].push(i);
         owner[i] = w;
     }
@@ -146,6 +150,26 @@ mod tests {
         assert_eq!(b.owner, vec![0, 1, 0, 1]);
         assert_eq!(b.per_worker, vec![vec![0, 2], vec![1, 3]]);
         assert_eq!(bind(&c, 0).unwrap().owner, vec![0, 1, 0, 1]);
+    }
+
+    /// Outbound / inbound pairs in file order: each direction spread over
+    /// both workers (fewest total alone gave worker 0 every outbound SA).
+    #[test]
+    fn each_direction_is_spread_over_the_workers() {
+        let mut c = cfg(2, &[None; 8]);
+        for (i, sa) in c.sas.iter_mut().enumerate() {
+            if i % 2 == 1 {
+                sa.direction = Direction::Inbound;
+            }
+        }
+        let b = bind(&c, 0).unwrap();
+        for d in [Direction::Outbound, Direction::Inbound] {
+            let per: Vec<usize> = (0..2).map(|w| b.per_worker[w].iter().filter(|&&i| c.sas[i].direction == d).count()).collect();
+            assert_eq!(per, [2, 2], "{d:?}: {:?}", b.owner);
+        }
+        // A full worker is passed over for one with room.
+        let b = bind(&c, 4).unwrap();
+        assert!(b.per_worker.iter().all(|w| w.len() == 4), "{:?}", b.per_worker);
     }
 
     #[test]
