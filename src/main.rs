@@ -295,10 +295,29 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("secgw: {e:#}");
+            if let Some(hint) = privilege_hint(&format!("{e:#}"), euid()) {
+                eprintln!("secgw: {hint}");
+            }
             ExitCode::FAILURE
         }
     }
 }
+
+/// The effective user id of this process.
+fn euid() -> u32 {
+    // SAFETY: geteuid(2) takes no arguments, cannot fail and touches no memory of ours.
+    unsafe { libc::geteuid() }
+}
+
+/// A hint for an error `message` refused by the kernel's permission
+/// checks (EACCES / EPERM) when the effective user `euid` is not root:
+/// the message alone names a socket or lock file, not that the gateway
+/// needs root (helper-100). `None` for root or another error.
+fn privilege_hint(message: &str, euid: u32) -> Option<&'static str> {
+    let refused = message.contains("Permission denied") || message.contains("Operation not permitted");
+    (refused && euid != 0).then_some("not running as root: `secgw run` needs root (XDP programs, AF_XDP sockets, locks and the control socket under /run/secgw; README Quick start)")
+}
+
 
 /// `secgw import-dpdk`: the TOML on stdout, notices on stderr; exit 0,
 /// 1 (error, nothing written) or 3 (refusals with --strict).
@@ -467,5 +486,19 @@ fn ctl(socket: PathBuf, cmd: CtlCmd) -> ExitCode {
             ExitCode::from(2)
         }
         Err(e) => fail(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::privilege_hint;
+
+    #[test]
+    fn a_permission_error_without_root_says_root_is_needed() {
+        let m = "running x.toml: control socket /run/secgw/gw0.sock: inspecting /run/secgw/gw0.sock: Permission denied (os error 13)";
+        assert!(privilege_hint(m, 1000).is_some_and(|h| h.contains("needs root")));
+        assert!(privilege_hint("AF_XDP setup: Operation not permitted (os error 1)", 65534).is_some());
+        assert_eq!(privilege_hint(m, 0), None, "root: the error is something else");
+        assert_eq!(privilege_hint("config x.toml:3:1: unknown key", 1000), None);
     }
 }
