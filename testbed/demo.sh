@@ -34,6 +34,16 @@ COUNT=1000
 WAN_PCAP="$SECGW_RUN_DIR/wan.pcap"
 CAP_PID=""
 
+# Another demo (or test) on the same namespaces would be torn down by
+# topo_up, its logs deleted (helper-100): refuse, before the EXIT trap
+# below could do it either.
+if busy="$(topo_in_use)"; then
+    echo "demo.sh: a testbed with SECGW_NS_PREFIX='${SECGW_NS_PREFIX}' is running (processes in its namespaces):" >&2
+    echo "$busy" >&2
+    echo "demo.sh: wait for it, stop it (source testbed/lib.sh; topo_down), or run with another SECGW_NS_PREFIX" >&2
+    exit 1
+fi
+
 cleanup() {
     local rc=$?
     trap - EXIT

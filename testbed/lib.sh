@@ -30,6 +30,8 @@
 # Functions:
 #   topo_up / topo_down           build / destroy the topology (topo_up first
 #                                 removes a stale one left by a killed run)
+#   topo_in_use                   list processes in this prefix's namespaces
+#                                 (a live testbed; demo.sh refuses to start then)
 #   ns NAME                       print the real namespace name of NAME
 #   nsx NAME CMD...               run CMD inside namespace NAME
 #   gw_start NAME CONFIG [ARGS]   start secgw in namespace NAME (gw0/gw1) in the
@@ -77,6 +79,20 @@ _ns_kill_pids() {
     done
     # shellcheck disable=SC2086
     kill -KILL $pids 2>/dev/null || true
+}
+
+# topo_in_use — print "NAMESPACE: PIDS" for each namespace of this prefix's
+# testbed that has processes in it (another run of it is live); status 0
+# if any has.
+topo_in_use() {
+    local b n pids any=1
+    for b in "${TESTBED_NAMESPACES[@]}"; do
+        n="$(ns "$b")"
+        _ns_exists "$n" || continue
+        pids="$(ip netns pids "$n" 2>/dev/null | tr '\n' ' ')"
+        if [ -n "${pids// /}" ]; then echo "$n: $pids"; any=0; fi
+    done
+    return $any
 }
 
 topo_down() {
