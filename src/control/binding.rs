@@ -7,9 +7,11 @@
 //! SAs of the same direction (ties: the fewest SAs, then the lowest id), so
 //! traffic in one direction only still keeps every worker's crypto busy
 //! (helper-101: a file of outbound / inbound pairs put every outbound SA
-//! on worker 0, and a one-way load left worker 1 with no crypto). With a device limit (`max_sessions_per_qp > 0`) no
-//! queue pair gets more sessions than the limit; a config that cannot fit is
-//! refused with a message naming the SA, the limit and the totals.
+//! on worker 0, and a one-way load left worker 1 with no crypto). With a
+//! device limit (`max_sessions_per_qp > 0`) no queue pair gets more
+//! sessions than the limit (a full worker is passed over); a config that
+//! cannot fit is refused with a message naming the SA, the limit and the
+//! totals.
 
 use crate::config::model::{Config, Direction};
 
