@@ -137,3 +137,53 @@ fn bypass_sends_decrypted_traffic_in_the_clear_and_discard_drops_it() {
     assert_eq!(sa(&gw1.stats(), 1001), (0, 1));
     assert_accounted(&gw1.stats(), "hairpin, discard");
 }
+
+/// `ip` (an IPv4 packet without options) cut after `first` payload bytes
+/// (a multiple of 8) into two fragments, checksums set.
+fn two_fragments(ip: &[u8], first: usize) -> [Vec<u8>; 2] {
+    let (head, payload) = ip.split_at(20);
+    let mk = |data: &[u8], flags_off: u16| {
+        let mut f = head.to_vec();
+        f.extend_from_slice(data);
+        let total = f.len() as u16;
+        f[2..4].copy_from_slice(&total.to_be_bytes());
+        f[6..8].copy_from_slice(&flags_off.to_be_bytes());
+        set_ipv4_checksum(&mut f);
+        f
+    };
+    [mk(&payload[..first], 0x2000), mk(&payload[first..], (first / 8) as u16)]
+}
+
+/// A datagram that port selectors may split (PROTECT for UDP port 5000,
+/// an any-port BYPASS after it) arrives as inner fragments: neither
+/// fragment leaves (helper-102: the first was sealed, the later one,
+/// without ports, matched the BYPASS and left in the clear); whole
+/// datagrams still take their entry, and without port selectors
+/// fragments are sealed as usual.
+#[test]
+fn fragments_that_port_selectors_may_split_do_not_hairpin() {
+    let entries = format!(
+        "{ROUTE_OUTSIDE}[[policy]]\ndirection = \"outbound\"\nsrc = \"192.0.2.0/24\"\ndst = \"10.77.0.0/16\"\nprotocol = \"udp\"\ndst_ports = \"5000\"\npriority = 30\naction = \"protect 1004\"\n\
+         [[policy]]\ndirection = \"outbound\"\nsrc = \"192.0.2.0/24\"\ndst = \"10.77.0.0/16\"\npriority = 40\naction = \"bypass\"\n"
+    );
+    let mut gw1 = Gw::from_config(&config("hairpin-frag", &entries));
+    let secret = udp_packet(HOST_A, SPOKE_HOST, 0, 64, 4000, 5000, &[0x5e; 200]);
+    let frags = two_fragments(&secret, 96);
+    let out = gw1.push("outside", &[esp_in(&gw1, 1, &frags[0]), esp_in(&gw1, 2, &frags[1])]);
+    assert!(out.is_empty(), "nothing of the datagram leaves: {:?}", out.iter().map(|(p, f)| (p, f[14 + 9], f.len())).collect::<Vec<_>>());
+    assert_eq!(gw1.drop_count("hairpin_fragment"), 2);
+    assert_eq!(sa(&gw1.stats(), 1001), (0, 2));
+    // Whole: port 5000 sealed with SA 1004, another port bypassed.
+    let out = gw1.push("outside", &[esp_in(&gw1, 3, &secret)]);
+    assert_eq!((out.len(), out[0].1[14 + 9]), (1, 50), "sealed");
+    let other = udp_packet(HOST_A, SPOKE_HOST, 0, 64, 4000, 6000, b"not port 5000");
+    let out = gw1.push("outside", &[esp_in(&gw1, 4, &other)]);
+    assert_eq!((out.len(), out[0].1[14 + 9]), (1, 17), "bypassed in the clear");
+    assert_accounted(&gw1.stats(), "hairpin, fragments");
+
+    // No port selectors for these addresses: fragments are sealed.
+    let mut gw1 = Gw::from_config(&config("hairpin-frag-any", &format!("{ROUTE_OUTSIDE}{}", outbound_entry("protect 1004"))));
+    let out = gw1.push("outside", &[esp_in(&gw1, 1, &frags[0]), esp_in(&gw1, 2, &frags[1])]);
+    assert_eq!(out.iter().map(|(_, f)| f[14 + 9]).collect::<Vec<_>>(), [50, 50], "both sealed");
+    assert_eq!(gw1.stats().drops.values().sum::<u64>(), 0);
+}

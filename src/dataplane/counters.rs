@@ -199,12 +199,20 @@ pub enum DropReason {
     /// ICMPv6 Parameter Problem goes to the source as the action bits say,
     /// counted under `icmp_sent`.
     Ipv6Option,
+    /// A decrypted TCP or UDP fragment (first or later, IPv4 or IPv6)
+    /// that would leave by an unprotected port (through the outbound SPD,
+    /// a hub between tunnels) while an outbound entry with port selectors
+    /// may match its addresses: its datagram's first fragment (with ports)
+    /// and later ones (without, OPAQUE) could be classified apart (RFC
+    /// 4301 §7), e.g. part sealed, part sent in the clear, and this path
+    /// does not reassemble (helper-102). The inbound SA's error.
+    HairpinFragment,
 }
 
 impl DropReason {
     /// Every reason, in the order stats list them (`Martian`, added later, is
     /// listed after `NeighReply`; the counter index is the discriminant).
-    pub const ALL: [DropReason; 54] = [
+    pub const ALL: [DropReason; 55] = [
         DropReason::Malformed,
         DropReason::UnsupportedEthertype,
         DropReason::NotForUs,
@@ -259,6 +267,7 @@ impl DropReason {
         DropReason::ReversePath,
         DropReason::Shutdown,
         DropReason::Ipv6Option,
+        DropReason::HairpinFragment,
     ];
 
     /// Number of reasons.
@@ -320,6 +329,7 @@ impl DropReason {
             DropReason::ReversePath => "reverse_path",
             DropReason::Shutdown => "shutdown",
             DropReason::Ipv6Option => "ipv6_option",
+            DropReason::HairpinFragment => "hairpin_fragment",
             DropReason::Martian => "martian",
         }
     }

@@ -323,6 +323,28 @@ fn options_source_routed(buf: &PktBuf, hl: usize) -> bool {
 /// The [`inbound::InnerHeader`] of the IPv4 or IPv6 packet after the
 /// Ethernet header of `buf` (a transport-mode packet just rebuilt), or
 /// `None` when it does not check.
+/// Whether the IP packet in `buf` (key `key`) is a TCP or UDP fragment
+/// (first or later) whose addresses an outbound entry with port selectors
+/// may match ([`crate::policy::spd::Spd::ports_may_select_v4`]; IPv6: any such entry of the
+/// family): its fragments could be classified apart (RFC 4301 §7.1).
+fn port_split_fragment(t: &Tables, key: &FlowKey, buf: &PktBuf) -> bool {
+    if key.protocol != ipv4::PROTO_TCP && key.protocol != ipv4::PROTO_UDP {
+        return false;
+    }
+    let ip = buf.frame().get(ethernet::HEADER_LEN..).unwrap_or(&[]);
+    let fragment = if key.dst.is_ipv6() {
+        ipv6::Ipv6Packet::new_checked(ip).and_then(|p| p.upper_layer()).is_ok_and(|u| u.is_fragment())
+    } else {
+        ipv4::Ipv4Packet::new_checked(ip).is_ok_and(|p| p.is_fragment())
+    };
+    fragment
+        && if key.dst.is_ipv6() {
+            t.spd_out.entries(true).iter().any(|e| e.selector.selects_ports())
+        } else {
+            t.spd_out.ports_may_select_v4(key)
+        }
+}
+
 fn inner_header(buf: &PktBuf) -> Option<inbound::InnerHeader> {
     let inner = buf.frame().get(ethernet::HEADER_LEN..)?;
     if is_ipv6(buf.frame()) {
@@ -2454,6 +2476,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     #[allow(clippy::too_many_arguments)]
     fn decrypted_outside(&mut self, t: &Tables, port: usize, buf: PktBuf, key: FlowKey, (ttl, len): (u8, usize), peer: IpAddr, c: &crate::esp::lifetime::SaCounters, routed: bool) {
         let reason = match t.spd_out.lookup(&key) {
+            // A fragment of a datagram that port selectors may split: no
+            // reassembly here, so none of it goes (helper-102: the later
+            // fragments left in the clear by an any-port BYPASS while the
+            // first was sealed).
+            Some(SpdAction::Protect(_) | SpdAction::Bypass) if port_split_fragment(t, &key, &buf) => DropReason::HairpinFragment,
             Some(SpdAction::Protect(_) | SpdAction::Bypass) => {
                 c.packets.add(1);
                 c.bytes.add(len as u64);
