@@ -842,6 +842,20 @@ fn decrypted_traffic_routed_out_of_an_unprotected_port_is_warned_about() {
     assert!(w(&format!("{BASE}\n{}", route("inside"))).is_empty());
     let hub = "[[policy]]\ndirection = \"outbound\"\nsrc = \"198.51.100.0/25\"\ndst = \"192.0.2.0/24\"\naction = \"bypass\"\n";
     assert!(w(&format!("{BASE}\n{}{hub}", route("outside"))).is_empty());
+    // helper-102: an outbound entry for one protocol and port does not
+    // take the rest; a wider destination with only its first part routed
+    // inside still leaks the rest; the gateway's own address is `to_us`.
+    let ike = "[[policy]]\ndirection = \"outbound\"\nsrc = \"198.51.100.0/24\"\ndst = \"192.0.2.0/24\"\nprotocol = \"udp\"\ndst_ports = \"500\"\naction = \"bypass\"\n";
+    let got = w(&format!("{BASE}\n{}{ike}", route("outside")));
+    assert!(got.len() == 1 && got[0].contains("policy[1].dst: 192.0.2.0/24 is routed out of unprotected port outside:"), "{got:?}");
+    let wide = BASE.replace("dst = \"192.0.2.0/24\"", "dst = \"10.0.0.0/8\"");
+    let wide = format!("{wide}\n[[route]]\nprefix = \"10.0.0.0/16\"\nport = \"inside\"\n[[route]]\nprefix = \"0.0.0.0/0\"\nport = \"outside\"\nvia = \"203.0.113.2\"\n");
+    let got = w(&wide);
+    assert!(got.iter().any(|g| g.contains("policy[1].dst: 10.0.0.0/8 is routed out of unprotected port outside in part (from 10.1.0.0):")), "{got:?}");
+    let inside_only = wide.replace("prefix = \"10.0.0.0/16\"", "prefix = \"10.0.0.0/8\"");
+    assert!(!w(&inside_only).iter().any(|g| g.contains("crosses the boundary")));
+    let ours = BASE.replace("dst = \"192.0.2.0/24\"", "dst = \"203.0.113.1/32\"");
+    assert!(!w(&ours).iter().any(|g| g.contains("crosses the boundary")), "{:?}", w(&ours));
 }
 
 #[test]

@@ -26,6 +26,43 @@ fn overlap(a: (IpAddr, u8), b: (IpAddr, u8)) -> bool {
     holds(a, b) || holds(b, a)
 }
 
+/// The first and last address of prefix `(p, len)` as integers, and its
+/// family (`true`: IPv6).
+fn span((p, len): (IpAddr, u8)) -> (bool, u128, u128) {
+    let (v6, a, bits) = match p {
+        IpAddr::V4(a) => (false, u128::from(u32::from(a)), 32u32),
+        IpAddr::V6(a) => (true, u128::from(a), 128u32),
+    };
+    let host = bits.saturating_sub(u32::from(len).min(bits));
+    let mask = if host >= 128 { u128::MAX } else { (1u128 << host) - 1 };
+    (v6, a & !mask, a | mask)
+}
+
+/// Address `n` of family `v6` (an IPv4 one from its low 32 bits).
+fn address(v6: bool, n: u128) -> IpAddr {
+    if v6 {
+        IpAddr::V6(n.into())
+    } else {
+        IpAddr::V4((n as u32).into())
+    }
+}
+
+/// The addresses of prefix `q` at which the longest-matching route of
+/// `routes` can change: its first address, and the first address of and
+/// the one after every route that overlaps it, where inside `q`. Every
+/// address of `q` takes the route of the greatest of these at or below it.
+fn route_boundaries(q: (IpAddr, u8), routes: &[Route]) -> Vec<IpAddr> {
+    let (v6, lo, hi) = span(q);
+    let mut at = vec![lo];
+    for r in routes.iter().filter(|r| r.prefix.0.is_ipv6() == v6) {
+        let (_, a, b) = span(r.prefix);
+        at.extend([Some(a), b.checked_add(1)].into_iter().flatten().filter(|&x| lo <= x && x <= hi));
+    }
+    at.sort_unstable();
+    at.dedup();
+    at.into_iter().map(|n| address(v6, n)).collect()
+}
+
 /// An outbound SA whose `first_seq` leaves fewer sequence numbers than
 /// this is warned about (65,536: a second of traffic at a modest rate).
 const FEW_SEQUENCE_NUMBERS: u64 = 1 << 16;
@@ -497,13 +534,31 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
         // the boundary again: the outbound SPD decides (RFC 4301 §5.1), and
         // with no entry there it is all dropped (helper-100's config sent
         // it to the wan in the clear before the worker looked).
+        // Every address of the destination prefix counts (helper-102: only
+        // its first was looked at), but the gateway's own (`to_us`); an
+        // outbound entry counts only if it takes all of the entry's
+        // protocol and ports (one for UDP port 500 alone silenced it).
         if let (Direction::Inbound, Action::Protect(spi), None) = (q.direction, q.action, shadow) {
-            let leaves = route_port(q.dst.0).filter(|p| p.role == PortRole::Unprotected);
-            let selected = || cfg.policies.iter().any(|p| p.direction == Direction::Outbound && overlap(p.src, q.src) && overlap(p.dst, q.dst));
-            if let Some(port) = leaves.filter(|_| !selected()) {
+            let leaves = route_boundaries(q.dst, &cfg.routes)
+                .into_iter()
+                .filter(|&a| owner(a).is_none())
+                .find_map(|a| route_port(a).filter(|p| p.role == PortRole::Unprotected).map(|p| (a, p)));
+            let within = |a: (u16, u16), b: (u16, u16)| a.0 <= b.0 && b.1 <= a.1;
+            let selected = || {
+                cfg.policies.iter().any(|p| {
+                    p.direction == Direction::Outbound
+                        && overlap(p.src, q.src)
+                        && overlap(p.dst, q.dst)
+                        && (p.protocol == Protocol::Any || p.protocol == q.protocol)
+                        && within(p.src_ports, q.src_ports)
+                        && within(p.dst_ports, q.dst_ports)
+                })
+            };
+            if let Some((a, port)) = leaves.filter(|_| !selected()) {
+                let what = if a == q.dst.0 { String::new() } else { format!(" in part (from {a})") };
                 warn(
                     format!("policy[{j}].dst"),
-                    format!("{}/{} is routed out of unprotected port {}: what SPI {spi} decrypts there crosses the boundary again and no outbound policy selects it (dropped as no_policy; add one that protects it again, or bypass)", q.dst.0, q.dst.1, port.name),
+                    format!("{}/{} is routed out of unprotected port {}{what}: what SPI {spi} decrypts there crosses the boundary again and no outbound policy selects it (dropped as no_policy; add one that protects it again, or bypass)", q.dst.0, q.dst.1, port.name),
                 );
             }
         }
