@@ -2468,9 +2468,11 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// routed: it would cross the IPsec boundary again, so it goes through
     /// the outbound SPD ([`Origin::Decapsulated`]; helper-100: it used to
     /// leave in the clear with no SPD lookup). PROTECT or BYPASS: the SA
-    /// delivered it, on to [`Self::outbound`]; DISCARD: `policy_discard`;
-    /// no entry: `no_policy` (`no_route` when not routed, as before), the
-    /// SA's error.
+    /// delivered it, on to [`Self::outbound`], unless it is a TCP/UDP
+    /// fragment port selectors may split ([`port_split_fragment`]:
+    /// `hairpin_fragment`); DISCARD: `policy_discard`; no entry:
+    /// `no_policy` (`no_route` when not routed, as before); the drops are
+    /// the SA's errors.
     #[cold]
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
