@@ -13,7 +13,7 @@
 //! cannot fit is refused with a message naming the SA, the limit and the
 //! totals.
 
-use crate::config::model::{Config, Direction};
+use crate::config::model::{Config, Direction, Sa};
 
 /// Where each SA goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +56,10 @@ pub fn bind(cfg: &Config, max_sessions_per_qp: u32) -> Result<Binding, BindError
     let workers = cfg.gateway.workers.max(1);
     let limit = max_sessions_per_qp as usize;
     let mut per_worker: Vec<Vec<usize>> = vec![Vec::new(); workers];
+    // SAs of each direction (outbound, inbound) per worker, kept beside
+    // `per_worker` so the choice below stays O(workers) per SA.
+    let mut per_dir = vec![[0usize; 2]; workers];
+    let d = |sa: &Sa| usize::from(sa.direction == Direction::Inbound);
     let mut owner = vec![usize::MAX; cfg.sas.len()];
     let err = |i: usize, what: String| BindError {
         at: cfg.at(&if cfg.sas[i].worker.is_some() { format!("sa[{i}].worker") } else { format!("sa[{i}]") }),
@@ -77,15 +81,15 @@ pub fn bind(cfg: &Config, max_sessions_per_qp: u32) -> Result<Binding, BindError
             ));
         }
         per_worker[w].push(i);
+        per_dir[w][d(sa)] += 1;
         owner[i] = w;
     }
     for (i, sa) in cfg.sas.iter().enumerate() {
         if sa.worker.is_some() {
             continue;
         }
-        let same = |w: usize| per_worker[w].iter().filter(|&&j| cfg.sas[j].direction == sa.direction).count();
         let room = |w: &usize| limit == 0 || per_worker[*w].len() < limit;
-        let Some(w) = (0..workers).filter(room).min_by_key(|&w| (same(w), per_worker[w].len())) else {
+        let Some(w) = (0..workers).filter(room).min_by_key(|&w| (per_dir[w][d(sa)], per_worker[w].len())) else {
             return Err(err(
                 i,
                 format!(
@@ -96,6 +100,7 @@ pub fn bind(cfg: &Config, max_sessions_per_qp: u32) -> Result<Binding, BindError
             ));
         };
         per_worker[w].push(i);
+        per_dir[w][d(sa)] += 1;
         owner[i] = w;
     }
     Ok(Binding { owner, per_worker })
