@@ -1407,7 +1407,12 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
             let k = key_of(sa);
             let owner = match self.live.get(&k) {
                 Some(l) if l.sa == *sa => continue,
-                Some(l) => self.replacement_owner(sa, l.owner, &extra)?,
+                Some(l) => {
+                    // The replacement's `install` checks this as well, but
+                    // only after the SAs that go have gone.
+                    self.retiring_clash(k.0, k.1, k.2, now)?;
+                    self.replacement_owner(sa, l.owner, &extra)?
+                }
                 None => {
                     self.retiring_clash(k.0, k.1, k.2, now)?;
                     // As the apply phase will choose, counting this reload's sessions.

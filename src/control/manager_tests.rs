@@ -597,6 +597,39 @@ fn a_reload_that_does_not_fit_the_queue_pairs_changes_nothing() {
     assert_eq!(protect_slots(&fx.snap().spd_out), vec![fx.out_slot(2001).unwrap()], "the policy still protects with 2001");
 }
 
+/// Two reloads within an outbound SA's grace that both change it: the
+/// second's replacement would take the SPI the first's retiring SA still
+/// sends under. Refused before anything changes (helper-104: `exists`
+/// answered after the SA this reload removes, 1002, was already gone,
+/// its policy naming nothing).
+#[test]
+fn a_reload_refused_for_a_retiring_spi_changes_nothing() {
+    let (base, path, cfg) = soft_config_file("reload-retiring");
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let now = Instant::now();
+    std::fs::write(&path, base.replace(OUT_KEY, &key(0x51)).replace(IN_KEY, &key(0x52))).unwrap();
+    let r = fx.m.reload(now).unwrap();
+    assert_eq!(r["replaced"].as_u64(), Some(2), "{r}");
+    fx.m.publish();
+    let v = fx.snap().version;
+    // Within 1001's grace: 1001 under a third key, 1002 and its policy gone.
+    let next = base
+        .replace(OUT_KEY, &key(0x53))
+        .replace(&sa(1002, "inbound", IN_KEY), "")
+        .replace(&policy("inbound", "198.51.100.0/24", "192.0.2.0/24", 1002), "");
+    std::fs::write(&path, &next).unwrap();
+    let e = fx.m.reload(now + Duration::from_millis(10)).unwrap_err();
+    assert_eq!(e.kind, MgrErrorKind::Exists, "{e}");
+    assert!(e.message.contains("retiring"), "{e}");
+    fx.m.publish();
+    assert_eq!(fx.snap().version, v, "nothing published");
+    assert!(fx.in_resolves(1002), "SA 1002 still there");
+    // After the grace the same file is taken.
+    let r = fx.m.reload(now + Duration::from_secs(1)).unwrap();
+    assert_eq!((r["removed"].as_u64(), r["replaced"].as_u64()), (Some(1), Some(1)), "{r}");
+}
+
 #[test]
 fn port_changes_name_the_port_and_the_field() {
     let cfg = crate::config::load(&write_config("ports", &config_text("backend = \"software\"", ""))).unwrap();
