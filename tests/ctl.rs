@@ -475,6 +475,65 @@ fn clients_that_never_read_do_not_block_the_server_and_are_dropped() {
     assert!(client::request(&h.path, &Command::Version).is_ok());
 }
 
+/// A burst of events larger than the old 4-MiB cap (a reload removing
+/// 20,000 SAs queues 20,000 `deleted` lines in one round) reaches a
+/// subscriber that reads, slower than the burst comes: with the default
+/// limits it gets every event, in order (helper-103: it was dropped as
+/// "does not read", its last line cut).
+#[test]
+fn a_reading_subscriber_gets_a_burst_of_events_bigger_than_4_mib() {
+    let h = Harness::start("burst", Limits::default(), Duration::ZERO);
+    let path = h.path.clone();
+    let sub = std::thread::spawn(move || {
+        let mut got = 0u32;
+        let r = client::events(&path, |ev| {
+            assert_eq!(ev.spi, got, "in order");
+            got += 1;
+            if got.is_multiple_of(1000) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            got < 20_000
+        });
+        (r, got)
+    });
+    h.wait_for("the subscriber", |h| h.subscribers.load(Ordering::Relaxed) == 1);
+    let msg = "m".repeat(200);
+    for spi in 0..20_000 {
+        h.events.send(Event { message: msg.clone(), ..event(EventKind::Deleted, spi) }).unwrap();
+    }
+    let (r, got) = sub.join().unwrap();
+    assert!(r.is_ok() && got == 20_000, "{r:?} after {got} events");
+}
+
+/// A server that cuts a line (it dropped the client) ends the events
+/// stream as `Closed`, not as a bad line.
+#[test]
+fn a_cut_last_line_is_the_end_of_the_connection() {
+    let dir = std::env::temp_dir().join(format!("secgw-ctl-cut-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("s.sock");
+    let _ = std::fs::remove_file(&path);
+    let l = UnixListener::bind(&path).unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let mut req = String::new();
+        r.read_line(&mut req).unwrap();
+        let ev = protocol::event_line(&event(EventKind::Rekeyed, 7));
+        let out = format!("{}{}{}", protocol::ok_line(Some(&json!(1)), json!({"subscribed": true})), ev, &ev[..ev.len() / 2]);
+        s.write_all(out.as_bytes()).unwrap();
+    });
+    let mut seen = Vec::new();
+    let r = client::events(&path, |ev| {
+        seen.push(ev.spi);
+        true
+    });
+    server.join().unwrap();
+    assert!(matches!(r, Err(ClientError::Closed)), "{r:?}");
+    assert_eq!(seen, [7]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn too_many_connections_get_a_busy_line() {
     let h = Harness::start("busy", Limits { max_connections: 4, ..Limits::default() }, Duration::ZERO);

@@ -91,13 +91,15 @@ impl Client {
         Ok(id)
     }
 
-    /// The next line from the server (a response or an event).
+    /// The next line from the server (a response or an event). Errors:
+    /// [`ClientError::Closed`] at the end of the connection, also after
+    /// the start of a line without its newline (a server that dropped
+    /// this client cuts its last line; that is no line).
     pub fn recv_line(&mut self) -> Result<ServerLine, ClientError> {
         let mut line = Vec::new();
-        if self.reader.read_until(b'\n', &mut line)? == 0 {
-            return Err(ClientError::Closed);
-        }
-        protocol::parse_server_line(line.strip_suffix(b"\n").unwrap_or(&line)).map_err(ClientError::Protocol)
+        self.reader.read_until(b'\n', &mut line)?;
+        let Some(line) = line.strip_suffix(b"\n") else { return Err(ClientError::Closed) };
+        protocol::parse_server_line(line).map_err(ClientError::Protocol)
     }
 
     /// The next response, skipping events: its id, and its result or the

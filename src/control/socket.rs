@@ -48,7 +48,12 @@ pub struct Limits {
     /// bytes of its responses are unsent (default 1 MiB).
     pub out_high: usize,
     /// An events subscriber with more than this many bytes unsent when an
-    /// event comes is dropped (default 4 MiB).
+    /// event comes is dropped (default 64 MiB). Events come in bursts (a
+    /// reload removing 20,000 SAs queues 20,000 `deleted` lines, ≈ 5 MB,
+    /// in one control-loop round, faster than any client reads), so this
+    /// bounds memory, not a reader's pace: a subscriber that reads nothing
+    /// is dropped by [`Limits::stall`] (helper-103: at 4 MiB a reading
+    /// subscriber was dropped in such a burst).
     pub out_limit: usize,
     /// A connection with output waiting that the socket has taken none of
     /// for this long (default 2 s) is dropped: its client does not read.
@@ -63,7 +68,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_connections: 64, batch: 4096, out_high: 1 << 20, out_limit: 4 << 20, stall: Duration::from_secs(2), idle: Duration::from_secs(60) }
+        Limits { max_connections: 64, batch: 4096, out_high: 1 << 20, out_limit: 64 << 20, stall: Duration::from_secs(2), idle: Duration::from_secs(60) }
     }
 }
 
@@ -404,13 +409,14 @@ impl CtlServer {
     }
 
     /// Sends `ev` to every `events` subscriber; one that lets more than
-    /// [`Limits::out_limit`] pile up is dropped at once.
+    /// [`Limits::out_limit`] pile up is dropped at once (its last line may
+    /// be cut: a line without its newline is no event).
     pub fn broadcast(&mut self, ev: &Event) {
         let line = protocol::event_line(ev);
         let limit = self.limits.out_limit;
         for c in self.conns.iter_mut().filter(|c| c.subscriber && !c.dead) {
             if c.unsent() > limit {
-                tracing::warn!(path = %self.path.display(), "dropping an events subscriber that does not read ({} bytes unsent)", c.unsent());
+                tracing::warn!(path = %self.path.display(), "dropping an events subscriber that fell behind: {} bytes unsent, more than the {}-byte limit", c.unsent(), limit);
                 c.dead = true;
                 continue;
             }
