@@ -586,6 +586,9 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     /// SA this worker owns that sends dummies (RFC 4303 §2.6); empty when
     /// none does, and then the poll loop spends nothing on dummies.
     dummies: Vec<(usize, Instant)>,
+    /// The earliest `due` in `dummies` (or earlier): until then a poll
+    /// does not look at them.
+    dummy_next: Instant,
     /// Version of the tables the SA state was last matched to.
     version: u64,
     /// Crypto ops prepared (pushed for enqueue) and finished, since start.
@@ -688,6 +691,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             now: None,
             now_ms: None,
             dummies: Vec::new(),
+            dummy_next: Instant::now(),
             version: u64::MAX,
             prepared: 0,
             finished: 0,
@@ -742,11 +746,17 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             }
         }
         let start = Instant::now();
-        let old = std::mem::take(&mut self.dummies);
+        // Sorted by SA reference, so each SA finds its old due time in
+        // O(log D) (a linear search made a snapshot O(D²) with many dummy
+        // SAs, helper-103).
+        let mut old = std::mem::take(&mut self.dummies);
+        old.sort_unstable_by_key(|&(r, _)| r);
+        self.dummy_next = start;
         for (slot, sa) in t.sad.outbound_sas() {
             let (Some(d), true) = (sa.dummy, sa.owner == me) else { continue };
             let r = sa_ref(slot, sa.id);
-            let due = old.iter().find(|(o, _)| *o == r).map_or(start + d.interval, |&(_, due)| due);
+            let due = old.binary_search_by_key(&r, |&(o, _)| o).map_or(start + d.interval, |k| old[k].1);
+            self.dummy_next = if self.dummies.is_empty() { due } else { self.dummy_next.min(due) };
             self.dummies.push((r, due));
         }
         self.version = t.version;
@@ -1037,21 +1047,34 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
     /// packets. The next one is due an interval later (an interval after
     /// now if the worker fell behind: late dummies are not caught up in a
     /// burst). No free buffer or crypto slot: tried again next poll. Runs
-    /// once per poll, and only when this worker owns an SA with dummies;
+    /// once per poll, and only when this worker owns an SA with dummies,
+    /// scanning them only once the earliest is due (`dummy_next`);
     /// an idle worker polls at least every `idle_sleep_us` (at most 10 ms),
     /// so a dummy goes out within that of its time.
     fn send_dummies(&mut self, t: &Tables) {
         let now = self.now();
+        if now < self.dummy_next {
+            return;
+        }
+        // Out of buffers or crypto slots: the rest are looked at next poll.
+        self.dummy_next = now;
+        let mut next_due: Option<Instant> = None;
         for k in 0..self.dummies.len() {
             let (r, due) = self.dummies[k];
             let Some((i, sa)) = out_sa(t, r) else { continue };
-            let Some(plan) = sa.dummy.filter(|_| now >= due) else { continue };
+            let Some(plan) = sa.dummy else { continue };
+            if now < due {
+                next_due = Some(next_due.map_or(due, |n| n.min(due)));
+                continue;
+            }
             if self.ops.len() >= self.ops.capacity() {
                 return;
             }
             let Some(buf) = self.pool.pop() else { return };
             let next = due + plan.interval;
-            self.dummies[k].1 = if next > now { next } else { now + plan.interval };
+            let next = if next > now { next } else { now + plan.interval };
+            self.dummies[k].1 = next;
+            next_due = Some(next_due.map_or(next, |n| n.min(next)));
             if sa.life.expired() {
                 self.drop_buf(NO_PORT, DropReason::SaExpired, buf);
                 continue;
@@ -1068,6 +1091,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
                 }
                 Err((e, b)) => self.outbound_refused(sa, NO_PORT, e, b),
             }
+        }
+        if let Some(n) = next_due {
+            self.dummy_next = n;
         }
     }
 
