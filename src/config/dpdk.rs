@@ -1689,13 +1689,17 @@ pub fn convert(text: &str, source: &Path, opts: &ImportOptions) -> Result<Import
         }
     }
 
-    let mut seen: Vec<&Sp> = Vec::new();
+    // The line of the first sp with each rule (a map: a search of the
+    // ones before for each made the import quadratic, helper-103).
+    let mut seen: HashMap<_, usize> = HashMap::new();
     for sp in &sps {
         let l = sp.line;
-        if let Some(first) = seen.iter().find(|o| (o.v6, o.dir, o.protect.map(|x| x.0), o.bypass, o.pri, o.src, o.dst, o.proto, o.sport, o.dport) == (sp.v6, sp.dir, sp.protect.map(|x| x.0), sp.bypass, sp.pri, sp.src, sp.dst, sp.proto, sp.sport, sp.dport)) {
-            warn(&mut p, l, "sp", format!("repeats the sp at line {} (kept, as rte_acl keeps both; the first wins)", first.line));
+        let rule = (sp.v6, sp.dir == Direction::Inbound, sp.protect.map(|x| x.0), sp.bypass, sp.pri, sp.src, sp.dst, sp.proto, sp.sport, sp.dport);
+        if let Some(first) = seen.get(&rule) {
+            warn(&mut p, l, "sp", format!("repeats the sp at line {first} (kept, as rte_acl keeps both; the first wins)"));
+        } else {
+            seen.insert(rule, l);
         }
-        seen.push(sp);
         let action = match (sp.protect, sp.bypass) {
             (Some((spi, _)), _) if refused.contains_key(&(spi, sp.dir as u8)) => {
                 let sa_line = refused[&(spi, sp.dir as u8)];

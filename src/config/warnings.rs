@@ -48,20 +48,59 @@ fn address(v6: bool, n: u128) -> IpAddr {
     }
 }
 
-/// The addresses of prefix `q` at which the longest-matching route of
-/// `routes` can change: its first address, and the first address of and
-/// the one after every route that overlaps it, where inside `q`. Every
-/// address of `q` takes the route of the greatest of these at or below it.
-fn route_boundaries(q: (IpAddr, u8), routes: &[Route]) -> Vec<IpAddr> {
-    let (v6, lo, hi) = span(q);
-    let mut at = vec![lo];
-    for r in routes.iter().filter(|r| r.prefix.0.is_ipv6() == v6) {
-        let (_, a, b) = span(r.prefix);
-        at.extend([Some(a), b.checked_add(1)].into_iter().flatten().filter(|&x| lo <= x && x <= hi));
+/// A config's routes indexed for the warnings' lookups (a pass over every
+/// route for each SA and policy made `check` quadratic: helper-103's
+/// imported `.cfg` had 30,000 routes).
+struct RouteIndex<'a> {
+    routes: &'a [Route],
+    /// (IPv6, length, first address) of a prefix → the last route with it.
+    exact: HashMap<(bool, u8, u128), usize>,
+    /// (IPv6, length) in use, longest first.
+    lengths: Vec<(bool, u8)>,
+    /// (IPv6, first address, last address) of every route, in order.
+    sorted: Vec<(bool, u128, u128)>,
+}
+
+impl<'a> RouteIndex<'a> {
+    fn new(routes: &'a [Route]) -> Self {
+        let mut exact = HashMap::new();
+        let mut lengths = Vec::new();
+        let mut sorted = Vec::new();
+        for (i, r) in routes.iter().enumerate() {
+            let (v6, lo, hi) = span(r.prefix);
+            exact.insert((v6, r.prefix.1, lo), i);
+            lengths.push((v6, r.prefix.1));
+            sorted.push((v6, lo, hi));
+        }
+        lengths.sort_unstable_by(|a, b| b.cmp(a));
+        lengths.dedup();
+        sorted.sort_unstable();
+        RouteIndex { routes, exact, lengths, sorted }
     }
-    at.sort_unstable();
-    at.dedup();
-    at.into_iter().map(|n| address(v6, n)).collect()
+
+    /// The longest-matching route of `a` (of equal prefixes, the last).
+    fn lookup(&self, a: IpAddr) -> Option<&'a Route> {
+        let v6 = a.is_ipv6();
+        self.lengths.iter().filter(|l| l.0 == v6).find_map(|&(_, len)| self.exact.get(&(v6, len, span((a, len)).1))).map(|&i| &self.routes[i])
+    }
+
+    /// The addresses of prefix `q` at which the longest-matching route can
+    /// change: its first address, and the first address of and the one
+    /// after every route inside it (routes are prefixes: one that overlaps
+    /// `q` without being inside holds all of it), where inside `q`. Every
+    /// address of `q` takes the route of the greatest of these at or below
+    /// it.
+    fn boundaries(&self, q: (IpAddr, u8)) -> Vec<IpAddr> {
+        let (v6, lo, hi) = span(q);
+        let mut at = vec![lo];
+        let from = self.sorted.partition_point(|&(f, a, _)| (f, a) < (v6, lo));
+        for &(_, a, b) in self.sorted[from..].iter().take_while(|&&(f, a, _)| f == v6 && a <= hi) {
+            at.extend([Some(a), b.checked_add(1)].into_iter().flatten().filter(|&x| x <= hi));
+        }
+        at.sort_unstable();
+        at.dedup();
+        at.into_iter().map(|n| address(v6, n)).collect()
+    }
 }
 
 /// An outbound SA whose `first_seq` leaves fewer sequence numbers than
@@ -227,7 +266,8 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
     // Which port has `ip` as one of its addresses.
     let owner = |ip: IpAddr| cfg.ports.iter().find(|p| p.addresses.iter().any(|a| a.0 == ip)).map(|p| p.name.as_str());
     // The port of the longest route covering `ip`.
-    let route_port = |ip: IpAddr| cfg.routes.iter().filter(|r| covers(r.prefix, ip)).max_by_key(|r| r.prefix.1).and_then(|r| cfg.ports.get(r.port));
+    let route_index = RouteIndex::new(&cfg.routes);
+    let route_port = |ip: IpAddr| route_index.lookup(ip).and_then(|r| cfg.ports.get(r.port));
     let own: Vec<IpAddr> = cfg
         .ports
         .iter()
@@ -329,7 +369,7 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
                 );
             }
         }
-        if sa.direction == Direction::Outbound && sa.mode == SaMode::Tunnel && !cfg.routes.iter().any(|r| covers(r.prefix, sa.tunnel_dst)) {
+        if sa.direction == Direction::Outbound && sa.mode == SaMode::Tunnel && route_index.lookup(sa.tunnel_dst).is_none() {
             warn(
                 format!("sa[{i}].tunnel_dst"),
                 format!("no [[route]] covers {}: packets of SPI {} are dropped as no_route (ESP is routed on its outer destination)", sa.tunnel_dst, sa.spi),
@@ -577,7 +617,7 @@ fn collect(cfg: &Config, scope: Scope) -> Vec<String> {
         // outbound entry counts only if it takes all of the entry's
         // protocol and ports (one for UDP port 500 alone silenced it).
         if let (Direction::Inbound, Action::Protect(spi), None) = (q.direction, q.action, shadow) {
-            let leaves = route_boundaries(q.dst, &cfg.routes)
+            let leaves = route_index.boundaries(q.dst)
                 .into_iter()
                 .filter(|&a| owner(a).is_none())
                 .find_map(|a| route_port(a).filter(|p| p.role == PortRole::Unprotected).map(|p| (a, p)));
