@@ -2005,3 +2005,21 @@ fn fragment_and_shadow_warnings_follow_the_spd_order() {
     let w = warns(&text);
     assert!(w.iter().any(|w| w.starts_with("test.toml: policy[4]: policy[3] (priority 5, bypass) comes first")), "{w:?}");
 }
+
+/// A config file over the 64-MiB limit is refused by size, naming the
+/// limit, before it is read (a sparse file: nothing is written).
+#[test]
+fn a_config_over_64_mib_is_refused_by_size() {
+    let dir = std::env::temp_dir().join(format!("secgw-cfg-size-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("big.toml");
+    let f = std::fs::File::create(&p).unwrap();
+    f.set_len(config::MAX_CONFIG_BYTES + 1).unwrap();
+    let e = config::load(&p).unwrap_err().to_string();
+    assert_eq!(config::MAX_CONFIG_BYTES, 64 << 20);
+    assert!(e.contains(&format!("{} bytes, more than the {}-byte limit", (64u64 << 20) + 1, 64u64 << 20)), "{e}");
+    f.set_len(config::MAX_CONFIG_BYTES).unwrap();
+    let e = config::load(&p).unwrap_err().to_string();
+    assert!(!e.contains("byte limit"), "at the limit it is read: {e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

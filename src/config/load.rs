@@ -257,8 +257,12 @@ pub fn read_text(path: &Path) -> Result<Zeroizing<String>, ConfigError> {
     }
 }
 
-/// Largest config file `load` reads (16 MiB: room for 100,000 SAs).
-pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+/// Largest config file `load` reads: 64 MiB. 100,000 AES-GCM tunnel SAs
+/// with a policy each take ≈ 34 MB of TOML as `import-dpdk` writes it
+/// (helper-103: at the old 16 MiB a 60,000-SA import's output could not
+/// be loaded); the limit keeps a wrong path (a disk image) from being
+/// read whole.
+pub const MAX_CONFIG_BYTES: u64 = 64 << 20;
 
 /// Packet buffers of all workers together at most (`gateway.workers` ×
 /// `gateway.pool_size`, 2.1 GiB of 2176-byte buffers): every worker sizes

@@ -20,7 +20,7 @@ mod warnings;
 use std::fmt;
 use std::path::PathBuf;
 
-pub use load::{load, parse, parse_fragment, parse_spi, Fragment};
+pub use load::{load, parse, parse_fragment, parse_spi, Fragment, MAX_CONFIG_BYTES};
 pub(crate) use load::{nonce_from_seq, two_ciphers};
 pub use model::*;
 pub use positions::{Located, Positions};
