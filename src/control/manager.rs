@@ -321,9 +321,12 @@ const REPLAY_BURST: u64 = 64;
 #[derive(Default)]
 struct DropWatch {
     looked: Option<Instant>,
-    /// `no_sa` drops at the last warning (a warning covers all since).
+    /// ESP `no_sa` drops at the last warning (a warning covers all since).
     no_sa: u64,
     no_sa_warned: Option<Instant>,
+    /// The other `no_sa` drops (an SA gone under its packets), likewise.
+    no_sa_gone: u64,
+    no_sa_gone_warned: Option<Instant>,
     /// `replay` drops at the last look (a warning covers one second).
     replay: u64,
     replay_warned: Option<Instant>,
@@ -1482,7 +1485,21 @@ impl<'d, D: CryptoDevice> Manager<'d, D> {
         };
         let quiet = |warned: Option<Instant>| warned.is_some_and(|t| now.saturating_duration_since(t) < NO_SA_WARN_EVERY);
 
-        let no_sa = sum(DropReason::NoSa);
+        // ESP that found no SA (the peer's doing), apart from packets
+        // whose SA went while they waited (this gateway's own rekeys and
+        // deletions; helper-104: those were reported as ESP "with SPI 0").
+        let esp_no_sa = workers.iter().map(|c| c.esp_no_sa.get()).sum::<u64>();
+        let gone = sum(DropReason::NoSa).saturating_sub(esp_no_sa);
+        if gone > w.no_sa_gone && !quiet(w.no_sa_gone_warned) {
+            tracing::warn!(
+                "{} packets dropped as no_sa since {}: their SA was deleted, rekeyed or replaced while they waited (in a handoff ring or the crypto queue pair) and its grace had ended",
+                gone - w.no_sa_gone,
+                if w.no_sa_gone_warned.is_some() { "the last warning" } else { "start" }
+            );
+            w.no_sa_gone = gone;
+            w.no_sa_gone_warned = Some(now);
+        }
+        let no_sa = esp_no_sa;
         if no_sa > w.no_sa && !quiet(w.no_sa_warned) {
             let (spi, src) = noted(|c| c.last_no_sa.get());
             let from = if src == 0 { String::new() } else { format!(" from {}", std::net::Ipv4Addr::from(src)) };

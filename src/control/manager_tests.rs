@@ -1180,3 +1180,43 @@ fn new_sas_spread_over_the_workers_of_an_unlimited_device_and_a_replacement_foll
     assert!(m.reload(now).is_err());
     assert_eq!(workers_of(&m, 1001), [1]);
 }
+
+/// The control thread's `no_sa` warnings tell ESP that found no SA (named
+/// by SPI and source) from packets whose SA went under them (helper-104:
+/// 8,192 plaintext packets of a deleted outbound SA were reported as ESP
+/// "with SPI 0" and the advice to add the inbound SA first).
+#[test]
+fn no_sa_warnings_tell_a_peers_esp_from_an_sa_gone_under_its_packets() {
+    #[derive(Clone, Default)]
+    struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let (_, _, cfg) = soft_config_file("no-sa-warn");
+    let s = soft();
+    let mut fx = fixture(&cfg, &s);
+    let buf = Buf::default();
+    let w = buf.clone();
+    let sub = tracing_subscriber::fmt().with_writer(move || w.clone()).with_ansi(false).finish();
+    let now = Instant::now();
+    tracing::subscriber::with_default(sub, || {
+        // 8,192 packets of an SA gone while they waited: no ESP warning.
+        fx.worker.drops[DropReason::NoSa as usize].add(8192);
+        fx.m.tick(now);
+        // Then 3 ESP packets with SPI 3001 from 203.0.113.2.
+        fx.worker.drops[DropReason::NoSa as usize].add(3);
+        fx.worker.esp_no_sa.add(3);
+        fx.worker.last_no_sa.set((3001u64 << 32) | u64::from(u32::from(std::net::Ipv4Addr::new(203, 0, 113, 2))));
+        fx.m.tick(now + Duration::from_secs(2));
+    });
+    let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    assert!(log.contains("8192 packets dropped as no_sa since start: their SA was deleted, rekeyed or replaced while they waited"), "{log}");
+    assert!(log.contains("3 ESP packets dropped as no_sa since start; one had SPI 3001 (0x00000bb9) from 203.0.113.2"), "{log}");
+    assert!(!log.contains("SPI 0 "), "{log}");
+}

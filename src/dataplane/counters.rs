@@ -470,6 +470,11 @@ pub struct WorkerCounters {
     /// the first. Read by the control thread to name the SPI in its
     /// warning (a peer that rekeyed first, a missing SA).
     pub last_no_sa: Counter,
+    /// ESP packets dropped as `no_sa` for want of an SA (those noted in
+    /// `last_no_sa`), of all `no_sa` drops: the rest are packets whose SA
+    /// went while they waited (in a handoff ring, in the crypto queue
+    /// pair, an outbound SA deleted or rekeyed away under them).
+    pub esp_no_sa: Counter,
     /// The last ESP packet refused as a replay before decryption: its
     /// SPI in the high 32 bits, its sequence number's low 32 bits in the
     /// low 32; 0 before the first (the control thread's warning).
@@ -509,6 +514,7 @@ impl WorkerCounters {
             frags_pending: Counter::default(),
             quiesced: Counter::default(),
             last_no_sa: Counter::default(),
+            esp_no_sa: Counter::default(),
             last_replay: Counter::default(),
             adopted: Counter::default(),
         }

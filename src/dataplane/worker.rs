@@ -1683,6 +1683,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             IpAddr::V6(_) => 0,
         };
         self.counters.last_no_sa.set(((spi as u64) << 32) | v4 as u64);
+        self.counters.esp_no_sa.add(1);
         self.drop_buf(port, DropReason::NoSa, buf)
     }
 
