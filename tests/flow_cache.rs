@@ -275,3 +275,44 @@ fn a_cached_flow_still_gets_every_per_packet_check() {
     let out = gw.push("inside", std::slice::from_ref(&f));
     assert_eq!((out.len(), hits(&gw)), (1, 1));
 }
+
+/// A worker keeps its per-SA fast-path records across snapshots that keep
+/// the routes and ports (helper-103: remaking them for every SA on each
+/// snapshot stalled workers at 100,000 SAs), and remakes them when those
+/// change: with the outside port's MTU lowered under a cached flow, a
+/// packet that fitted before takes the slow path's MTU check
+/// (`mtu_exceeded`, DF set), not the old bound.
+#[test]
+fn fast_path_records_follow_a_change_of_the_ports() {
+    let mut gw = Gw::from_config("configs/ep0.toml");
+    let f = frame(40001, 1300, 64, true);
+    let out = gw.push("inside", &[f.clone(), f.clone()]);
+    assert_eq!(out.len(), 2);
+    assert_eq!(hits(&gw), 1, "packet 2 hit");
+    // A snapshot with the same routes and ports (a policy change): kept,
+    // and the flow is learned again and hits.
+    let t = gw.inner.published.load_full();
+    let protect = t.sad.outbound_sas().next().map(|(slot, _)| slot).expect("SA 1001");
+    gw.inner.published.store(Arc::new(with_policy(&t, SpdAction::Protect(protect))));
+    assert_eq!(gw.push("inside", &[f.clone(), f.clone()]).len(), 2);
+    assert_eq!(hits(&gw), 2, "the second packet under the new snapshot hit");
+    // The outside port's MTU lowered to 1280: 1300 + 28 bytes of IP and
+    // UDP no longer fit once encapsulated.
+    let t = gw.inner.published.load_full();
+    let mut ports = (*t.ports).clone();
+    let outside = ports.iter().position(|p| !p.protected).expect("an unprotected port");
+    ports[outside].mtu = 1280;
+    let mut next = with_policy(&t, SpdAction::Protect(protect));
+    next.ports = Arc::new(ports);
+    gw.inner.published.store(Arc::new(next));
+    // A small packet of the flow (slow path, learned), then the big one:
+    // a cached flow, so the fast path decides by its record's bound.
+    let small = frame(40001, 64, 64, true);
+    let out = gw.push("inside", &[small, f.clone()]);
+    let mut sent: Vec<(&str, u8, usize)> = out.iter().map(|(p, o)| (p.as_str(), o[14 + 9], o.len())).collect();
+    sent.sort();
+    assert_eq!(sent.iter().map(|&(p, proto, _)| (p, proto)).collect::<Vec<_>>(), [("inside", 1), ("outside", 50)], "ICMP back inside, the small packet's ESP out: {sent:?}");
+    assert!(sent[1].2 < 200, "the ESP is the small packet's: {sent:?}");
+    assert_eq!(gw.drop_count("mtu_exceeded"), 1);
+    common::assert_accounted(&gw.stats(), "port change");
+}

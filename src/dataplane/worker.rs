@@ -646,6 +646,9 @@ pub struct Worker<P: Port, Q: QueuePair<PktBuf>> {
     /// largest inner packet that fits ([`flow::fast_sas`]); rebuilt on
     /// adopt.
     fast_sa: Vec<flow::FastSa>,
+    /// The routes and ports `fast_sa` was made under: while a snapshot
+    /// keeps them, its records of unchanged SAs are kept.
+    fast_basis: Option<(Arc<crate::policy::route::Routes>, Arc<Vec<crate::policy::PortInfo>>)>,
 }
 
 impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
@@ -716,6 +719,7 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
             flows: flow::FlowCache::default(),
             esp_flows: flow::FlowCache::default(),
             fast_sa: Vec::new(),
+            fast_basis: None,
         };
         w.adopt(&t);
         w
@@ -766,7 +770,9 @@ impl<P: Port, Q: QueuePair<PktBuf>> Worker<P, Q> {
         self.sessions.clear();
         self.flows.clear();
         self.esp_flows.clear();
-        flow::fast_sas(t, me, &mut self.fast_sa);
+        let keep = self.fast_basis.as_ref().is_some_and(|(r, p)| Arc::ptr_eq(r, &t.routes) && Arc::ptr_eq(p, &t.ports)) && self.version != u64::MAX;
+        flow::fast_sas(t, me, &mut self.fast_sa, keep);
+        self.fast_basis = Some((t.routes.clone(), t.ports.clone()));
         self.counters.adopted.set(t.version);
         self.boundary = self.prepared;
         self.note_quiesced();

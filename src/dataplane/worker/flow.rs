@@ -216,13 +216,25 @@ impl FastSa {
 }
 
 /// The [`FastSa`]s of snapshot `t` for worker `me`, indexed by outbound
-/// slot, written into `out` (cleared first; allocates only when the SAD
-/// grew: control path).
-pub fn fast_sas(t: &Tables, me: usize, out: &mut Vec<FastSa>) {
-    out.clear();
+/// slot, written into `out` (allocates only when the SAD grew: control
+/// path). With `keep` (the routes and ports are those `out` was made
+/// under) a record of the same SA is kept, so a snapshot that adds or
+/// removes one SA costs a pass over the slots, not a plan and a route
+/// lookup for every SA (helper-103: at 100,000 SAs each `sa add` stalled
+/// the workers for milliseconds); else all are made again. Records of
+/// SAs no longer in their slot stay until it is taken: they match no
+/// other SA (ids are not reused).
+pub fn fast_sas(t: &Tables, me: usize, out: &mut Vec<FastSa>, keep: bool) {
+    if !keep {
+        out.clear();
+    }
     out.resize(t.sad.outbound.len(), FastSa::default());
     for (slot, sa) in t.sad.outbound_sas() {
         if sa.owner != me {
+            out[slot] = FastSa::default();
+            continue;
+        }
+        if out[slot].id == sa.id {
             continue;
         }
         let plan = TunnelPlan::new(sa);
