@@ -79,16 +79,24 @@ def test_udp_streams_and_wan_carries_only_esp(gws, artifacts):
     from scapy.layers.l2 import Ether
 
     # br0 is promiscuous while tcpdump runs, so it sees every frame the bridge
-    # forwards between wan0 (gw0) and wan1 (gw1).
-    cap = L.Capture("wan", "br0", "", artifacts / "wan")
-    a2b = udp_stream("hostA", L.A_IP, "hostB", L.B_IP, 5001, artifacts, 1)
-    b2a = udp_stream("hostB", L.B_IP, "hostA", L.A_IP, 5002, artifacts, 2)
-    frames = cap.stop(settle=1.0)
+    # forwards between wan0 (gw0) and wan1 (gw1). A capture that tcpdump
+    # itself could not keep up with (kernel drops: a loaded 2-core CI
+    # machine, seen once in session 40 with every stream packet delivered)
+    # proves nothing about the wan: the streams run again, once, under a
+    # new capture; every stream is checked each time.
+    for attempt in (1, 2):
+        cap = L.Capture("wan", "br0", "", artifacts / f"wan-{attempt}")
+        a2b = udp_stream("hostA", L.A_IP, "hostB", L.B_IP, 5001, artifacts, 2 * attempt - 1)
+        b2a = udp_stream("hostB", L.B_IP, "hostA", L.A_IP, 5002, artifacts, 2 * attempt)
+        frames = cap.stop(settle=1.0)
 
-    for name, (snd, sink) in {"hostA->hostB": a2b, "hostB->hostA": b2a}.items():
-        assert snd["sent"] == STREAM_COUNT and snd["errors"] == 0, f"{name} sender: {snd}"
-        assert sink["missing"] == 0 and sink["duplicates"] == 0 and \
-            sink["distinct"] == STREAM_COUNT, f"{name} sink: {sink}\nsender: {snd}"
+        for name, (snd, sink) in {"hostA->hostB": a2b, "hostB->hostA": b2a}.items():
+            assert snd["sent"] == STREAM_COUNT and snd["errors"] == 0, f"{name} sender: {snd}"
+            assert sink["missing"] == 0 and sink["duplicates"] == 0 and \
+                sink["distinct"] == STREAM_COUNT, f"{name} sink: {sink}\nsender: {snd}"
+        if cap.kernel_drops == 0:
+            break
+        print(f"attempt {attempt}: tcpdump on br0 dropped {cap.kernel_drops} frames; capturing again")
 
     assert cap.kernel_drops == 0, f"tcpdump on br0 dropped {cap.kernel_drops} frames; the count below is unreliable"
     not_esp = [f for f in frames if not (Ether in f and f[Ether].type == 0x0800 and IP in f and f[IP].proto == 50)]
